@@ -1,0 +1,131 @@
+/* cake: chunked linear-attention training kernels (GDN and KDA).
+ *
+ * The public C ABI. Every entry point validates all of its arguments before doing any work and
+ * returns a cakeResult_t; on failure cakeGetLastError() holds a message that names the argument,
+ * the expected and the actual value. No entry point prints, exits or throws.
+ *
+ * Tensors are described by cakeTensor_t (a DLPack-like view). Layouts follow flash-linear-attention:
+ *   q, k   [B, T, H, K]        v, o  [B, T, HV, V]        beta  [B, T, HV]
+ *   g      GDN: [B, T, HV]     KDA: [B, T, HV, K]         (natural-log decay per token)
+ *   initial_state, final_state   [N, HV, K, V]  (N = B, or the number of documents of cu_seqlens)
+ *   cu_seqlens [N + 1] int32/int64: packed documents; requires B = 1.
+ * Value head hv reads q/k head hv / (HV / H).
+ *
+ * CPU tensors run the FP64 reference (any float dtype in, computed in FP64, written in the output
+ * tensor's dtype). CUDA tensors run the GPU kernels where they exist, else cakeNotImplemented.
+ */
+#ifndef CAKE_CAKE_H_
+#define CAKE_CAKE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  cakeSuccess = 0,
+  cakeInvalidArgument = 1,       /* a shape, dtype, device, layout or value is wrong */
+  cakeNotSupported = 2,          /* valid, but outside what this build supports (e.g. head dim) */
+  cakeInsufficientWorkspace = 3, /* the workspace is smaller than the size query returned */
+  cakeCudaError = 4,             /* a CUDA call failed */
+  cakeInternalError = 5,         /* a bug in cake */
+  cakeNotImplemented = 6,        /* this device has no implementation of the call yet */
+} cakeResult_t;
+
+typedef enum {
+  cakeFloat32 = 0,
+  cakeFloat64 = 1,
+  cakeBfloat16 = 2,
+  cakeFloat16 = 3,
+  cakeInt32 = 4,
+  cakeInt64 = 5,
+} cakeDtype_t;
+
+typedef enum {
+  cakeCPU = 1,  /* DLPack's kDLCPU */
+  cakeCUDA = 2, /* DLPack's kDLCUDA */
+} cakeDeviceType_t;
+
+#define CAKE_MAX_DIMS 5
+
+/* A strided view of a tensor. data == NULL marks an absent optional tensor. */
+typedef struct {
+  void* data;
+  cakeDtype_t dtype;
+  int32_t device_type; /* cakeDeviceType_t */
+  int32_t device_id;
+  int32_t ndim;
+  int64_t shape[CAKE_MAX_DIMS];
+  int64_t strides[CAKE_MAX_DIMS]; /* in elements, not bytes */
+} cakeTensor_t;
+
+typedef enum {
+  cakeGdn = 0, /* gated delta rule: one decay per value head and token */
+  cakeKda = 1, /* Kimi delta attention: one decay per value head, token and key channel */
+} cakeVariant_t;
+
+/* Options of one call; the forward and its backward must get the same options. */
+typedef struct {
+  size_t struct_size;      /* = sizeof(cakeOptions_t) */
+  cakeVariant_t variant;
+  double scale;            /* finite; callers pass K^-1/2 for the usual default */
+  int32_t use_qk_l2norm;   /* q, k <- x / sqrt(sum x^2 + 1e-6) per token and head */
+  int32_t use_gate_in_kernel; /* g <- -exp(A_log) softplus(g + dt_bias), or the lower-bound form */
+  int32_t has_lower_bound; /* KDA with use_gate_in_kernel: g <- lower_bound sigmoid(...) */
+  double lower_bound;
+  int32_t use_beta_sigmoid; /* beta <- c sigmoid(beta), c = 2 with allow_neg_eigval, else 1 */
+  int32_t allow_neg_eigval;
+} cakeOptions_t;
+
+typedef struct {
+  cakeTensor_t q, k, v, g, beta;
+  cakeTensor_t initial_state; /* optional, [N, HV, K, V] */
+  cakeTensor_t cu_seqlens;    /* optional, [N + 1] */
+  cakeTensor_t A_log;         /* [HV], with use_gate_in_kernel (optional with a lower bound) */
+  cakeTensor_t dt_bias;       /* optional, GDN [HV], KDA [HV * K], with use_gate_in_kernel */
+  cakeTensor_t o;             /* output [B, T, HV, V] */
+  cakeTensor_t final_state;   /* optional output [N, HV, K, V] */
+} cakeForwardArgs_t;
+
+typedef struct {
+  /* the forward's inputs, unchanged */
+  cakeTensor_t q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias;
+  /* gradients of the forward's outputs */
+  cakeTensor_t dout;          /* [B, T, HV, V] */
+  cakeTensor_t dht;           /* optional, [N, HV, K, V]: gradient of final_state */
+  /* gradients of the inputs, overwritten; an absent one is not computed */
+  cakeTensor_t dq, dk, dv, dg, dbeta;
+  cakeTensor_t dh0;           /* optional, with initial_state */
+  cakeTensor_t dA_log;        /* optional, with A_log */
+  cakeTensor_t ddt_bias;      /* optional, with dt_bias */
+} cakeBackwardArgs_t;
+
+/* Workspace queries: the exact bytes of device scratch memory the call needs (0 on the CPU, which
+ * computes in host memory of its own). They read shapes, dtypes and options, never tensor data. */
+cakeResult_t cakeForwardWorkspaceSize(const cakeOptions_t* options, const cakeForwardArgs_t* args,
+                                      size_t* bytes);
+cakeResult_t cakeBackwardWorkspaceSize(const cakeOptions_t* options,
+                                       const cakeBackwardArgs_t* args, size_t* bytes);
+
+/* Forward: o (and final_state when given). The workspace holds at least the queried bytes; stream
+ * is a cudaStream_t for CUDA tensors and ignored for CPU tensors. */
+cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args,
+                         void* workspace, size_t workspace_bytes, void* stream);
+
+/* Backward: the gradients of every input given in args. */
+cakeResult_t cakeBackward(const cakeOptions_t* options, const cakeBackwardArgs_t* args,
+                          void* workspace, size_t workspace_bytes, void* stream);
+
+/* The name of a result code, e.g. "cakeInvalidArgument". */
+const char* cakeGetErrorString(cakeResult_t result);
+
+/* The message of this thread's last failed call ("" if none). Valid until the thread's next call. */
+const char* cakeGetLastError(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAKE_CAKE_H_ */
