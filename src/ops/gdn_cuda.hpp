@@ -1,6 +1,7 @@
 // The GDN GPU path as the C entry points see it (src/ops/api.cpp calls these for CUDA tensors and
-// variant cakeGdn, after validate.hpp has checked every argument). Implemented in gdn_cuda.cpp
-// when CAKE_CUDA=ON; without CUDA, gdn_cuda_unavailable.cpp raises cakeNotImplemented.
+// variant cakeGdn, after validate.hpp has checked every argument). Implemented in
+// src/ops/cuda/gdn_cuda.cpp when CAKE_CUDA=ON; otherwise src/ops/no_cuda/gdn_cuda.cpp raises
+// cakeNotImplemented.
 #pragma once
 
 #include <cstddef>

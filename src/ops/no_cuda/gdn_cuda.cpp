@@ -1,0 +1,29 @@
+// Built when CAKE_CUDA=OFF: CUDA tensors get a clear cakeNotImplemented, never a CPU fallback.
+#include "ops/gdn_cuda.hpp"
+
+#include "core/error.hpp"
+
+namespace cake::ops {
+
+namespace {
+[[noreturn]] void unavailable() {
+  throw Error(cakeNotImplemented,
+              "this cake was built without CUDA (CAKE_CUDA=OFF): CUDA tensors are not supported; "
+              "rebuild with CUDA or pass CPU tensors");
+}
+}  // namespace
+
+size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const&, cakeForwardArgs_t const&) {
+  unavailable();
+}
+void gdn_cuda_forward(cakeOptions_t const&, cakeForwardArgs_t const&, void*, size_t, void*) {
+  unavailable();
+}
+size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const&, cakeBackwardArgs_t const&) {
+  unavailable();
+}
+void gdn_cuda_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, void*, size_t, void*) {
+  unavailable();
+}
+
+}  // namespace cake::ops
