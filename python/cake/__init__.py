@@ -1,0 +1,10 @@
+"""cake: chunked linear-attention training kernels (Gated DeltaNet and Kimi Delta Attention).
+
+Drop-in for flash-linear-attention: ``from cake import chunk_gated_delta_rule, chunk_kda``.
+CPU tensors run an FP64 reference in C++; CUDA tensors run cake's Hopper kernels.
+"""
+
+from .api import chunk_gated_delta_rule, chunk_kda
+
+__version__ = "0.1.0"
+__all__ = ["chunk_gated_delta_rule", "chunk_kda"]

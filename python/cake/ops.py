@@ -1,0 +1,153 @@
+"""GDN and KDA as torch ops, wired to cake's C ABI (cake._C).
+
+Two custom ops carry all the work: ``cake::forward`` and ``cake::backward``; autograd connects them
+(register_autograd). No maths here: shapes, allocation and wiring only. CPU tensors run the FP64
+reference in C++ (outputs in the input dtype); CUDA tensors run the kernels where they exist.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _C
+
+GDN, KDA = 0, 1
+
+
+def _stream(t: Tensor) -> int:
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+
+
+def _state_dtype(q: Tensor) -> torch.dtype:
+    # Recurrent states are float32, as in flash-linear-attention; float64 inputs keep float64 so
+    # that torch.autograd.gradcheck can run on the CPU reference.
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+def _num_seqs(q: Tensor, cu_seqlens: Optional[Tensor]) -> int:
+    return cu_seqlens.numel() - 1 if cu_seqlens is not None else q.shape[0]
+
+
+def _outputs_like(q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor], output_final_state: bool):
+    """o [B, T, HV, V] and final_state [N, HV, K, V] (an empty tensor when not wanted).
+
+    When q or v has the wrong rank, o is None and the C++ validation reports the input's error.
+    """
+    empty = q.new_empty(0, dtype=_state_dtype(q))
+    if q.dim() != 4 or v.dim() != 4:
+        return None, empty
+    o = q.new_empty(q.shape[:2] + v.shape[2:])
+    if not output_final_state:
+        return o, empty
+    n = _num_seqs(q, cu_seqlens)
+    final_state = q.new_empty((max(n, 0), v.shape[2], q.shape[3], v.shape[3]), dtype=_state_dtype(q))
+    return o, final_state
+
+
+def _workspace(nbytes: int, like: Tensor) -> Optional[Tensor]:
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes else None
+
+
+@torch.library.custom_op("cake::forward", mutates_args=())
+def _forward(
+    variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+    initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
+    dt_bias: Optional[Tensor], scale: float, output_final_state: bool, use_qk_l2norm: bool,
+    use_gate_in_kernel: bool, lower_bound: Optional[float], use_beta_sigmoid: bool,
+    allow_neg_eigval: bool,
+) -> tuple[Tensor, Tensor]:
+    o, final_state = _outputs_like(q, v, cu_seqlens, output_final_state)
+    inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    outputs = (o, final_state if output_final_state else None)
+    options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
+               allow_neg_eigval)
+    workspace = _workspace(_C.forward_workspace_size(*inputs, *outputs, *options), q)
+    _C.forward(*inputs, *outputs, *options, workspace, _stream(q))
+    return o, final_state
+
+
+@_forward.register_fake
+def _forward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, scale,
+                  output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound,
+                  use_beta_sigmoid, allow_neg_eigval):
+    return _outputs_like(q, v, cu_seqlens, output_final_state)
+
+
+def _like(t: Optional[Tensor], wanted: bool) -> Optional[Tensor]:
+    return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted and t is not None else None
+
+
+@torch.library.custom_op("cake::backward", mutates_args=())
+def _backward(
+    variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+    initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
+    dt_bias: Optional[Tensor], dout: Tensor, dht: Optional[Tensor], scale: float,
+    use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
+    use_beta_sigmoid: bool, allow_neg_eigval: bool,
+) -> list[Tensor]:
+    """dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias; an empty tensor stands for an absent input."""
+    inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    grads = [_like(t, True) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
+    options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
+               allow_neg_eigval)
+    nbytes = _C.backward_workspace_size(*inputs, dout, dht, *grads, *options)
+    _C.backward(*inputs, dout, dht, *grads, *options, _workspace(nbytes, q), _stream(q))
+    return [t if t is not None else q.new_empty(0) for t in grads]
+
+
+@_backward.register_fake
+def _backward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
+                   dht, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
+                   allow_neg_eigval):
+    return [torch.empty_like(t) if t is not None else q.new_empty(0)
+            for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
+
+
+_OPTION_NAMES = ("scale", "output_final_state", "use_qk_l2norm", "use_gate_in_kernel",
+                 "lower_bound", "use_beta_sigmoid", "allow_neg_eigval")
+
+
+def _setup_context(ctx, inputs, output):
+    variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, *options = inputs
+    ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    ctx.variant = variant
+    ctx.options = dict(zip(_OPTION_NAMES, options))
+
+
+def _backward_rule(ctx, dout, dfinal_state):
+    q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias = ctx.saved_tensors
+    opts = ctx.options
+    dht = dfinal_state if opts["output_final_state"] and dfinal_state is not None else None
+    if dout is None:
+        dout = torch.zeros(q.shape[:2] + v.shape[2:], dtype=q.dtype, device=q.device)
+    dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias = _backward(
+        ctx.variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias,
+        dout.contiguous(), None if dht is None else dht.contiguous(), opts["scale"],
+        opts["use_qk_l2norm"], opts["use_gate_in_kernel"], opts["lower_bound"],
+        opts["use_beta_sigmoid"], opts["allow_neg_eigval"])
+    absent = lambda t, grad: grad if t is not None else None  # noqa: E731
+    return (None, dq, dk, dv, dg, dbeta, absent(initial_state, dh0), None,
+            absent(A_log, dA_log), absent(dt_bias, ddt_bias), *([None] * len(_OPTION_NAMES)))
+
+
+_forward.register_autograd(_backward_rule, setup_context=_setup_context)
+
+
+def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
+        scale: Optional[float], initial_state: Optional[Tensor], output_final_state: bool,
+        cu_seqlens: Optional[Tensor], A_log: Optional[Tensor], dt_bias: Optional[Tensor],
+        use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
+        use_beta_sigmoid: bool, allow_neg_eigval: bool, state_v_first: bool):
+    """Shared body of chunk_gated_delta_rule and chunk_kda: returns (o, final_state or None)."""
+    if scale is None:
+        scale = q.shape[-1] ** -0.5
+    if state_v_first and initial_state is not None:
+        initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
+    o, final_state = _forward(
+        variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, float(scale),
+        output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
+        allow_neg_eigval)
+    if not output_final_state:
+        return o, None
+    return o, final_state.transpose(-1, -2) if state_v_first else final_state

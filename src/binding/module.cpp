@@ -1,0 +1,173 @@
+// cake._C: the C ABI over DLPack tensors (torch, numpy, ...) without linking libtorch.
+// One function per C entry point; cake/ops.py wraps them for torch.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+
+#include "cake/cake.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using OptionalArray = std::optional<nb::ndarray<>>;
+
+void raise_on_failure(cakeResult_t result) {
+  if (result == cakeSuccess) return;
+  char const* message = cakeGetLastError();
+  switch (result) {
+    case cakeInvalidArgument:
+    case cakeNotSupported:
+    case cakeInsufficientWorkspace:
+      throw nb::value_error(message);
+    case cakeNotImplemented:
+      PyErr_SetString(PyExc_NotImplementedError, message);
+      throw nb::python_error();
+    default:
+      throw std::runtime_error(message);
+  }
+}
+
+cakeDtype_t dtype_of(nb::dlpack::dtype dt) {
+  using Code = nb::dlpack::dtype_code;
+  auto const code = static_cast<Code>(dt.code);
+  if (dt.lanes == 1) {
+    if (code == Code::Float && dt.bits == 32) return cakeFloat32;
+    if (code == Code::Float && dt.bits == 64) return cakeFloat64;
+    if (code == Code::Float && dt.bits == 16) return cakeFloat16;
+    if (code == Code::Bfloat && dt.bits == 16) return cakeBfloat16;
+    if (code == Code::Int && dt.bits == 32) return cakeInt32;
+    if (code == Code::Int && dt.bits == 64) return cakeInt64;
+  }
+  throw nb::value_error("unsupported tensor dtype: cake takes float16, bfloat16, float32, "
+                        "float64, int32 and int64 tensors");
+}
+
+cakeTensor_t view(OptionalArray const& a) {
+  cakeTensor_t t{};
+  if (!a) return t;
+  if (a->ndim() > CAKE_MAX_DIMS) throw nb::value_error("tensors have at most 5 dimensions");
+  t.data = a->data();
+  t.dtype = dtype_of(a->dtype());
+  t.device_type = a->device_type();
+  t.device_id = a->device_id();
+  t.ndim = static_cast<int32_t>(a->ndim());
+  for (size_t d = 0; d < a->ndim(); ++d) {
+    t.shape[d] = a->shape(d);
+    t.strides[d] = a->stride(d);
+  }
+  // A tensor with no elements may come without a data pointer; keep "present" meaning present.
+  if (t.data == nullptr) t.data = &t;
+  return t;
+}
+
+cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,
+                      std::optional<double> lower_bound, bool use_beta_sigmoid,
+                      bool allow_neg_eigval) {
+  cakeOptions_t o{};
+  o.struct_size = sizeof(cakeOptions_t);
+  o.variant = static_cast<cakeVariant_t>(variant);
+  o.scale = scale;
+  o.use_qk_l2norm = use_qk_l2norm;
+  o.use_gate_in_kernel = use_gate_in_kernel;
+  o.has_lower_bound = lower_bound.has_value();
+  o.lower_bound = lower_bound.value_or(0.0);
+  o.use_beta_sigmoid = use_beta_sigmoid;
+  o.allow_neg_eigval = allow_neg_eigval;
+  return o;
+}
+
+// The inputs shared by the forward and the backward, in the order the Python side passes them.
+#define CAKE_INPUT_PARAMS                                                                     \
+  OptionalArray q, OptionalArray k, OptionalArray v, OptionalArray g, OptionalArray beta,    \
+      OptionalArray initial_state, OptionalArray cu_seqlens, OptionalArray A_log,             \
+      OptionalArray dt_bias
+#define CAKE_OPTION_PARAMS                                                                    \
+  int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,                    \
+      std::optional<double> lower_bound, bool use_beta_sigmoid, bool allow_neg_eigval
+#define CAKE_OPTIONS \
+  options(variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid, \
+          allow_neg_eigval)
+
+cakeForwardArgs_t forward_args(CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state) {
+  return {view(q), view(k), view(v), view(g), view(beta), view(initial_state),
+          view(cu_seqlens), view(A_log), view(dt_bias), view(o), view(final_state)};
+}
+
+cakeBackwardArgs_t backward_args(CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht,
+                                 OptionalArray dq, OptionalArray dk, OptionalArray dv,
+                                 OptionalArray dg, OptionalArray dbeta, OptionalArray dh0,
+                                 OptionalArray dA_log, OptionalArray ddt_bias) {
+  return {view(q),    view(k),  view(v),  view(g),  view(beta),  view(initial_state),
+          view(cu_seqlens), view(A_log), view(dt_bias), view(dout), view(dht), view(dq),
+          view(dk),   view(dv), view(dg), view(dbeta), view(dh0), view(dA_log), view(ddt_bias)};
+}
+
+std::pair<void*, size_t> workspace_of(OptionalArray const& workspace) {
+  if (!workspace) return {nullptr, 0};
+  return {workspace->data(), workspace->nbytes()};
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "cake's C ABI over DLPack tensors; use the functions of the cake package instead.";
+
+  m.def("forward_workspace_size",
+        [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state, CAKE_OPTION_PARAMS) {
+          cakeOptions_t const opts = CAKE_OPTIONS;
+          cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                      A_log, dt_bias, o, final_state);
+          size_t bytes = 0;
+          raise_on_failure(cakeForwardWorkspaceSize(&opts, &args, &bytes));
+          return bytes;
+        });
+
+  m.def("forward", [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state,
+                      CAKE_OPTION_PARAMS, OptionalArray workspace, uintptr_t stream) {
+    cakeOptions_t const opts = CAKE_OPTIONS;
+    cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                A_log, dt_bias, o, final_state);
+    auto const [ws, ws_bytes] = workspace_of(workspace);
+    cakeResult_t result;
+    {
+      nb::gil_scoped_release release;
+      result = cakeForward(&opts, &args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+    }
+    raise_on_failure(result);
+  });
+
+  m.def("backward_workspace_size",
+        [](CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht, OptionalArray dq,
+           OptionalArray dk, OptionalArray dv, OptionalArray dg, OptionalArray dbeta,
+           OptionalArray dh0, OptionalArray dA_log, OptionalArray ddt_bias, CAKE_OPTION_PARAMS) {
+          cakeOptions_t const opts = CAKE_OPTIONS;
+          cakeBackwardArgs_t const args =
+              backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
+                            dht, dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
+          size_t bytes = 0;
+          raise_on_failure(cakeBackwardWorkspaceSize(&opts, &args, &bytes));
+          return bytes;
+        });
+
+  m.def("backward", [](CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht, OptionalArray dq,
+                       OptionalArray dk, OptionalArray dv, OptionalArray dg, OptionalArray dbeta,
+                       OptionalArray dh0, OptionalArray dA_log, OptionalArray ddt_bias,
+                       CAKE_OPTION_PARAMS, OptionalArray workspace, uintptr_t stream) {
+    cakeOptions_t const opts = CAKE_OPTIONS;
+    cakeBackwardArgs_t const args =
+        backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout, dht, dq,
+                      dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
+    auto const [ws, ws_bytes] = workspace_of(workspace);
+    cakeResult_t result;
+    {
+      nb::gil_scoped_release release;
+      result = cakeBackward(&opts, &args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+    }
+    raise_on_failure(result);
+  });
+}

@@ -1,0 +1,324 @@
+#include "ops/validate.hpp"
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+namespace cake::ops {
+
+namespace {
+
+std::string shape_string(std::vector<int64_t> const& shape) {
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+void check_shape(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& expected,
+                 char const* meaning) {
+  bool same = t.ndim == static_cast<int>(expected.size());
+  for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == expected[d];
+  CAKE_CHECK(same, cakeInvalidArgument, name, " must have shape ", meaning, " = ",
+             shape_string(expected), ", got ", cake::shape_string(t));
+}
+
+void check_present(char const* name, cakeTensor_t const& t) {
+  CAKE_CHECK(present(t), cakeInvalidArgument, name, " is required but was not given");
+}
+
+void check_float(char const* name, cakeTensor_t const& t) {
+  CAKE_CHECK(is_float(t.dtype), cakeInvalidArgument, name,
+             " must be a float tensor (float16, bfloat16, float32 or float64), got ",
+             dtype_name(t.dtype));
+}
+
+void check_dtype(char const* name, cakeTensor_t const& t, cakeDtype_t expected, char const* why) {
+  CAKE_CHECK(t.dtype == expected, cakeInvalidArgument, name, " must be ", dtype_name(expected),
+             " (", why, "), got ", dtype_name(t.dtype));
+}
+
+// The inputs and options shared by the forward and the backward.
+struct Inputs {
+  cakeTensor_t const& q;
+  cakeTensor_t const& k;
+  cakeTensor_t const& v;
+  cakeTensor_t const& g;
+  cakeTensor_t const& beta;
+  cakeTensor_t const& initial_state;
+  cakeTensor_t const& cu_seqlens;
+  cakeTensor_t const& A_log;
+  cakeTensor_t const& dt_bias;
+};
+
+void check_options(cakeOptions_t const* options) {
+  CAKE_CHECK(options != nullptr, cakeInvalidArgument, "options must not be NULL");
+  CAKE_CHECK(options->struct_size == sizeof(cakeOptions_t), cakeInvalidArgument,
+             "options.struct_size must be sizeof(cakeOptions_t) = ", sizeof(cakeOptions_t),
+             ", got ", options->struct_size);
+  CAKE_CHECK(options->variant == cakeGdn || options->variant == cakeKda, cakeInvalidArgument,
+             "options.variant must be cakeGdn (0) or cakeKda (1), got ",
+             static_cast<int>(options->variant));
+  CAKE_CHECK(std::isfinite(options->scale), cakeInvalidArgument,
+             "scale must be a finite number, got ", options->scale);
+  CAKE_CHECK(!options->allow_neg_eigval || options->use_beta_sigmoid, cakeInvalidArgument,
+             "allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True");
+  if (options->has_lower_bound) {
+    CAKE_CHECK(options->variant == cakeKda, cakeInvalidArgument,
+               "lower_bound applies to chunk_kda only, got lower_bound=", options->lower_bound,
+               " for chunk_gated_delta_rule");
+    CAKE_CHECK(std::isfinite(options->lower_bound) && options->lower_bound < 0,
+               cakeInvalidArgument, "lower_bound must be a finite negative number, got ",
+               options->lower_bound);
+  }
+}
+
+Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
+  bool const kda = options.variant == cakeKda;
+  check_present("q", in.q);
+  CAKE_CHECK(in.q.ndim == 4, cakeInvalidArgument,
+             "q must have 4 dimensions [B, T, H, K], got shape ", cake::shape_string(in.q));
+  Dims d;
+  d.batch = in.q.shape[0];
+  d.seq_len = in.q.shape[1];
+  d.num_qk_heads = in.q.shape[2];
+  d.head_dim_k = in.q.shape[3];
+  d.device_type = in.q.device_type;
+  CAKE_CHECK(d.device_type == cakeCPU || d.device_type == cakeCUDA, cakeInvalidArgument,
+             "q must be on the CPU or a CUDA device, got ", device_string(in.q));
+  check_present("k", in.k);
+  check_shape("k", in.k, {d.batch, d.seq_len, d.num_qk_heads, d.head_dim_k}, "[B, T, H, K] (as q)");
+  check_present("v", in.v);
+  CAKE_CHECK(in.v.ndim == 4 && in.v.shape[0] == d.batch && in.v.shape[1] == d.seq_len,
+             cakeInvalidArgument, "v must have shape [B, T, HV, V] with B = ", d.batch,
+             " and T = ", d.seq_len, " (from q), got ", cake::shape_string(in.v));
+  d.num_v_heads = in.v.shape[2];
+  d.head_dim_v = in.v.shape[3];
+  CAKE_CHECK(d.num_qk_heads > 0 && d.num_v_heads > 0 && d.num_v_heads % d.num_qk_heads == 0,
+             cakeInvalidArgument, "the number of value heads HV (v.shape[2] = ", d.num_v_heads,
+             ") must be a positive multiple of the number of q/k heads H (q.shape[2] = ",
+             d.num_qk_heads, ")");
+  check_present("g", in.g);
+  if (kda) {
+    check_shape("g", in.g, {d.batch, d.seq_len, d.num_v_heads, d.head_dim_k},
+                "[B, T, HV, K] for chunk_kda");
+  } else {
+    check_shape("g", in.g, {d.batch, d.seq_len, d.num_v_heads},
+                "[B, T, HV] for chunk_gated_delta_rule");
+  }
+  check_present("beta", in.beta);
+  check_shape("beta", in.beta, {d.batch, d.seq_len, d.num_v_heads}, "[B, T, HV]");
+
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q}, {"k", &in.k},
+                         {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta}}) {
+    check_float(name, *t);
+  }
+  CAKE_CHECK(in.k.dtype == in.q.dtype && in.v.dtype == in.q.dtype, cakeInvalidArgument,
+             "q, k and v must have the same dtype, got q ", dtype_name(in.q.dtype), ", k ",
+             dtype_name(in.k.dtype), ", v ", dtype_name(in.v.dtype));
+
+  if (present(in.cu_seqlens)) {
+    cakeTensor_t const& cu = in.cu_seqlens;
+    CAKE_CHECK(cu.dtype == cakeInt32 || cu.dtype == cakeInt64, cakeInvalidArgument,
+               "cu_seqlens must be int32 or int64, got ", dtype_name(cu.dtype));
+    CAKE_CHECK(cu.ndim == 1 && cu.shape[0] >= 2, cakeInvalidArgument,
+               "cu_seqlens must have shape [N + 1] with N >= 1 documents, got shape ",
+               cake::shape_string(cu));
+    CAKE_CHECK(d.batch == 1, cakeInvalidArgument,
+               "the batch size B must be 1 when cu_seqlens is given (flatten the packed "
+               "documents into [1, T, ...]), got B = ", d.batch);
+    d.num_seqs = cu.shape[0] - 1;
+  } else {
+    d.num_seqs = d.batch;
+  }
+  if (present(in.initial_state)) {
+    check_float("initial_state", in.initial_state);
+    check_shape("initial_state", in.initial_state,
+                {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]");
+  }
+
+  if (options.use_gate_in_kernel) {
+    bool const needs_A_log = !options.has_lower_bound;
+    if (needs_A_log) {
+      CAKE_CHECK(present(in.A_log), cakeInvalidArgument,
+                 "A_log [HV] is required with use_gate_in_kernel=True",
+                 kda ? " (unless lower_bound is set)" : "");
+    }
+    if (present(in.A_log)) {
+      check_float("A_log", in.A_log);
+      check_shape("A_log", in.A_log, {d.num_v_heads}, "[HV]");
+    }
+    if (present(in.dt_bias)) {
+      check_float("dt_bias", in.dt_bias);
+      if (kda) {
+        check_shape("dt_bias", in.dt_bias, {d.num_v_heads * d.head_dim_k}, "[HV * K]");
+      } else {
+        check_shape("dt_bias", in.dt_bias, {d.num_v_heads}, "[HV]");
+      }
+    }
+  } else {
+    CAKE_CHECK(!present(in.A_log) && !present(in.dt_bias), cakeInvalidArgument,
+               "A_log and dt_bias are only used with use_gate_in_kernel=True; got ",
+               present(in.A_log) ? "A_log" : "dt_bias", " with use_gate_in_kernel=False");
+  }
+
+  // Every tensor on q's device.
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"k", &in.k}, {"v", &in.v},
+                         {"g", &in.g}, {"beta", &in.beta}, {"initial_state", &in.initial_state},
+                         {"cu_seqlens", &in.cu_seqlens}, {"A_log", &in.A_log},
+                         {"dt_bias", &in.dt_bias}}) {
+    if (!present(*t)) continue;
+    CAKE_CHECK(t->device_type == in.q.device_type && t->device_id == in.q.device_id,
+               cakeInvalidArgument, name, " must be on q's device (", device_string(in.q),
+               "), got ", device_string(*t));
+  }
+
+  // Contents of cu_seqlens, read where they live on the host. (On the GPU the plan checks them.)
+  if (present(in.cu_seqlens) && d.device_type == cakeCPU) {
+    std::vector<int64_t> const cu = to_int64(in.cu_seqlens);
+    CAKE_CHECK(cu.front() == 0, cakeInvalidArgument, "cu_seqlens must start at 0, got ",
+               cu.front());
+    for (size_t i = 1; i < cu.size(); ++i) {
+      CAKE_CHECK(cu[i] >= cu[i - 1], cakeInvalidArgument,
+                 "cu_seqlens must be non-decreasing, got cu_seqlens[", i - 1, "] = ", cu[i - 1],
+                 " > cu_seqlens[", i, "] = ", cu[i]);
+    }
+    CAKE_CHECK(cu.back() == d.seq_len, cakeInvalidArgument,
+               "cu_seqlens must end at the number of tokens T = ", d.seq_len, ", got ",
+               cu.back());
+  }
+
+  // What each device supports.
+  if (d.device_type == cakeCPU) {
+    CAKE_CHECK(d.head_dim_k >= 1 && d.head_dim_k <= 256 && d.head_dim_v >= 1 &&
+                   d.head_dim_v <= 256,
+               cakeNotSupported, "head dims must be in [1, 256] on the CPU, got K = ",
+               d.head_dim_k, ", V = ", d.head_dim_v);
+  } else {
+    CAKE_CHECK(d.head_dim_k == 128 && d.head_dim_v == 128, cakeNotSupported,
+               "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k,
+               ", V = ", d.head_dim_v);
+    CAKE_CHECK(options.variant == cakeGdn, cakeNotImplemented,
+               "chunk_kda has no CUDA kernels yet; pass CPU tensors to run the FP64 reference");
+    CAKE_CHECK(!options.use_gate_in_kernel && !options.use_beta_sigmoid, cakeNotImplemented,
+               "use_gate_in_kernel and use_beta_sigmoid_in_kernel are not implemented on CUDA "
+               "yet; apply the gate and the sigmoid before the call");
+    check_dtype("q", in.q, cakeBfloat16, "the CUDA kernels read bfloat16 q, k, v");
+    check_dtype("g", in.g, cakeFloat32, "the CUDA kernels read float32 g");
+    CAKE_CHECK(in.beta.dtype == cakeFloat32 || in.beta.dtype == cakeBfloat16, cakeInvalidArgument,
+               "beta must be float32 or bfloat16 on CUDA, got ", dtype_name(in.beta.dtype));
+    if (present(in.cu_seqlens)) {
+      check_dtype("cu_seqlens", in.cu_seqlens, cakeInt32, "the CUDA kernels read int32 offsets");
+    }
+    if (present(in.initial_state)) {
+      check_dtype("initial_state", in.initial_state, cakeFloat32, "states are float32 on CUDA");
+    }
+    for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q}, {"k", &in.k},
+                           {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta},
+                           {"initial_state", &in.initial_state}, {"cu_seqlens", &in.cu_seqlens}}) {
+      if (present(*t)) {
+        CAKE_CHECK(is_contiguous(*t), cakeInvalidArgument, name,
+                   " must be contiguous for the CUDA kernels (call .contiguous()), got strides "
+                   "that are not row-major for shape ", cake::shape_string(*t));
+      }
+    }
+  }
+  return d;
+}
+
+// An output (or gradient) tensor: present when required, the expected shape, on q's device.
+void check_output(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& shape,
+                  char const* meaning, cakeTensor_t const& q) {
+  check_float(name, t);
+  check_shape(name, t, shape, meaning);
+  CAKE_CHECK(t.device_type == q.device_type && t.device_id == q.device_id, cakeInvalidArgument,
+             name, " must be on q's device (", device_string(q), "), got ", device_string(t));
+  CAKE_CHECK(is_contiguous(t), cakeInvalidArgument, name, " must be contiguous, got shape ",
+             cake::shape_string(t), " with non-row-major strides");
+}
+
+// A gradient is optional (absent: not computed); some exist only with their input.
+void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed,
+                           char const* needs, std::vector<int64_t> const& shape,
+                           char const* meaning, cakeTensor_t const& q) {
+  if (!present(t)) return;
+  CAKE_CHECK(allowed, cakeInvalidArgument, name, " can only be computed with ", needs);
+  check_output(name, t, shape, meaning, q);
+}
+
+}  // namespace
+
+Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args) {
+  check_options(options);
+  CAKE_CHECK(args != nullptr, cakeInvalidArgument, "args must not be NULL");
+  Dims const d = check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta,
+                                         args->initial_state, args->cu_seqlens, args->A_log,
+                                         args->dt_bias});
+  check_present("o", args->o);
+  check_output("o", args->o, {d.batch, d.seq_len, d.num_v_heads, d.head_dim_v}, "[B, T, HV, V]",
+               args->q);
+  if (present(args->final_state)) {
+    check_output("final_state", args->final_state,
+                 {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]",
+                 args->q);
+  }
+  if (d.device_type == cakeCUDA) {
+    check_dtype("o", args->o, cakeBfloat16, "the CUDA kernels write bfloat16 o");
+    if (present(args->final_state)) {
+      check_dtype("final_state", args->final_state, cakeFloat32, "states are float32 on CUDA");
+    }
+  }
+  return d;
+}
+
+Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args) {
+  check_options(options);
+  CAKE_CHECK(args != nullptr, cakeInvalidArgument, "args must not be NULL");
+  Dims const d = check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta,
+                                         args->initial_state, args->cu_seqlens, args->A_log,
+                                         args->dt_bias});
+  std::vector<int64_t> const qk = {d.batch, d.seq_len, d.num_qk_heads, d.head_dim_k};
+  std::vector<int64_t> const vo = {d.batch, d.seq_len, d.num_v_heads, d.head_dim_v};
+  std::vector<int64_t> const state = {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v};
+  std::vector<int64_t> const row = {d.batch, d.seq_len, d.num_v_heads};
+  std::vector<int64_t> const gate =
+      options->variant == cakeKda
+          ? std::vector<int64_t>{d.batch, d.seq_len, d.num_v_heads, d.head_dim_k}
+          : row;
+  cakeTensor_t const& q = args->q;
+
+  check_present("dout", args->dout);
+  check_output("dout", args->dout, vo, "[B, T, HV, V] (as o)", q);
+  if (present(args->dht)) check_output("dht", args->dht, state, "[N, HV, K, V]", q);
+
+  check_optional_output("dq", args->dq, true, "", qk, "[B, T, H, K] (as q)", q);
+  check_optional_output("dk", args->dk, true, "", qk, "[B, T, H, K] (as k)", q);
+  check_optional_output("dv", args->dv, true, "", vo, "[B, T, HV, V] (as v)", q);
+  check_optional_output("dg", args->dg, true, "", gate, "(as g)", q);
+  check_optional_output("dbeta", args->dbeta, true, "", row, "[B, T, HV] (as beta)", q);
+  check_optional_output("dh0", args->dh0, present(args->initial_state), "an initial_state", state,
+                        "[N, HV, K, V] (as initial_state)", q);
+  check_optional_output("dA_log", args->dA_log, present(args->A_log), "A_log",
+                        {d.num_v_heads}, "[HV] (as A_log)", q);
+  check_optional_output("ddt_bias", args->ddt_bias, present(args->dt_bias), "dt_bias",
+                        {numel(args->dt_bias)}, "(as dt_bias)", q);
+  if (d.device_type == cakeCUDA) {
+    check_dtype("dout", args->dout, cakeBfloat16, "the CUDA kernels read bfloat16 dout");
+    if (present(args->dht)) check_dtype("dht", args->dht, cakeFloat32, "states are float32");
+    for (auto [name, t, dtype] : {std::tuple<char const*, cakeTensor_t const*, cakeDtype_t>{
+                                      "dq", &args->dq, q.dtype},
+                                  {"dk", &args->dk, q.dtype}, {"dv", &args->dv, q.dtype},
+                                  {"dg", &args->dg, args->g.dtype},
+                                  {"dbeta", &args->dbeta, args->beta.dtype},
+                                  {"dh0", &args->dh0, cakeFloat32}}) {
+      if (present(*t)) check_dtype(name, *t, dtype, "gradients take their input's dtype");
+    }
+  }
+  return d;
+}
+
+}  // namespace cake::ops

@@ -1,0 +1,26 @@
+// The one place where the arguments of cakeForward / cakeBackward are checked, before any work.
+// Every failure is a cake::Error naming the argument, what was expected and what came.
+#pragma once
+
+#include <cstdint>
+
+#include "cake/cake.h"
+
+namespace cake::ops {
+
+// The sizes of one validated call.
+struct Dims {
+  int64_t batch = 0;         // B
+  int64_t seq_len = 0;       // T (per batch row; with cu_seqlens, all tokens of the pack)
+  int64_t num_qk_heads = 0;  // H
+  int64_t num_v_heads = 0;   // HV
+  int64_t head_dim_k = 0;    // K
+  int64_t head_dim_v = 0;    // V
+  int64_t num_seqs = 0;      // N: documents of cu_seqlens, else B
+  int32_t device_type = 0;   // cakeCPU or cakeCUDA, shared by every tensor
+};
+
+Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args);
+Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args);
+
+}  // namespace cake::ops
