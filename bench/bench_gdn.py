@@ -1,0 +1,172 @@
+"""GDN benchmark: cake against flash-linear-attention and FlashQLA, side by side in one run.
+
+    python bench/bench_gdn.py --workloads A G M N --ops fwd fwd+bwd ckpt --out results.jsonl
+
+Protocol (bench/workloads.json, "timing_protocol"): CUDA events; L2 flushed and the device
+synchronised before every timed iteration; per op one untimed call per arm, then groups that
+visit the arms in palindromic order (a, b, c, c, b, a) with several timed iterations per visit; a
+cell is the median over groups of each group's median; a control arm (a second visit of cake)
+measures noise; drift is the change of an arm's median between the first and the last group.
+Speedup = baseline ms / cake ms. One JSON line per (workload, op, arm).
+
+Arms: "cake"; "fla" = flash-linear-attention's Triton kernels with its FlashQLA dispatch disabled
+(FLA_FLASH_QLA=0; its TileLang dq/dk kernel stays on, as FLA requires on Hopper with Triton < 3.7.1);
+"flashqla" = flash_qla.chunk_gated_delta_rule; "cake_control" = cake again.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ.setdefault("FLA_FLASH_QLA", "0")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils.checkpoint import checkpoint  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+K = V = 128
+
+
+def load_arms():
+    """name -> (function with FLA's signature, version string); missing packages are skipped."""
+    import cake
+    arms = {"cake": (cake.chunk_gated_delta_rule, cake.__version__)}
+    try:
+        import fla
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
+        arms["fla"] = (fla_gdn, getattr(fla, "__version__", "?"))
+    except Exception as e:  # noqa: BLE001 - report and go on without the arm
+        print(f"flash-linear-attention unavailable: {e}", file=sys.stderr)
+    try:
+        import flash_qla
+        arms["flashqla"] = (flash_qla.chunk_gated_delta_rule, flash_qla.__version__)
+    except Exception as e:  # noqa: BLE001
+        print(f"FlashQLA unavailable: {e}", file=sys.stderr)
+    arms["cake_control"] = arms["cake"]
+    return arms
+
+
+def make_inputs(docs, H, HV, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    T = sum(docs)
+    kw = dict(device="cuda", generator=gen)
+    q = torch.randn(1, T, H, K, dtype=torch.bfloat16, **kw)
+    k = torch.randn(1, T, H, K, dtype=torch.bfloat16, **kw)
+    v = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
+    g = F.logsigmoid(torch.randn(1, T, HV, **kw))
+    beta = torch.rand(1, T, HV, **kw)
+    cu = torch.tensor([0] + docs, device="cuda").cumsum(0).to(torch.int32)
+    do = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
+    return (q, k, v, g, beta), cu, do
+
+
+def make_step(fn, op, inputs, cu, do):
+    """A closure running one `op` of `fn` on leaf copies of the inputs."""
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+
+    def forward():
+        o, _ = fn(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
+        return o
+
+    def run():
+        for t in leaves:
+            t.grad = None
+        if op == "fwd":
+            forward()
+        elif op == "fwd+bwd":
+            forward().backward(do)
+        elif op == "ckpt":
+            checkpoint(forward, use_reentrant=False).backward(do)
+        else:
+            raise ValueError(op)
+    return run
+
+
+def flush_l2(buffer):
+    buffer.zero_()
+
+
+def time_once(run, l2):
+    flush_l2(l2)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def measure(steps, groups, iters, l2):
+    """Palindromic visits; returns name -> list of per-group medians (ms)."""
+    names = list(steps)
+    for name in names:  # one untimed call per arm (compilation, autotuning, allocator)
+        steps[name]()
+    torch.cuda.synchronize()
+    per_group = {n: [] for n in names}
+    for _ in range(groups):
+        samples = {n: [] for n in names}
+        for name in names + names[::-1]:
+            for _ in range(iters):
+                samples[name].append(time_once(steps[name], l2))
+        for n in names:
+            per_group[n].append(statistics.median(samples[n]))
+    return per_group
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workloads", nargs="+", default=["A", "G", "M", "N"])
+    parser.add_argument("--ops", nargs="+", default=["fwd", "fwd+bwd", "ckpt"])
+    parser.add_argument("--arms", nargs="+", default=None, help="subset of arms")
+    parser.add_argument("--groups", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    spec = json.loads((HERE / "workloads.json").read_text())["gdn"]["single_gpu"]
+    arms = load_arms()
+    if args.arms:
+        arms = {n: a for n, a in arms.items() if n in args.arms or n == "cake_control"}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=HERE).stdout.strip() or os.environ.get("CAKE_COMMIT", "unknown")
+    meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
+                commit=commit, torch=torch.__version__,
+                versions={n: a[1] for n, a in arms.items()})
+    l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    lines = []
+    for wl in args.workloads:
+        docs, H, HV = spec[wl]["docs"], spec[wl]["heads_qk"], spec[wl]["heads_v"]
+        inputs, cu, do = make_inputs(docs, H, HV)
+        for op in args.ops:
+            steps = {n: make_step(a[0], op, inputs, cu, do) for n, a in arms.items()}
+            per_group = measure(steps, args.groups, args.iters, l2)
+            cake_ms = statistics.median(per_group["cake"])
+            for name, medians in per_group.items():
+                ms = statistics.median(medians)
+                line = dict(meta, workload=wl, op=op, arm=name, ms=ms,
+                            speedup_vs_cake=None if name.startswith("cake") else ms / cake_ms,
+                            drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
+                lines.append(line)
+                print(f"{wl:2s} {op:8s} {name:13s} {ms:9.3f} ms"
+                      + ("" if line["speedup_vs_cake"] is None
+                         else f"   cake is {line['speedup_vs_cake']:.2f}x faster")
+                      + f"   drift {100 * line['drift']:+.1f}%", flush=True)
+            control = statistics.median(per_group["cake_control"]) / cake_ms
+            print(f"{wl:2s} {op:8s} control ratio {control:.3f} (accept 0.98-1.02)", flush=True)
+            del steps
+            torch.cuda.empty_cache()
+    if args.out:
+        with args.out.open("a") as f:
+            for line in lines:
+                f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()

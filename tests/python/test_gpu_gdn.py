@@ -1,0 +1,210 @@
+"""GDN on the GPU against the FP64 reference (cake's own CPU path on the same inputs, upcast).
+
+Accuracy gate (shared/bench/workloads.json): for o and every gradient, relative RMS error <= 1e-2
+and max-abs error <= 2e-2 x max|ref|, all finite. Outputs and gradients are written into buffers
+poisoned with NaN, through cake._C directly, so that an element the kernels never write fails.
+Skipped where there is no CUDA device.
+"""
+
+import pytest
+import torch
+
+import cake
+from cake import _C, ops
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+K = V = 128
+OPTIONS = dict(use_gate_in_kernel=False, lower_bound=None, use_beta_sigmoid=False,
+               allow_neg_eigval=False)
+
+
+def make_inputs(docs, H, HV, *, seed, g_range=(-1.0, 0.0), beta_range=(0.05, 0.95),
+                initial_state=True, beta_dtype=torch.float32):
+    """bf16 q, k, v; float32 g, beta; a packed batch of documents of the given lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    T, N = sum(docs), len(docs)
+    q = torch.randn(1, T, H, K, generator=gen).bfloat16()
+    k = torch.randn(1, T, H, K, generator=gen).bfloat16()
+    v = torch.randn(1, T, HV, V, generator=gen).bfloat16()
+    lo, hi = g_range
+    g = lo + (hi - lo) * torch.rand(1, T, HV, generator=gen)
+    lo, hi = beta_range
+    beta = (lo + (hi - lo) * torch.rand(1, T, HV, generator=gen)).to(beta_dtype)
+    h0 = torch.randn(N, HV, K, V, generator=gen) if initial_state else None
+    cu = torch.tensor([0] + list(docs)).cumsum(0).to(torch.int32)
+    dout = torch.randn(1, T, HV, V, generator=gen).bfloat16()
+    dht = torch.randn(N, HV, K, V, generator=gen)
+    return dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=h0, cu_seqlens=cu), dout, dht
+
+
+def reference(inputs, dout, dht, use_qk_l2norm):
+    """o, final_state and every gradient from the FP64 CPU reference on the upcast inputs."""
+    x = {name: None if t is None else t.double().requires_grad_(t.is_floating_point())
+         for name, t in inputs.items()}
+    x["cu_seqlens"] = inputs["cu_seqlens"]
+    o, ht = cake.chunk_gated_delta_rule(
+        x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
+        output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm, cu_seqlens=x["cu_seqlens"])
+    torch.autograd.backward([o, ht], [dout.double(), dht.double()])
+    grads = {"d" + n: x[n].grad for n in ("q", "k", "v", "g", "beta")}
+    if x["initial_state"] is not None:
+        grads["dh0"] = x["initial_state"].grad
+    return {"o": o.detach(), "final_state": ht.detach(), **grads}
+
+
+def poisoned(t):
+    return torch.full_like(t, float("nan"), device="cuda")
+
+
+def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None):
+    """Forward and backward through cake._C into NaN-poisoned buffers; returns every result."""
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    q = x["q"]
+    T, HV, N = q.shape[1], x["v"].shape[2], x["cu_seqlens"].numel() - 1
+    stream = stream or torch.cuda.current_stream()
+    o = torch.full((1, T, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ht = torch.full((N, HV, K, V), float("nan"), device="cuda")
+    ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
+           None)
+    opts = (ops.GDN, K ** -0.5, use_qk_l2norm, *OPTIONS.values())
+    with torch.cuda.stream(stream):
+        nbytes = _C.forward_workspace_size(*ins, o, ht, *opts)
+        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
+        _C.forward(*ins, o, ht, *opts, ws, stream.cuda_stream)
+        grads = {"d" + n: poisoned(x[n]) for n in ("q", "k", "v", "g", "beta")}
+        grads["dh0"] = poisoned(x["initial_state"]) if x["initial_state"] is not None else None
+        bargs = (*ins, dout.cuda(), dht.cuda(), grads["dq"], grads["dk"], grads["dv"], grads["dg"],
+                 grads["dbeta"], grads["dh0"], None, None)
+        nbytes = _C.backward_workspace_size(*bargs, *opts)
+        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
+        _C.backward(*bargs, *opts, ws, stream.cuda_stream)
+    stream.synchronize()
+    out = {"o": o, "final_state": ht, **grads}
+    return {n: t.cpu() for n, t in out.items() if t is not None}
+
+
+def check_gate(gpu, ref, label):
+    rows = []
+    for name, r in ref.items():
+        got = gpu[name].double()
+        r = r.double()
+        assert torch.isfinite(got).all(), f"{label}: {name} has non-finite (unwritten?) elements"
+        err = got - r
+        rel_rms = (err.norm() / r.norm().clamp_min(1e-30)).item()
+        max_abs = err.abs().max().item()
+        bound = 2e-2 * r.abs().max().item()
+        rows.append(f"{label:28s} {name:12s} rel_rms {rel_rms:.2e}  max_abs {max_abs:.2e}"
+                    f" (bound {bound:.2e})")
+        assert rel_rms <= 1e-2 and max_abs <= bound, "\n".join(rows)
+    print("\n".join(rows))
+
+
+CASES = {
+    # name: (docs, H, HV, make_inputs keywords, use_qk_l2norm)
+    "edges_gva3_l2norm": ([1, 63, 64, 65, 1000], 2, 6, {}, True),
+    "no_gva_no_state": ([300, 129], 4, 4, dict(initial_state=False), True),
+    "decay_minus20": ([65, 200], 2, 4, dict(g_range=(-20.0, -20.0)), True),
+    "decay_zero": ([65, 200], 2, 4, dict(g_range=(0.0, 0.0)), True),
+    "beta_near_0": ([130], 1, 2, dict(beta_range=(1e-4, 2e-4)), True),
+    "beta_near_1": ([130], 1, 2, dict(beta_range=(1 - 2e-4, 1 - 1e-4)), True),
+    "beta_bf16": ([500], 2, 4, dict(beta_dtype=torch.bfloat16), True),
+    "workload_N": ([2049, 3001, 3142], 2, 6, {}, True),
+    "workload_A_scaled": ([6144, 4096, 3584, 2560], 1, 3, {}, True),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_accuracy(case):
+    docs, H, HV, kw, l2 = CASES[case]
+    inputs, dout, dht = make_inputs(docs, H, HV, seed=hash(case) % 2**31, **kw)
+    if not l2:
+        inputs["q"] = torch.nn.functional.normalize(inputs["q"].float(), dim=-1).bfloat16()
+        inputs["k"] = torch.nn.functional.normalize(inputs["k"].float(), dim=-1).bfloat16()
+    check_gate(run_gpu(inputs, dout, dht, l2), reference(inputs, dout, dht, l2), case)
+
+
+@pytest.mark.slow
+def test_accuracy_one_long_document():
+    inputs, dout, dht = make_inputs([65536], 1, 2, seed=7)
+    check_gate(run_gpu(inputs, dout, dht, True), reference(inputs, dout, dht, True), "64K_doc")
+
+
+def test_deterministic_across_runs_and_streams():
+    inputs, dout, dht = make_inputs([1000, 2000, 77], 2, 6, seed=11)
+    results = [run_gpu(inputs, dout, dht, True, stream=torch.cuda.Stream()) for _ in range(3)]
+    for other in results[1:]:
+        for name, t in results[0].items():
+            assert torch.equal(t, other[name]), f"{name} differs between runs"
+
+
+def test_graph_capture_replays_eager_results():
+    inputs, dout, dht = make_inputs([700, 300], 2, 4, seed=13)
+    x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
+         for n, t in inputs.items()}
+    x["cu_seqlens"] = inputs["cu_seqlens"].cuda()
+    dout, dht = dout.cuda(), dht.cuda()
+
+    def step():
+        for t in x.values():
+            if t is not None:
+                t.grad = None
+        o, ht = cake.chunk_gated_delta_rule(
+            x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
+            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"])
+        torch.autograd.backward([o, ht], [dout, dht])
+        return [o.detach().clone(), ht.detach().clone()] + [
+            x[n].grad.clone() for n in ("q", "k", "v", "g", "beta", "initial_state")]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = step()
+        step()  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(eager, captured):
+        assert torch.equal(a, b)
+
+
+def test_workspace_is_exact():
+    """The forward and backward write no byte past the queried workspace."""
+    inputs, dout, dht = make_inputs([129, 64], 2, 4, seed=17)
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
+           None)
+    o = torch.empty(1, 193, 4, V, dtype=torch.bfloat16, device="cuda")
+    ht = torch.empty(2, 4, K, V, device="cuda")
+    opts = (ops.GDN, K ** -0.5, True, *OPTIONS.values())
+    nbytes = _C.forward_workspace_size(*ins, o, ht, *opts)
+    guard = 4096
+    ws = torch.full((nbytes + guard,), 0xA5, dtype=torch.uint8, device="cuda")
+    _C.forward(*ins, o, ht, *opts, ws[:nbytes] if nbytes else None,
+               torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert (ws[nbytes:] == 0xA5).all(), "the forward wrote past its workspace"
+    if nbytes:
+        with pytest.raises(ValueError, match="workspace"):
+            _C.forward(*ins, o, ht, *opts, ws[: nbytes - 1],
+                       torch.cuda.current_stream().cuda_stream)
+
+
+def test_cuda_errors_are_clear():
+    q = torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.bfloat16)
+    g = torch.zeros(1, 8, 1, device="cuda")
+    with pytest.raises(ValueError, match="K = V = 128"):
+        cake.chunk_gated_delta_rule(q, q, v, g, g)
+    q = torch.randn(1, 8, 1, K, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 8, 1, V, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="chunk_kda"):
+        cake.chunk_kda(q, q, v, torch.zeros(1, 8, 1, K, device="cuda"), g)
+    with pytest.raises(ValueError, match="q's device"):
+        cake.chunk_gated_delta_rule(q, q, v, g.cpu(), g)
