@@ -1,0 +1,467 @@
+"""cake.chunk_gated_delta_rule and cake.chunk_kda on the CPU against reference.py (plain-torch FP64
+token-by-token recurrence with autograd): outputs, final states and every gradient."""
+
+import pytest
+import torch
+
+import cake
+import reference
+from conftest import (assert_rel, call_cake, call_reference, check_against_reference,
+                      cotangents, gradients, leaf_names, leaves, make_case)
+
+VARIANTS = [pytest.param(False, id="gdn"), pytest.param(True, id="kda")]
+DOCS = [0, 30, 71, 100]  # three documents, one crossing a chunk boundary
+
+# ---------------------------------------------------------------------------------------------
+# Outputs and gradients against the reference, every option
+# ---------------------------------------------------------------------------------------------
+
+OPTION_SETS = {
+    "plain": {},
+    "l2norm": {"l2norm": True},
+    "gate": {"gate": True},
+    "gate_dt_bias": {"gate": True, "dt_bias": True},
+    "beta_sigmoid": {"beta_sigmoid": True},
+    "neg_eigval": {"beta_sigmoid": True, "allow_neg_eigval": True},
+    "all": {"l2norm": True, "gate": True, "dt_bias": True, "beta_sigmoid": True,
+            "allow_neg_eigval": True},
+}
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("option_set", list(OPTION_SETS))
+def test_matches_reference_with_states(kda, option_set):
+    t, opts = make_case(101, kda=kda, cu=DOCS, initial_state=True, **OPTION_SETS[option_set])
+    check_against_reference(kda, t, opts, seed=101)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("option_set", ["plain", "all"])
+def test_matches_reference_without_states(kda, option_set):
+    t, opts = make_case(102, kda=kda, cu=DOCS, output_final_state=False,
+                        **OPTION_SETS[option_set])
+    check_against_reference(kda, t, opts, seed=102)
+
+
+KDA_LOWER_BOUND = {
+    "A_log": {"A_log": True, "dt_bias": False},
+    "A_log_dt_bias": {"A_log": True, "dt_bias": True},
+    "no_A_log": {"A_log": False, "dt_bias": False},
+    "no_A_log_dt_bias": {"A_log": False, "dt_bias": True},
+}
+
+
+@pytest.mark.parametrize("params", list(KDA_LOWER_BOUND))
+def test_kda_lower_bound_gate(params):
+    t, opts = make_case(103, kda=True, cu=DOCS, initial_state=True, gate=True, lower_bound=-3.0,
+                        **KDA_LOWER_BOUND[params])
+    assert ("A_log" in t) == KDA_LOWER_BOUND[params]["A_log"]
+    check_against_reference(True, t, opts, seed=103)
+
+
+def test_kda_lower_bound_is_applied():
+    # The gate with a lower bound must differ from the softplus gate and stay in (lower_bound, 0).
+    t, opts = make_case(104, kda=True, T=20, gate=True, lower_bound=-2.0)
+    o_lb, _ = call_cake(True, t, opts)
+    o_sp, _ = call_cake(True, t, {k: v for k, v in opts.items() if k != "lower_bound"})
+    assert not torch.allclose(o_lb, o_sp)
+    g = reference.gate(t["g"].detach(), t["A_log"], None, -2.0, kda=True)
+    assert (g > -2.0).all() and (g < 0).all()
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_custom_scale(kda):
+    t, opts = make_case(105, kda=kda, cu=[0, 40, 90], initial_state=True, scale=0.37)
+    check_against_reference(kda, t, opts, seed=105)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_default_scale_is_inverse_sqrt_k(kda):
+    t, opts = make_case(106, kda=kda, T=12, K=16, V=8)
+    o, _ = call_cake(kda, t, opts)
+    o2, _ = call_cake(kda, t, dict(opts, scale=0.25))
+    assert torch.equal(o, o2)
+    o3, _ = call_cake(kda, t, dict(opts, scale=0.5))
+    assert_rel(o3, 2 * o, 1e-12, "o at twice the scale")
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_unequal_head_dims(kda):
+    t, opts = make_case(107, kda=kda, cu=[0, 10, 75], K=12, V=5, initial_state=True,
+                        l2norm=True)
+    check_against_reference(kda, t, opts, seed=107)
+
+
+# ---------------------------------------------------------------------------------------------
+# Variable-length documents
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_varlen_chunk_edges(kda):
+    lengths = [1, 63, 64, 65, 130]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    t, opts = make_case(201, kda=kda, cu=cu, initial_state=True, gate=True, dt_bias=True)
+    check_against_reference(kda, t, opts, seed=201)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_varlen_many_short_documents(kda):
+    gen = torch.Generator().manual_seed(202)
+    lengths = torch.randint(1, 6, (40,), generator=gen).tolist()
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    t, opts = make_case(202, kda=kda, cu=cu, initial_state=True, cu_dtype=torch.int32)
+    check_against_reference(kda, t, opts, seed=202)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_varlen_single_token_documents(kda):
+    t, opts = make_case(203, kda=kda, cu=list(range(0, 8)), initial_state=True, l2norm=True)
+    check_against_reference(kda, t, opts, seed=203)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_varlen_zero_length_documents(kda):
+    # Empty documents (first, middle, last): their final state is their initial state and the
+    # gradient of the initial state is the gradient of the final state.
+    cu = [0, 0, 5, 5, 70, 70]
+    t, opts = make_case(204, kda=kda, cu=cu, initial_state=True)
+    check_against_reference(kda, t, opts, seed=204)
+    o, ht = call_cake(kda, t, opts)
+    h0 = t["initial_state"]
+    for n in (0, 2, 4):
+        assert torch.equal(ht[n], h0[n].detach())
+    do, dht = cotangents(o, ht, 204)
+    dh0 = gradients(o, ht, do, dht, [h0])[0]
+    for n in (0, 2, 4):
+        assert_rel(dh0[n], dht[n], 1e-15, f"dh0 of empty document {n}")
+
+
+EMPTY_CONTIGUOUS_BUG = (
+    "src/core/tensor.cpp is_contiguous(): a tensor with no elements is called non-contiguous when "
+    "a dimension before the empty one has size > 1 (torch gives o [2, 0, 2, 8] strides "
+    "(16, 16, 8, 1); the check expects 0), so T = 0 with B > 1 raises 'o must be contiguous'")
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("B", [1, pytest.param(2, marks=pytest.mark.xfail(
+    strict=True, raises=ValueError, reason=EMPTY_CONTIGUOUS_BUG))])
+def test_empty_sequence(kda, B):
+    # No tokens at all: o is empty and the final state is the initial state.
+    t, opts = make_case(205, kda=kda, B=B, T=0, initial_state=True)
+    o, ht = call_cake(kda, t, opts)
+    assert o.shape == (B, 0, 2, 8)
+    assert torch.equal(ht, t["initial_state"].detach())
+    (dh0,) = torch.autograd.grad(ht.sum(), [t["initial_state"]])
+    assert torch.equal(dh0, torch.ones_like(dh0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped value heads
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("ratio", [1, 2, 3])
+def test_gva_ratios(kda, ratio):
+    t, opts = make_case(300 + ratio, kda=kda, cu=[0, 17, 80], H=2, HV=2 * ratio,
+                        initial_state=True, l2norm=True)
+    check_against_reference(kda, t, opts, seed=300 + ratio)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_gva_head_mapping(kda):
+    # Value heads hv = 0..2 read q/k head 0 and hv = 3..5 read head 1 (hv // (HV // H)):
+    # changing k of head 1 changes exactly the outputs of value heads 3..5.
+    t, opts = make_case(310, kda=kda, T=20, H=2, HV=6)
+    o, _ = call_cake(kda, t, opts)
+    k2 = t["k"].detach().clone()
+    k2[:, :, 1] = torch.roll(k2[:, :, 1], 1, dims=-1)
+    o2, _ = call_cake(kda, dict(t, k=k2), opts)
+    assert torch.equal(o[:, :, :3], o2[:, :, :3])
+    for hv in range(3, 6):
+        assert not torch.allclose(o[:, :, hv], o2[:, :, hv]), hv
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.autograd.gradcheck: every tensor input requires grad
+# ---------------------------------------------------------------------------------------------
+
+def _gradcheck(kda, t, opts):
+    names = leaf_names(t)
+    cu = t.get("cu_seqlens")
+
+    def fn(*xs):
+        tt = dict(zip(names, xs))
+        if cu is not None:
+            tt["cu_seqlens"] = cu
+        o, ht = call_cake(kda, tt, opts)
+        return (o, ht) if ht is not None else o
+
+    assert torch.autograd.gradcheck(fn, tuple(leaves(t)), eps=1e-6, atol=1e-7, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_gradcheck_states_varlen(kda):
+    t, opts = make_case(401, kda=kda, cu=[0, 2, 2, 7], H=1, HV=2, K=3, V=2,
+                        initial_state=True)
+    _gradcheck(kda, t, opts)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_gradcheck_all_transforms(kda):
+    t, opts = make_case(402, kda=kda, cu=[0, 3, 6], H=1, HV=2, K=3, V=2, initial_state=True,
+                        l2norm=True, gate=True, dt_bias=True, beta_sigmoid=True,
+                        allow_neg_eigval=True)
+    _gradcheck(kda, t, opts)
+
+
+def test_gradcheck_kda_lower_bound():
+    t, opts = make_case(403, kda=True, B=2, T=3, H=1, HV=2, K=3, V=2, initial_state=True,
+                        gate=True, dt_bias=True, lower_bound=-4.0)
+    _gradcheck(True, t, opts)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_gradcheck_batched_gva(kda):
+    t, opts = make_case(404, kda=kda, B=2, T=4, H=1, HV=2, K=2, V=3, initial_state=True)
+    _gradcheck(kda, t, opts)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_gradient_of_final_state_only(kda):
+    # o unused: the backward gets no dout; final_state unused: no dht.
+    t, opts = make_case(405, kda=kda, cu=[0, 9, 30], initial_state=True)
+    o, ht = call_cake(kda, t, opts)
+    ro, rht = call_reference(kda, t, opts)
+    inputs = leaves(t)
+    got = torch.autograd.grad(ht.square().sum(), inputs, allow_unused=True)
+    want = torch.autograd.grad(rht.square().sum(), inputs, allow_unused=True)
+    for name, a, b in zip(leaf_names(t), got, want):
+        assert a is not None, name
+        assert_rel(a, b if b is not None else torch.zeros_like(a), 1e-9, f"d{name}")
+    o, ht = call_cake(kda, t, opts)
+    ro, rht = call_reference(kda, t, opts)
+    got = torch.autograd.grad(o.sum(), inputs, allow_unused=True)
+    want = torch.autograd.grad(ro.sum(), inputs, allow_unused=True)
+    for name, a, b in zip(leaf_names(t), got, want):
+        assert_rel(a, b, 1e-9, f"d{name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reduced precision inputs
+# ---------------------------------------------------------------------------------------------
+
+# Relative rounding error of one rounding to the dtype (half an ulp) with some slack.
+ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32],
+                         ids=["bf16", "fp16", "fp32"])
+def test_low_precision_dtypes(kda, dtype):
+    # The op computes in FP64 from the given values and rounds once when writing: outputs and
+    # gradients in the input's dtype, within one rounding of the FP64 result on the same values.
+    t, opts = make_case(501, kda=kda, cu=[0, 50, 90], initial_state=True, dtype=dtype,
+                        l2norm=True)
+    assert t["initial_state"].dtype == torch.float32
+    o, ht = call_cake(kda, t, opts)
+    assert o.dtype == dtype and ht.dtype == torch.float32
+    exact = {n: x.detach().double().requires_grad_() for n, x in t.items() if x.is_floating_point()}
+    exact["cu_seqlens"] = t["cu_seqlens"]
+    ro, rht = call_cake(kda, exact, opts)
+    assert ro.dtype == torch.float64
+    ulp = ROUNDING[dtype]
+    floor = 2.0 ** -24 if dtype == torch.float16 else 1e-300  # float16 subnormals
+    assert torch.isfinite(o).all() and torch.isfinite(ht).all()
+    assert ((o.double() - ro).abs() <= ulp * ro.abs() + floor).all()
+    assert ((ht.double() - rht).abs() <= 2.0 ** -24 * rht.abs() + 1e-300).all()
+    do, dht = cotangents(ro, rht, 501)
+    got = gradients(o, ht, do.to(dtype).double(), dht.float().double(), leaves(t))
+    want = gradients(ro, rht, do.to(dtype).double(), dht.float().double(), leaves(exact))
+    for name, x, a, b in zip(leaf_names(t), leaves(t), got, want):
+        assert a.dtype == x.dtype, f"d{name}: {a.dtype} != {x.dtype}"
+        tol = 2.0 ** -24 if x.dtype == torch.float32 else ulp
+        assert torch.isfinite(a).all(), name
+        assert ((a.double() - b).abs() <= tol * b.abs() + floor).all(), f"d{name}"
+
+
+def test_mixed_dtypes_gate_and_beta_float32():
+    # As in flash-linear-attention: bf16 q, k, v with float32 g and beta; each gradient takes its
+    # input's dtype and o takes q's.
+    t, opts = make_case(502, kda=False, T=40, dtype=torch.bfloat16)
+    t["g"] = t["g"].detach().float().requires_grad_()
+    t["beta"] = t["beta"].detach().float().requires_grad_()
+    o, ht = call_cake(False, t, opts)
+    assert o.dtype == torch.bfloat16 and ht.dtype == torch.float32
+    grads = torch.autograd.grad(o.float().sum() + ht.sum(), leaves(t))
+    for x, gr in zip(leaves(t), grads):
+        assert gr.dtype == x.dtype and torch.isfinite(gr).all()
+    ro, _ = call_reference(False, t, opts)
+    assert ((o.double() - ro).abs() <= 2.0 ** -8 * ro.abs() + 1e-12).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Adversarial values
+# ---------------------------------------------------------------------------------------------
+
+def _set(t, **values):
+    out = dict(t)
+    for name, value in values.items():
+        out[name] = torch.full_like(t[name], value).requires_grad_()
+    return out
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("g_value", [-20.0, 0.0], ids=["g-20", "g0"])
+def test_extreme_decay(kda, g_value):
+    t, opts = make_case(601, kda=kda, cu=[0, 70, 200], initial_state=True)
+    check_against_reference(kda, _set(t, g=g_value), opts, seed=601)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_extreme_decay_mixed(kda):
+    # Strong decay in a few tokens only, elsewhere none: cumulative gates span -1000 in a chunk.
+    t, opts = make_case(602, kda=kda, cu=[0, 150], initial_state=True)
+    g = torch.zeros_like(t["g"])
+    g[:, 3::7] = -50.0
+    t["g"] = g.requires_grad_()
+    check_against_reference(kda, t, opts, seed=602)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("beta_value", [1e-9, 1.0 - 1e-9, 1.0], ids=["0", "1-", "1"])
+def test_extreme_beta(kda, beta_value):
+    t, opts = make_case(603, kda=kda, cu=[0, 65, 100], initial_state=True)
+    check_against_reference(kda, _set(t, beta=beta_value), opts, seed=603)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_extreme_raw_gate_and_beta(kda):
+    # Large raw inputs through softplus and sigmoid must not overflow.
+    t, opts = make_case(604, kda=kda, cu=[0, 30, 70], gate=True, dt_bias=True,
+                        beta_sigmoid=True, initial_state=True)
+    g = t["g"].detach().clone()
+    g[:, ::2] = 800.0
+    g[:, 1::2] = -800.0
+    beta = t["beta"].detach().clone()
+    beta[:, ::3] = 800.0
+    beta[:, 1::3] = -800.0
+    t["g"], t["beta"] = g.requires_grad_(), beta.requires_grad_()
+    check_against_reference(kda, t, opts, seed=604)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts and equivalences
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_state_v_first(kda):
+    t, opts = make_case(701, kda=kda, cu=[0, 30, 90], K=8, V=5, initial_state=True)
+    h0 = t["initial_state"]
+    h0_vk = h0.detach().transpose(-1, -2).contiguous().requires_grad_()
+    o, ht = call_cake(kda, t, opts)
+    o2, ht2 = call_cake(kda, dict(t, initial_state=h0_vk), dict(opts, state_v_first=True))
+    assert ht2.shape == (2, 2, 5, 8)
+    assert torch.equal(o, o2)
+    assert torch.equal(ht2.transpose(-1, -2), ht)
+    do, dht = cotangents(o, ht, 701)
+    (dh0,) = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [h0])
+    (dh0_vk,) = torch.autograd.grad((o2 * do).sum() + (ht2 * dht.transpose(-1, -2)).sum(), [h0_vk])
+    assert torch.equal(dh0_vk.transpose(-1, -2), dh0)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_batch_equals_packed(kda):
+    B, T = 3, 70
+    tb, opts = make_case(702, kda=kda, B=B, T=T, initial_state=True, gate=True, dt_bias=True)
+    packed = {n: (x.detach().reshape(1, B * T, *x.shape[2:]) if x.shape[:2] == (B, T)
+                  else x.detach()).requires_grad_() for n, x in tb.items()}
+    packed["cu_seqlens"] = torch.arange(0, B * T + 1, T)
+    o, ht = call_cake(kda, tb, opts)
+    o2, ht2 = call_cake(kda, packed, opts)
+    assert_rel(o2.reshape(o.shape), o, 1e-13, "o")
+    assert_rel(ht2, ht, 1e-13, "final_state")
+    do, dht = cotangents(o, ht, 702)
+    ga = gradients(o, ht, do, dht, leaves(tb))
+    gb = gradients(o2, ht2, do.reshape(o2.shape), dht, leaves(packed))
+    for name, a, b in zip(leaf_names(tb), ga, gb):
+        assert_rel(b.reshape(a.shape), a, 1e-13, f"d{name}")
+    # and both equal the reference
+    check_against_reference(kda, tb, opts, seed=702)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_non_contiguous_inputs(kda):
+    t, opts = make_case(703, kda=kda, cu=[0, 20, 50], initial_state=True, H=2, HV=2)
+    views = {}
+    for name, x in t.items():
+        if name == "cu_seqlens":
+            views[name] = x
+            continue
+        # the same values through a transposed buffer
+        buf = x.detach().transpose(0, -1).contiguous().transpose(0, -1) if x.dim() > 1 else \
+            x.detach().repeat_interleave(2)[::2]
+        views[name] = buf.requires_grad_()
+    assert not views["q"].is_contiguous()
+    o, ht = call_cake(kda, t, opts)
+    o2, ht2 = call_cake(kda, views, opts)
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)
+    do, dht = cotangents(o, ht, 703)
+    for name, a, b in zip(leaf_names(t), gradients(o, ht, do, dht, leaves(t)),
+                          gradients(o2, ht2, do, dht, leaves(views))):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_output_final_state_false_returns_none(kda):
+    t, opts = make_case(704, kda=kda, T=10, output_final_state=False)
+    o, ht = call_cake(kda, t, opts)
+    assert ht is None and o.shape == (1, 10, 2, 8)
+
+
+def test_gdn_equals_kda_with_constant_channel_decay():
+    t, opts = make_case(705, kda=False, cu=[0, 33, 80], initial_state=True)
+    o, ht = call_cake(False, t, opts)
+    tk = dict(t, g=t["g"].detach()[..., None].expand(*t["g"].shape, 8).contiguous())
+    o2, ht2 = call_cake(True, tk, opts)
+    assert_rel(o2, o, 1e-12, "o")
+    assert_rel(ht2, ht, 1e-12, "final_state")
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=["fp64", "bf16"])
+def test_deterministic(kda, dtype):
+    t, opts = make_case(801, kda=kda, cu=[0, 64, 150], initial_state=True, dtype=dtype,
+                        gate=True, dt_bias=True, l2norm=True)
+    runs = []
+    for _ in range(2):
+        o, ht = call_cake(kda, t, opts)
+        do, dht = cotangents(o, ht, 801)
+        runs.append([o, ht, *gradients(o, ht, do, dht, leaves(t))])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA tensors
+# ---------------------------------------------------------------------------------------------
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_kda_on_cuda_not_implemented():
+    t, opts = make_case(901, kda=True, T=64, H=1, HV=1, K=128, V=128, dtype=torch.bfloat16)
+    t = {n: x.detach().cuda() for n, x in t.items()}
+    t["g"] = t["g"].float()
+    t["beta"] = t["beta"].float()
+    with pytest.raises(NotImplementedError, match="chunk_kda"):
+        call_cake(True, t, opts)
