@@ -1,0 +1,111 @@
+// Block-wide copies of chunk tiles between global and shared memory. Rows at or past `valid`
+// (the tail of a partial chunk) are zero-filled, so that every product over the chunk sees zeros
+// there and no stage needs a per-element length test inside its reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace cake::kernels {
+
+// Padded leading dimensions: 136 bf16 (272 B) and 68/132 fp32 shift consecutive rows by 4 banks,
+// so the fragment gathers of block_gemm (8 rows x 4 column pairs per warp) avoid 8-way conflicts.
+inline constexpr int kLdBf16 = 136;
+inline constexpr int kLd64 = 68;
+
+// dst[r][c] = src[r * row_stride + c] for r < kRows, c < kCols (bf16, 16-byte vectors).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_bf16(__nv_bfloat16* dst, int ld,
+                                               __nv_bfloat16 const* src, int64_t row_stride,
+                                               int valid) {
+  static_assert(kCols % 8 == 0, "bf16 tiles are copied in 8-element (16-byte) vectors");
+  constexpr int kVecs = kCols / 8;
+  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < valid) val = *reinterpret_cast<uint4 const*>(src + r * row_stride + c);
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = val;
+  }
+}
+
+// dst[r][c] = float(src[r * row_stride + c]) (bf16 -> fp32 shared tile).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_bf16_to_f32(float* dst, int ld, __nv_bfloat16 const* src,
+                                                      int64_t row_stride, int valid) {
+  static_assert(kCols % 2 == 0, "bf16 pairs are read as bfloat162");
+  constexpr int kPairs = kCols / 2;
+  for (int idx = threadIdx.x; idx < kRows * kPairs; idx += kThreads) {
+    int const r = idx / kPairs;
+    int const c = (idx % kPairs) * 2;
+    float2 val = make_float2(0.f, 0.f);
+    if (r < valid)
+      val = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(src + r * row_stride + c));
+    dst[r * ld + c] = val.x;
+    dst[r * ld + c + 1] = val.y;
+  }
+}
+
+// dst[r][c] = src[r * row_stride + c] (fp32 -> fp32 shared tile).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_f32(float* dst, int ld, float const* src,
+                                              int64_t row_stride, int valid) {
+  static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
+  constexpr int kVecs = kCols / 4;
+  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 4;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < valid) val = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
+    dst[r * ld + c] = val.x;
+    dst[r * ld + c + 1] = val.y;
+    dst[r * ld + c + 2] = val.z;
+    dst[r * ld + c + 3] = val.w;
+  }
+}
+
+// dst[r][c] = bf16(src[r * row_stride + c]) (fp32 global -> bf16 shared tile).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_f32_to_bf16(__nv_bfloat16* dst, int ld, float const* src,
+                                                      int64_t row_stride, int valid) {
+  static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
+  constexpr int kVecs = kCols / 4;
+  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 4;
+    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < valid) val = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(val.x, val.y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c + 2) = __floats2bfloat162_rn(val.z, val.w);
+  }
+}
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// A per-token scalar (beta) stored as fp32 or bf16.
+__device__ __forceinline__ float load_scalar(void const* p, int64_t i, bool is_bf16) {
+  return is_bf16 ? __bfloat162float(static_cast<__nv_bfloat16 const*>(p)[i])
+                 : static_cast<float const*>(p)[i];
+}
+
+// Inclusive prefix sum of x[0..63] in place, by warp 0 (the others return at once).
+__device__ __forceinline__ void warp_cumsum64(float* x) {
+  if (threadIdx.x >= 32) return;
+  int const lane = threadIdx.x;
+  float lo = x[lane];
+  float hi = x[lane + 32];
+  for (int d = 1; d < 32; d *= 2) {
+    float const a = __shfl_up_sync(0xffffffffu, lo, d);
+    float const b = __shfl_up_sync(0xffffffffu, hi, d);
+    if (lane >= d) {
+      lo += a;
+      hi += b;
+    }
+  }
+  hi += __shfl_sync(0xffffffffu, lo, 31);
+  x[lane] = lo;
+  x[lane + 32] = hi;
+}
+
+}  // namespace cake::kernels

@@ -1,0 +1,164 @@
+// dq, dk (output and state terms), dW and their part of dG (B6 of fla_reference.md §2.5):
+// one CTA per (chunk, value head), h = chunk-start state, dS' = gradient of the chunk-end state.
+//   dA     = causal(scale (dO Delta^T)_ij e^{G_i - G_j})   (i >= j)             [64 x 64]
+//   dq     = scale e^{G_i} (dO h^T) + dA K                                       [64 x 128] (final)
+//   dk     = e^{G_last - G_j} (Delta dS'^T) + dA^T Q                            [64 x 128] (partial)
+//   dW     = -dDelta h^T                                                         [64 x 128] bf16
+//   dG_i   = <q_i, dq_i> - <k_i, dk_i>,  and at the last row + e^{G_last} <h, dS'>
+//            + sum_j <k_j, dk_j^inter>                                (§2.4; WY terms in wy_bwd)
+// All products on the tensor cores (bf16 operands, fp32 accumulation); dq, dk stay fp32 per value
+// head until qk_grad sums the value heads of each q/k head.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/gemm.cuh"
+#include "kernels/common/tile.cuh"
+#include "kernels/dqk_bwd/params.hpp"
+
+namespace cake::kernels::dqk_bwd {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+
+struct SharedStorage {
+  __nv_bfloat16 q[kChunk * kLdBf16];       // [64 x 128]
+  __nv_bfloat16 k[kChunk * kLdBf16];       // [64 x 128]
+  __nv_bfloat16 delta[kChunk * kLdBf16];   // [64 x 128]
+  __nv_bfloat16 dout[kChunk * kLdBf16];    // [64 x 128]
+  __nv_bfloat16 ddelta[kChunk * kLdBf16];  // [64 x 128]
+  __nv_bfloat16 h[kHeadDim * kLdBf16];     // [128 x 128]
+  __nv_bfloat16 dh[kHeadDim * kLdBf16];    // [128 x 128]
+  float da[kChunk * kLd64];                // [64 x 64]
+  float gcum[kChunk];
+  float q_scale[kChunk];                   // scale e^{G_i}
+  float k_scale[kChunk];                   // e^{G_last - G_i}
+  float q_dq[kChunk];                      // <q_i, dq_i>
+  float k_dk_inter[kChunk];                // <k_i, dk_i^inter>
+  float k_dk_intra[kChunk];                // <k_i, dk_i^intra>
+  float h_dh;                              // <h, dS'>
+};
+static_assert(sizeof(SharedStorage) <= 227 * 1024, "dqk_bwd shared memory exceeds 227 KB");
+
+__global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  int64_t const slot = blockIdx.x;
+  ChunkRef c;
+  if (!find_chunk(p.problem, slot, c)) return;
+  int const hv = blockIdx.y;
+  int const HV = p.problem.num_v_heads;
+  int const H = p.problem.num_qk_heads;
+  int const h = hv / p.problem.group_size();
+  int const len = c.len;
+  int const tid = threadIdx.x;
+  float const scale = p.problem.scale;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  int64_t const state = (slot * HV + hv) * kHeadDim * kHeadDim;
+
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                             qk_stride, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                             qk_stride, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(
+      s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(
+      s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
+  load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(
+      s.ddelta, kLdBf16, p.dv_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
+  load_tile_bf16<kHeadDim, kHeadDim, kThreads>(s.h, kLdBf16, p.h + state, kHeadDim, kHeadDim);
+  load_tile_bf16<kHeadDim, kHeadDim, kThreads>(s.dh, kLdBf16, p.dh + state, kHeadDim, kHeadDim);
+  if (tid < kChunk) {
+    s.gcum[tid] = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
+    s.q_dq[tid] = 0.f;
+    s.k_dk_inter[tid] = 0.f;
+    s.k_dk_intra[tid] = 0.f;
+  }
+  if (tid == 0) s.h_dh = 0.f;
+  __syncthreads();
+  float const g_last = s.gcum[len - 1];
+  if (tid < kChunk) {
+    s.q_scale[tid] = scale * __expf(s.gcum[tid]);
+    s.k_scale[tid] = __expf(g_last - s.gcum[tid]);
+  }
+  {
+    float part = 0.f;
+    for (int idx = tid; idx < kHeadDim * kHeadDim; idx += kThreads) {
+      int const r = idx / kHeadDim;
+      int const col = idx % kHeadDim;
+      part += to_float(s.h[r * kLdBf16 + col]) * to_float(s.dh[r * kLdBf16 + col]);
+    }
+    for (int d = 16; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, part, d);
+    if (tid % 32 == 0) atomicAdd(&s.h_dh, part);
+  }
+
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      [&](int i, int col) { return to_float(s.dout[i * kLdBf16 + col]); },
+      [&](int col, int j) { return to_float(s.delta[j * kLdBf16 + col]); },
+      [&](int i, int j, float acc) {
+        s.da[i * kLd64 + j] = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
+      });
+  __syncthreads();  // dA, q_scale, k_scale, h_dh complete
+
+  float* const dq = p.dq_hv + (c.t0 * HV + hv) * kHeadDim;
+  float* const dk = p.dk_hv + (c.t0 * HV + hv) * kHeadDim;
+  // dq = scale e^G (dO h^T) + dA K, as one product over [scale e^G dO | dA] x [h^T ; K]
+  block_gemm<kChunk, kHeadDim, kHeadDim + kChunk, 2, 4, kWarps>(
+      [&](int i, int m) {
+        return m < kHeadDim ? s.q_scale[i] * to_float(s.dout[i * kLdBf16 + m])
+                            : s.da[i * kLd64 + m - kHeadDim];
+      },
+      [&](int m, int col) {
+        return m < kHeadDim ? to_float(s.h[col * kLdBf16 + m])
+                            : to_float(s.k[(m - kHeadDim) * kLdBf16 + col]);
+      },
+      [&](int i, int col, float acc) {
+        if (i < len) {
+          dq[i * v_stride + col] = acc;
+          atomicAdd(&s.q_dq[i], acc * to_float(s.q[i * kLdBf16 + col]));
+        }
+      });
+  // dk^inter = e^{G_last - G_j} (Delta dS'^T)
+  block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
+      [&](int j, int col) { return s.k_scale[j] * to_float(s.delta[j * kLdBf16 + col]); },
+      [&](int col, int r) { return to_float(s.dh[r * kLdBf16 + col]); },
+      [&](int j, int r, float acc) {
+        if (j < len) {
+          dk[j * v_stride + r] = acc;
+          atomicAdd(&s.k_dk_inter[j], acc * to_float(s.k[j * kLdBf16 + r]));
+        }
+      });
+  // dk += dA^T Q (same shape as above: the same thread owns each element, no barrier needed)
+  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
+      [&](int j, int i) { return s.da[i * kLd64 + j]; },
+      [&](int i, int r) { return to_float(s.q[i * kLdBf16 + r]); },
+      [&](int j, int r, float acc) {
+        if (j < len) {
+          dk[j * v_stride + r] += acc;
+          atomicAdd(&s.k_dk_intra[j], acc * to_float(s.k[j * kLdBf16 + r]));
+        }
+      });
+  // dW = -dDelta h^T
+  block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
+      [&](int i, int col) { return to_float(s.ddelta[i * kLdBf16 + col]); },
+      [&](int col, int r) { return to_float(s.h[r * kLdBf16 + col]); },
+      [&](int i, int r, float acc) {
+        if (i < len) p.dw[((c.t0 + i) * HV + hv) * kHeadDim + r] = __float2bfloat16(-acc);
+      });
+  __syncthreads();  // row sums complete
+
+  if (tid < len) {
+    float dg = s.q_dq[tid] - s.k_dk_inter[tid] - s.k_dk_intra[tid];
+    if (tid == len - 1) {
+      float inter = 0.f;
+      for (int j = 0; j < len; ++j) inter += s.k_dk_inter[j];
+      dg += __expf(g_last) * s.h_dh + inter;
+    }
+    p.dg_part[(c.t0 + tid) * HV + hv] = dg;
+  }
+#endif
+}
+
+}  // namespace cake::kernels::dqk_bwd

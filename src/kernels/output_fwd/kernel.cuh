@@ -1,0 +1,84 @@
+// Output stage (F6 of fla_reference.md §2.2): one CTA per (chunk, value head).
+//   A = causal(scale (Q K^T)_ij e^{G_i - G_j})   (i >= j)          [64 x 64]  fp32 in shared memory
+//   O = scale (Q e^G) h + A Delta                                   [64 x 128] -> o (bf16)
+// The two products of O are one tensor-core product over the concatenated reduction
+// [Q e^G | A] x [h ; Delta] (length 128 + 64).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/gemm.cuh"
+#include "kernels/common/tile.cuh"
+#include "kernels/output_fwd/params.hpp"
+
+namespace cake::kernels::output_fwd {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+
+struct SharedStorage {
+  __nv_bfloat16 q[kChunk * kLdBf16];      // [64 x 128]
+  __nv_bfloat16 k[kChunk * kLdBf16];      // [64 x 128]
+  __nv_bfloat16 delta[kChunk * kLdBf16];  // [64 x 128]
+  __nv_bfloat16 h[kHeadDim * kLdBf16];    // [128 x 128]
+  float a[kChunk * kLd64];                // [64 x 64]
+  float gcum[kChunk];
+  float q_scale[kChunk];                  // scale e^{G_i}
+};
+static_assert(sizeof(SharedStorage) <= 227 * 1024, "output_fwd shared memory exceeds 227 KB");
+
+__global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  int64_t const slot = blockIdx.x;
+  ChunkRef c;
+  if (!find_chunk(p.problem, slot, c)) return;
+  int const hv = blockIdx.y;
+  int const HV = p.problem.num_v_heads;
+  int const H = p.problem.num_qk_heads;
+  int const h = hv / p.problem.group_size();
+  int const len = c.len;
+  int const tid = threadIdx.x;
+  float const scale = p.problem.scale;
+
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                             int64_t{H} * kHeadDim, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                             int64_t{H} * kHeadDim, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(
+      s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len);
+  load_tile_bf16<kHeadDim, kHeadDim, kThreads>(
+      s.h, kLdBf16, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim);
+  if (tid < kChunk) {
+    // Rows past the end repeat G of the last token so that no exponent there is large.
+    float const gi = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
+    s.gcum[tid] = gi;
+    s.q_scale[tid] = scale * __expf(gi);
+  }
+  __syncthreads();
+
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      [&](int i, int kk) { return to_float(s.q[i * kLdBf16 + kk]); },
+      [&](int kk, int j) { return to_float(s.k[j * kLdBf16 + kk]); },
+      [&](int i, int j, float acc) {
+        s.a[i * kLd64 + j] = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
+      });
+  __syncthreads();
+
+  block_gemm<kChunk, kHeadDim, kHeadDim + kChunk, 2, 4, kWarps>(
+      [&](int i, int kk) {
+        return kk < kHeadDim ? s.q_scale[i] * to_float(s.q[i * kLdBf16 + kk])
+                             : s.a[i * kLd64 + kk - kHeadDim];
+      },
+      [&](int kk, int col) {
+        return kk < kHeadDim ? to_float(s.h[kk * kLdBf16 + col])
+                             : to_float(s.delta[(kk - kHeadDim) * kLdBf16 + col]);
+      },
+      [&](int i, int col, float acc) {
+        if (i < len) p.o[((c.t0 + i) * HV + hv) * kHeadDim + col] = __float2bfloat16(acc);
+      });
+#endif
+}
+
+}  // namespace cake::kernels::output_fwd

@@ -1,0 +1,55 @@
+// q/k gradient reduction: dq[t, h] = sum over the value heads hv of q/k head h of dq_hv[t, hv]
+// (fp32, converted to bf16 once), then, with use_qk_l2norm, the norm's backward
+//   dx = rstd (dy - <dy, y> y),  y = x rstd,  rstd = 1 / sqrt(sum x^2 + 1e-6)
+// recomputed from the caller's x. One warp per (token, q/k head) row; 4 elements per lane.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/problem.hpp"
+#include "kernels/qk_grad/params.hpp"
+
+namespace cake::kernels::qk_grad {
+
+inline constexpr int kThreads = 256;
+inline constexpr float kEps = 1e-6f;
+
+__device__ __forceinline__ void reduce_row(Params const& p, int64_t row, __nv_bfloat16 const* x,
+                                           float const* dx_hv, __nv_bfloat16* dx) {
+  int const lane = threadIdx.x % 32;
+  int64_t const t = row / p.num_qk_heads;
+  int const h = static_cast<int>(row % p.num_qk_heads);
+  int64_t const num_v_heads = int64_t{p.num_qk_heads} * p.group_size;
+  float4 dy = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int gi = 0; gi < p.group_size; ++gi) {
+    int64_t const hv = int64_t{h} * p.group_size + gi;
+    float4 const d = reinterpret_cast<float4 const*>(dx_hv + (t * num_v_heads + hv) * kHeadDim)[lane];
+    dy.x += d.x;
+    dy.y += d.y;
+    dy.z += d.z;
+    dy.w += d.w;
+  }
+  if (p.use_l2norm) {
+    float2 const a = __bfloat1622float2(reinterpret_cast<__nv_bfloat162 const*>(x)[2 * lane]);
+    float2 const b = __bfloat1622float2(reinterpret_cast<__nv_bfloat162 const*>(x)[2 * lane + 1]);
+    float ss = a.x * a.x + a.y * a.y + b.x * b.x + b.y * b.y;
+    for (int d = 16; d > 0; d /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, d);
+    float const rstd = rsqrtf(ss + kEps);
+    float4 const y = make_float4(a.x * rstd, a.y * rstd, b.x * rstd, b.y * rstd);
+    float dot = dy.x * y.x + dy.y * y.y + dy.z * y.z + dy.w * y.w;
+    for (int d = 16; d > 0; d /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, d);
+    dy = make_float4(rstd * (dy.x - dot * y.x), rstd * (dy.y - dot * y.y),
+                     rstd * (dy.z - dot * y.z), rstd * (dy.w - dot * y.w));
+  }
+  reinterpret_cast<__nv_bfloat162*>(dx)[2 * lane] = __floats2bfloat162_rn(dy.x, dy.y);
+  reinterpret_cast<__nv_bfloat162*>(dx)[2 * lane + 1] = __floats2bfloat162_rn(dy.z, dy.w);
+}
+
+__global__ void __launch_bounds__(kThreads) qk_grad_kernel(__grid_constant__ Params const p) {
+  int64_t const row = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
+  if (row >= p.num_tokens * p.num_qk_heads) return;
+  if (p.dq != nullptr) reduce_row(p, row, p.q + row * kHeadDim, p.dq_hv, p.dq + row * kHeadDim);
+  if (p.dk != nullptr) reduce_row(p, row, p.k + row * kHeadDim, p.dk_hv, p.dk + row * kHeadDim);
+}
+
+}  // namespace cake::kernels::qk_grad

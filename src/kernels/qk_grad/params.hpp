@@ -1,0 +1,23 @@
+// Host <-> device contract of the q/k gradient reduction (kernel.cuh says what it computes).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace cake::kernels::qk_grad {
+
+struct Params {
+  int64_t num_tokens = 0;              // BT
+  int32_t num_qk_heads = 0;            // H
+  int32_t group_size = 0;              // HV / H
+  bool use_l2norm = false;
+  __nv_bfloat16 const* q = nullptr;    // [BT, H, K]  the caller's q (before the norm)
+  __nv_bfloat16 const* k = nullptr;    // [BT, H, K]
+  float const* dq_hv = nullptr;        // [BT, HV, K] gradient per value head
+  float const* dk_hv = nullptr;        // [BT, HV, K]
+  __nv_bfloat16* dq = nullptr;         // [BT, H, K]  out
+  __nv_bfloat16* dk = nullptr;         // [BT, H, K]  out
+};
+
+}  // namespace cake::kernels::qk_grad

@@ -1,0 +1,173 @@
+// WY-representation backward (B7 of fla_reference.md §2.5, plus the gate's reverse cumsum):
+// one CTA per (chunk, value head). With X = diag(beta) (K e^G), Y = diag(beta) V, W = T X, U = T Y:
+//   dT   = dW X^T + dU Y^T                       [64 x 64]  (one product over [dW | dU])
+//   dX   = T^T dW,  dY = T^T dU                  [64 x 128]
+//   dv   = beta dY;   dk += beta e^G dX
+//   dL   = -T^T dT T^T  (strictly lower),  M_ij = dL_ij e^{G_i - G_j},  R_ij = M_ij <k_i, k_j>
+//   dk_i += sum_j (beta_i M_ij + beta_j M_ji) k_j
+//   dbeta_i = <dY_i, v_i> + e^{G_i} <dX_i, k_i> + sum_j R_ij
+//   dG_i  = dG_part_i + beta_i e^{G_i} <dX_i, k_i> + beta_i sum_j R_ij - sum_j beta_j R_ji
+//   dg_t  = sum_{r >= t in the chunk} dG_r       (the cumsum's backward)
+// Products on the tensor cores (bf16 operands, fp32 accumulation, as FLA's bf16 dL products).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/gemm.cuh"
+#include "kernels/common/tile.cuh"
+#include "kernels/wy_bwd/params.hpp"
+
+namespace cake::kernels::wy_bwd {
+
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+
+struct SharedStorage {
+  __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
+  __nv_bfloat16 v[kChunk * kLdBf16];    // [64 x 128]
+  __nv_bfloat16 dw[kChunk * kLdBf16];   // [64 x 128]
+  __nv_bfloat16 du[kChunk * kLdBf16];   // [64 x 128]
+  float t[kChunk * kLd64];              // [64 x 64] T
+  float dt[kChunk * kLd64];             // [64 x 64] dT
+  float dt_tt[kChunk * kLd64];          // [64 x 64] dT T^T
+  float m[kChunk * kLd64];              // [64 x 64] M = dL e^{G_i - G_j}, strictly lower
+  float kk[kChunk * kLd64];             // [64 x 64] K K^T
+  float gcum[kChunk];
+  float beta[kChunk];
+  float eg[kChunk];                     // e^{G_i}
+  float x_dot[kChunk];                  // e^{G_i} <dX_i, k_i>
+  float y_dot[kChunk];                  // <dY_i, v_i>
+  float r_row[kChunk];                  // sum_j R_ij
+  float r_col[kChunk];                  // sum_i beta_i R_ij
+  float dgc[kChunk];                    // dG_i
+};
+static_assert(sizeof(SharedStorage) <= 227 * 1024, "wy_bwd shared memory exceeds 227 KB");
+
+__global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  ChunkRef c;
+  if (!find_chunk(p.problem, blockIdx.x, c)) return;
+  int const hv = blockIdx.y;
+  int const HV = p.problem.num_v_heads;
+  int const H = p.problem.num_qk_heads;
+  int const h = hv / p.problem.group_size();
+  int const len = c.len;
+  int const tid = threadIdx.x;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  int64_t const row0 = c.t0 * HV + hv;  // (token t0, head hv) in [BT, HV]
+
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                             int64_t{H} * kHeadDim, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + row0 * kHeadDim, v_stride, len);
+  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim, v_stride, len);
+  load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(s.du, kLdBf16, p.dv_new + row0 * kHeadDim,
+                                                    v_stride, len);
+  load_tile_f32<kChunk, kChunk, kThreads>(s.t, kLd64, p.tmat + row0 * kChunk,
+                                          int64_t{HV} * kChunk, len);
+  if (tid < kChunk) {
+    int64_t const row = (c.t0 + (tid < len ? tid : len - 1)) * HV + hv;
+    s.gcum[tid] = p.gcum[row];
+    s.eg[tid] = __expf(s.gcum[tid]);
+    s.beta[tid] = tid < len ? load_scalar(p.beta, row, p.beta_is_bf16) : 0.f;
+    s.x_dot[tid] = 0.f;
+    s.y_dot[tid] = 0.f;
+    s.r_row[tid] = 0.f;
+    s.r_col[tid] = 0.f;
+  }
+  __syncthreads();
+
+  // dT = dW X^T + dU Y^T over the concatenated reduction [dW | dU] x [X ; Y]^T
+  block_gemm<kChunk, kChunk, 2 * kHeadDim, 1, 2, kWarps>(
+      [&](int i, int m) {
+        return m < kHeadDim ? to_float(s.dw[i * kLdBf16 + m])
+                            : to_float(s.du[i * kLdBf16 + m - kHeadDim]);
+      },
+      [&](int m, int j) {
+        return m < kHeadDim ? s.beta[j] * s.eg[j] * to_float(s.k[j * kLdBf16 + m])
+                            : s.beta[j] * to_float(s.v[j * kLdBf16 + m - kHeadDim]);
+      },
+      [&](int i, int j, float acc) { s.dt[i * kLd64 + j] = acc; });
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      [&](int i, int col) { return to_float(s.k[i * kLdBf16 + col]); },
+      [&](int col, int j) { return to_float(s.k[j * kLdBf16 + col]); },
+      [&](int i, int j, float acc) { s.kk[i * kLd64 + j] = acc; });
+
+  float* const dk = p.dk_hv + row0 * kHeadDim;
+  // dX = T^T dW: dk += beta e^G dX
+  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
+      [&](int i, int m) { return s.t[m * kLd64 + i]; },
+      [&](int m, int col) { return to_float(s.dw[m * kLdBf16 + col]); },
+      [&](int i, int col, float acc) {
+        if (i < len) {
+          dk[i * v_stride + col] += s.beta[i] * s.eg[i] * acc;
+          atomicAdd(&s.x_dot[i], acc * s.eg[i] * to_float(s.k[i * kLdBf16 + col]));
+        }
+      });
+  // dY = T^T dU: dv = beta dY
+  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
+      [&](int i, int m) { return s.t[m * kLd64 + i]; },
+      [&](int m, int col) { return to_float(s.du[m * kLdBf16 + col]); },
+      [&](int i, int col, float acc) {
+        if (i < len) {
+          if (p.dv != nullptr) p.dv[(row0 + int64_t{i} * HV) * kHeadDim + col] =
+              __float2bfloat16(s.beta[i] * acc);
+          atomicAdd(&s.y_dot[i], acc * to_float(s.v[i * kLdBf16 + col]));
+        }
+      });
+  __syncthreads();  // dT, KK^T complete
+
+  block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
+      [&](int i, int m) { return s.dt[i * kLd64 + m]; },
+      [&](int m, int j) { return s.t[j * kLd64 + m]; },
+      [&](int i, int j, float acc) { s.dt_tt[i * kLd64 + j] = acc; });
+  __syncthreads();  // dT T^T complete
+
+  // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}
+  block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
+      [&](int i, int m) { return s.t[m * kLd64 + i]; },
+      [&](int m, int j) { return s.dt_tt[m * kLd64 + j]; },
+      [&](int i, int j, float acc) {
+        float mij = 0.f;
+        if (i > j && i < len) {
+          mij = -acc * __expf(s.gcum[i] - s.gcum[j]);
+          float const r = mij * s.kk[i * kLd64 + j];
+          atomicAdd(&s.r_row[i], r);
+          atomicAdd(&s.r_col[j], s.beta[i] * r);
+        }
+        s.m[i * kLd64 + j] = mij;
+      });
+  __syncthreads();  // M complete
+
+  // dk_i += sum_j (beta_i M_ij + beta_j M_ji) k_j (same shape as dX: same owner thread)
+  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
+      [&](int i, int j) { return s.beta[i] * s.m[i * kLd64 + j] + s.beta[j] * s.m[j * kLd64 + i]; },
+      [&](int j, int col) { return to_float(s.k[j * kLdBf16 + col]); },
+      [&](int i, int col, float acc) {
+        if (i < len) dk[i * v_stride + col] += acc;
+      });
+
+  if (tid < len) {
+    float const beta = s.beta[tid];
+    if (p.dbeta != nullptr) {
+      float const db = s.y_dot[tid] + s.x_dot[tid] + s.r_row[tid];
+      int64_t const row = row0 + int64_t{tid} * HV;
+      if (p.dbeta_is_bf16)
+        static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(db);
+      else
+        static_cast<float*>(p.dbeta)[row] = db;
+    }
+    s.dgc[tid] = p.dg_part[row0 + int64_t{tid} * HV] + beta * s.x_dot[tid] +
+                 beta * s.r_row[tid] - s.r_col[tid];
+  }
+  __syncthreads();  // dG rows complete
+  if (tid < len && p.dg != nullptr) {
+    float acc = 0.f;
+    for (int r = tid; r < len; ++r) acc += s.dgc[r];
+    p.dg[row0 + int64_t{tid} * HV] = acc;
+  }
+#endif
+}
+
+}  // namespace cake::kernels::wy_bwd

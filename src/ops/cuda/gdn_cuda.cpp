@@ -1,0 +1,259 @@
+// The GDN GPU path: validated arguments -> Problem -> workspace layout -> the stages in order.
+//
+// Forward:  [qk_norm] -> intra_fwd (G, T, W, U) -> state_fwd (h per chunk, Delta, final state)
+//           -> output_fwd (o)
+// Backward (recompute mode: nothing is saved by the forward):
+//           [qk_norm] -> intra_fwd (+ T) -> state_fwd (h, Delta) -> dv_local_bwd (dDelta intra)
+//           -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq, dk partial, dW, dG partial)
+//           -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head sums, L2-norm backward)
+// docs/design/gdn-hopper.md says why the work is split this way.
+#include <cuda_runtime_api.h>
+
+#include "core/error.hpp"
+#include "kernels/dqk_bwd/launch.hpp"
+#include "kernels/dv_local_bwd/launch.hpp"
+#include "kernels/intra_fwd/launch.hpp"
+#include "kernels/output_fwd/launch.hpp"
+#include "kernels/qk_grad/launch.hpp"
+#include "kernels/qk_norm/launch.hpp"
+#include "kernels/state_bwd/launch.hpp"
+#include "kernels/state_fwd/launch.hpp"
+#include "kernels/wy_bwd/launch.hpp"
+#include "ops/cuda/gdn_workspace.hpp"
+#include "ops/gdn_cuda.hpp"
+
+namespace cake::ops {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using kernels::Problem;
+
+void check_cuda(cudaError_t err, char const* what) {
+  if (err != cudaSuccess)
+    throw Error(cakeCudaError, concat(what, ": ", cudaGetErrorName(err), " (",
+                                      cudaGetErrorString(err), ")"));
+}
+
+template <class T>
+T* ptr(cakeTensor_t const& t) {
+  return static_cast<T*>(t.data);
+}
+
+// Shapes of q [B, T, H, K], v [B, T, HV, V], cu_seqlens [N + 1] (seam-validated) -> Problem.
+Problem make_problem(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& v,
+                     cakeTensor_t const& cu_seqlens) {
+  CAKE_CHECK(q.shape[3] == kernels::kHeadDim && v.shape[3] == kernels::kHeadDim, cakeNotSupported,
+             "the GDN CUDA kernels are built for K = V = ", kernels::kHeadDim, ", got K = ",
+             q.shape[3], ", V = ", v.shape[3]);
+  Problem p;
+  p.num_tokens = q.shape[0] * q.shape[1];
+  p.seq_len = q.shape[1];
+  p.num_qk_heads = static_cast<int32_t>(q.shape[2]);
+  p.num_v_heads = static_cast<int32_t>(v.shape[2]);
+  if (cu_seqlens.data != nullptr) {
+    p.num_seqs = static_cast<int32_t>(cu_seqlens.shape[0] - 1);
+    if (cu_seqlens.dtype == cakeInt64)
+      p.cu_seqlens64 = ptr<int64_t const>(cu_seqlens);
+    else
+      p.cu_seqlens32 = ptr<int32_t const>(cu_seqlens);
+  } else {
+    p.num_seqs = static_cast<int32_t>(q.shape[0]);
+  }
+  p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
+  p.scale = static_cast<float>(options.scale);
+  return p;
+}
+
+bool empty(Problem const& p) {
+  return p.num_seqs == 0 || p.num_v_heads == 0;
+}
+
+// The forward stages shared by forward and backward; q_used/k_used receive the q, k the chunk
+// stages read (normalised copies with use_qk_l2norm).
+struct ForwardInputs {
+  cakeTensor_t const* q;
+  cakeTensor_t const* k;
+  cakeTensor_t const* v;
+  cakeTensor_t const* g;
+  cakeTensor_t const* beta;
+  cakeTensor_t const* initial_state;
+};
+
+void run_forward_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
+                        ops::cuda::GdnBuffers const& b, float* final_state, bool need_tmat,
+                        cudaStream_t stream, bf16 const** q_used, bf16 const** k_used) {
+  *q_used = ptr<bf16 const>(*in.q);
+  *k_used = ptr<bf16 const>(*in.k);
+  if (use_qk_l2norm) {
+    kernels::qk_norm::Params np;
+    np.num_rows = p.num_tokens * p.num_qk_heads;
+    np.q = *q_used;
+    np.k = *k_used;
+    np.q_norm = b.q_norm;
+    np.k_norm = b.k_norm;
+    check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
+    *q_used = b.q_norm;
+    *k_used = b.k_norm;
+  }
+
+  kernels::intra_fwd::Params ip;
+  ip.problem = p;
+  ip.k = *k_used;
+  ip.v = ptr<bf16 const>(*in.v);
+  ip.g = ptr<float const>(*in.g);
+  ip.beta = in.beta->data;
+  ip.beta_is_bf16 = in.beta->dtype == cakeBfloat16;
+  ip.gcum = b.gcum;
+  ip.w = b.w;
+  ip.u = b.u;
+  ip.tmat = need_tmat ? b.tmat : nullptr;
+  check_cuda(kernels::intra_fwd::launch(ip, stream), "intra_fwd launch");
+
+  kernels::state_fwd::Params sp;
+  sp.problem = p;
+  sp.k = *k_used;
+  sp.w = b.w;
+  sp.u = b.u;
+  sp.gcum = b.gcum;
+  sp.h0 = ptr<float const>(*in.initial_state);
+  sp.h = b.h;
+  sp.v_new = b.v_new;
+  sp.ht = final_state;
+  check_cuda(kernels::state_fwd::launch(sp, stream), "state_fwd launch");
+}
+
+}  // namespace
+
+size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
+                                        cakeForwardArgs_t const& args) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  return cuda::carve_gdn_workspace(p, options.use_qk_l2norm != 0, false, nullptr).bytes;
+}
+
+void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
+                      void* workspace, size_t workspace_bytes, void* stream_ptr) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  bool const l2 = options.use_qk_l2norm != 0;
+  size_t const need = cuda::carve_gdn_workspace(p, l2, false, nullptr).bytes;
+  CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
+             need, " bytes, got ", workspace_bytes);
+  if (empty(p)) return;
+  auto const b = cuda::carve_gdn_workspace(p, l2, false, workspace);
+  auto const stream = static_cast<cudaStream_t>(stream_ptr);
+
+  ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
+  bf16 const* q_used = nullptr;
+  bf16 const* k_used = nullptr;
+  run_forward_stages(p, l2, in, b, ptr<float>(args.final_state), false, stream, &q_used, &k_used);
+  if (p.num_tokens == 0) return;
+
+  kernels::output_fwd::Params op;
+  op.problem = p;
+  op.q = q_used;
+  op.k = k_used;
+  op.v_new = b.v_new;
+  op.gcum = b.gcum;
+  op.h = b.h;
+  op.o = ptr<bf16>(args.o);
+  check_cuda(kernels::output_fwd::launch(op, stream), "output_fwd launch");
+}
+
+size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
+                                         cakeBackwardArgs_t const& args) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  return cuda::carve_gdn_workspace(p, options.use_qk_l2norm != 0, true, nullptr).bytes;
+}
+
+void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                       void* workspace, size_t workspace_bytes, void* stream_ptr) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  bool const l2 = options.use_qk_l2norm != 0;
+  size_t const need = cuda::carve_gdn_workspace(p, l2, true, nullptr).bytes;
+  CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
+             need, " bytes, got ", workspace_bytes);
+  if (empty(p)) return;
+  auto const b = cuda::carve_gdn_workspace(p, l2, true, workspace);
+  auto const stream = static_cast<cudaStream_t>(stream_ptr);
+
+  ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
+  bf16 const* q_used = nullptr;
+  bf16 const* k_used = nullptr;
+  run_forward_stages(p, l2, in, b, nullptr, true, stream, &q_used, &k_used);
+
+  if (p.num_tokens > 0) {
+    kernels::dv_local_bwd::Params lp;
+    lp.problem = p;
+    lp.q = q_used;
+    lp.k = k_used;
+    lp.gcum = b.gcum;
+    lp.dout = ptr<bf16 const>(args.dout);
+    lp.dv_new = b.dv_new;
+    check_cuda(kernels::dv_local_bwd::launch(lp, stream), "dv_local_bwd launch");
+  }
+
+  kernels::state_bwd::Params sp;
+  sp.problem = p;
+  sp.q = q_used;
+  sp.k = k_used;
+  sp.w = b.w;
+  sp.gcum = b.gcum;
+  sp.dout = ptr<bf16 const>(args.dout);
+  sp.dht = ptr<float const>(args.dht);
+  sp.dh = b.dh;
+  sp.dv_new = b.dv_new;
+  sp.dh0 = ptr<float>(args.dh0);
+  check_cuda(kernels::state_bwd::launch(sp, stream), "state_bwd launch");
+  if (p.num_tokens == 0) return;
+
+  // W is dead once state_bwd has run: its buffer takes dW.
+  bf16* const dw = b.w;
+  kernels::dqk_bwd::Params qp;
+  qp.problem = p;
+  qp.q = q_used;
+  qp.k = k_used;
+  qp.v_new = b.v_new;
+  qp.gcum = b.gcum;
+  qp.dout = ptr<bf16 const>(args.dout);
+  qp.h = b.h;
+  qp.dh = b.dh;
+  qp.dv_new = b.dv_new;
+  qp.dq_hv = b.dq_hv;
+  qp.dk_hv = b.dk_hv;
+  qp.dw = dw;
+  qp.dg_part = b.dg_part;
+  check_cuda(kernels::dqk_bwd::launch(qp, stream), "dqk_bwd launch");
+
+  kernels::wy_bwd::Params wp;
+  wp.problem = p;
+  wp.k = k_used;
+  wp.v = ptr<bf16 const>(args.v);
+  wp.beta = args.beta.data;
+  wp.beta_is_bf16 = args.beta.dtype == cakeBfloat16;
+  wp.gcum = b.gcum;
+  wp.tmat = b.tmat;
+  wp.dw = dw;
+  wp.dv_new = b.dv_new;
+  wp.dk_hv = b.dk_hv;
+  wp.dg_part = b.dg_part;
+  wp.dv = ptr<bf16>(args.dv);
+  wp.dbeta = args.dbeta.data;
+  wp.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
+  wp.dg = ptr<float>(args.dg);
+  check_cuda(kernels::wy_bwd::launch(wp, stream), "wy_bwd launch");
+
+  kernels::qk_grad::Params gp;
+  gp.num_tokens = p.num_tokens;
+  gp.num_qk_heads = p.num_qk_heads;
+  gp.group_size = p.group_size();
+  gp.use_l2norm = l2;
+  gp.q = ptr<bf16 const>(args.q);
+  gp.k = ptr<bf16 const>(args.k);
+  gp.dq_hv = b.dq_hv;
+  gp.dk_hv = b.dk_hv;
+  gp.dq = ptr<bf16>(args.dq);
+  gp.dk = ptr<bf16>(args.dk);
+  check_cuda(kernels::qk_grad::launch(gp, stream), "qk_grad launch");
+}
+
+}  // namespace cake::ops
