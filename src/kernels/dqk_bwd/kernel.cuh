@@ -6,6 +6,13 @@
 //   dW     = -dDelta h^T                                                         [64 x 128] bf16
 //   dG_i   = <q_i, dq_i> - <k_i, dk_i>,  and at the last row + e^{G_last} <h, dS'>
 //            + sum_j <k_j, dk_j^inter>                                (§2.4; WY terms in wy_bwd)
+// dG is formed without its exactly cancelling parts: the diagonal of dA enters <q_i, dq_i> and
+// <k_i, dk_i> with opposite signs, and so does the last row's <k, dk^inter>. Summed in floating
+// point they leave O(eps) residue, which swamps the true dg when the gates are strongly negative
+// (g = -20: dg ~ e^-20). So the intra-chunk part is P_ij = dA_ij <q_i, k_j> summed over j < i
+// (+ to row i, - to column j), and <q, dq>, <k, dk> take only the inter-chunk parts.
+//   dG_i = e^{G_i} scale <q_i, h dO_i> + sum_{j<i} P_ij - sum_{i'>i} P_i'i - [i<last] <k_i, dk_i^inter>
+//          + [i=last] (e^{G_last} <h, dS'> + sum_{j<last} <k_j, dk_j^inter>)
 // All products on the tensor cores (bf16 operands, fp32 accumulation); dq, dk stay fp32 per value
 // head until qk_grad sums the value heads of each q/k head.
 #pragma once
@@ -30,12 +37,14 @@ struct SharedStorage {
   __nv_bfloat16 h[kHeadDim * kLdBf16];     // [128 x 128]
   __nv_bfloat16 dh[kHeadDim * kLdBf16];    // [128 x 128]
   float da[kChunk * kLd64];                // [64 x 64]
+  float qk[kChunk * kLd64];                // [64 x 64] Q K^T
   float gcum[kChunk];
   float q_scale[kChunk];                   // scale e^{G_i}
   float k_scale[kChunk];                   // e^{G_last - G_i}
   float q_dq[kChunk];                      // <q_i, dq_i>
   float k_dk_inter[kChunk];                // <k_i, dk_i^inter>
-  float k_dk_intra[kChunk];                // <k_i, dk_i^intra>
+  float p_row[kChunk];                     // sum_{j<i} P_ij
+  float p_col[kChunk];                     // sum_{i>j} P_ij
   float h_dh;                              // <h, dS'>
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "dqk_bwd shared memory exceeds 227 KB");
@@ -74,7 +83,6 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
     s.gcum[tid] = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
     s.q_dq[tid] = 0.f;
     s.k_dk_inter[tid] = 0.f;
-    s.k_dk_intra[tid] = 0.f;
   }
   if (tid == 0) s.h_dh = 0.f;
   __syncthreads();
@@ -100,25 +108,39 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
       [&](int i, int j, float acc) {
         s.da[i * kLd64 + j] = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
       });
-  __syncthreads();  // dA, q_scale, k_scale, h_dh complete
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      [&](int i, int col) { return to_float(s.q[i * kLdBf16 + col]); },
+      [&](int col, int j) { return to_float(s.k[j * kLdBf16 + col]); },
+      [&](int i, int j, float acc) { s.qk[i * kLd64 + j] = acc; });
+  __syncthreads();  // dA, QK^T, q_scale, k_scale, h_dh complete
+  if (tid < kChunk) {
+    float row = 0.f;
+    for (int j = 0; j < tid; ++j) row += s.da[tid * kLd64 + j] * s.qk[tid * kLd64 + j];
+    s.p_row[tid] = row;
+  } else if (tid < 2 * kChunk) {
+    int const j = tid - kChunk;
+    float col = 0.f;
+    for (int i = j + 1; i < kChunk; ++i) col += s.da[i * kLd64 + j] * s.qk[i * kLd64 + j];
+    s.p_col[j] = col;
+  }
 
   float* const dq = p.dq_hv + (c.t0 * HV + hv) * kHeadDim;
   float* const dk = p.dk_hv + (c.t0 * HV + hv) * kHeadDim;
-  // dq = scale e^G (dO h^T) + dA K, as one product over [scale e^G dO | dA] x [h^T ; K]
-  block_gemm<kChunk, kHeadDim, kHeadDim + kChunk, 2, 4, kWarps>(
-      [&](int i, int m) {
-        return m < kHeadDim ? s.q_scale[i] * to_float(s.dout[i * kLdBf16 + m])
-                            : s.da[i * kLd64 + m - kHeadDim];
-      },
-      [&](int m, int col) {
-        return m < kHeadDim ? to_float(s.h[col * kLdBf16 + m])
-                            : to_float(s.k[(m - kHeadDim) * kLdBf16 + col]);
-      },
+  // dq = scale e^G (dO h^T) + dA K: two products of one shape (the same owner thread)
+  block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
+      [&](int i, int m) { return s.q_scale[i] * to_float(s.dout[i * kLdBf16 + m]); },
+      [&](int m, int col) { return to_float(s.h[col * kLdBf16 + m]); },
       [&](int i, int col, float acc) {
         if (i < len) {
           dq[i * v_stride + col] = acc;
           atomicAdd(&s.q_dq[i], acc * to_float(s.q[i * kLdBf16 + col]));
         }
+      });
+  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
+      [&](int i, int j) { return s.da[i * kLd64 + j]; },
+      [&](int j, int col) { return to_float(s.k[j * kLdBf16 + col]); },
+      [&](int i, int col, float acc) {
+        if (i < len) dq[i * v_stride + col] += acc;
       });
   // dk^inter = e^{G_last - G_j} (Delta dS'^T)
   block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
@@ -135,10 +157,7 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
       [&](int j, int i) { return s.da[i * kLd64 + j]; },
       [&](int i, int r) { return to_float(s.q[i * kLdBf16 + r]); },
       [&](int j, int r, float acc) {
-        if (j < len) {
-          dk[j * v_stride + r] += acc;
-          atomicAdd(&s.k_dk_intra[j], acc * to_float(s.k[j * kLdBf16 + r]));
-        }
+        if (j < len) dk[j * v_stride + r] += acc;
       });
   // dW = -dDelta h^T
   block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
@@ -150,10 +169,12 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
   __syncthreads();  // row sums complete
 
   if (tid < len) {
-    float dg = s.q_dq[tid] - s.k_dk_inter[tid] - s.k_dk_intra[tid];
-    if (tid == len - 1) {
+    float dg = s.q_dq[tid] + s.p_row[tid] - s.p_col[tid];
+    if (tid < len - 1) {
+      dg -= s.k_dk_inter[tid];
+    } else {
       float inter = 0.f;
-      for (int j = 0; j < len; ++j) inter += s.k_dk_inter[j];
+      for (int j = 0; j < len - 1; ++j) inter += s.k_dk_inter[j];
       dg += __expf(g_last) * s.h_dh + inter;
     }
     p.dg_part[(c.t0 + tid) * HV + hv] = dg;
