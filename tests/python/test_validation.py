@@ -1,0 +1,445 @@
+"""Bad input raises ValueError (TypeError, NotImplementedError where the API says so) whose message
+names the argument and shows what was expected and what came."""
+
+import re
+
+import pytest
+import torch
+
+import cake
+
+F64 = torch.float64
+B, T, H, HV, K, V = 1, 8, 1, 2, 4, 6
+
+
+def inputs(kda=False, *, B=B, T=T, H=H, HV=HV, K=K, V=V, dtype=F64, device="cpu"):
+    gen = torch.Generator().manual_seed(B * 1000 + T * 100 + H * 10 + HV + K + V)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, dtype=F64).to(dtype=dtype, device=device)
+
+    q, k = randn(B, T, H, K), randn(B, T, H, K)
+    v = randn(B, T, HV, V)
+    g = -randn(B, T, HV, K).abs() if kda else -randn(B, T, HV).abs()
+    beta = randn(B, T, HV).sigmoid()
+    return {"q": q, "k": k, "v": v, "g": g, "beta": beta}
+
+
+def call(kda, t, **kwargs):
+    fn = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
+    return fn(t["q"], t["k"], t["v"], t["g"], t["beta"], **kwargs)
+
+
+def raises(kda, t, pattern, exc=ValueError, **kwargs):
+    with pytest.raises(exc, match=pattern):
+        call(kda, t, **kwargs)
+
+
+def lit(s):
+    return re.escape(s)
+
+
+VARIANTS = [pytest.param(False, id="gdn"), pytest.param(True, id="kda")]
+
+
+def test_valid_inputs_pass():
+    # The baseline of every case below is accepted.
+    for kda in (False, True):
+        o, ht = call(kda, inputs(kda), output_final_state=True)
+        assert o.shape == (B, T, HV, V) and ht.shape == (1, HV, K, V)
+        assert torch.isfinite(o).all()
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_q_rank(kda):
+    t = inputs(kda)
+    t["q"] = t["q"][0]
+    raises(kda, t, r"q must have 4 dimensions.*got shape " + lit("[8, 1, 4]"))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_k_shape(kda):
+    t = inputs(kda)
+    t["k"] = torch.zeros(B, T, H, K + 1, dtype=F64)
+    raises(kda, t, r"^k must have shape .*" + lit("[1, 8, 1, 4], got [1, 8, 1, 5]"))
+    t["k"] = torch.zeros(B, T, H, dtype=F64)
+    raises(kda, t, r"^k must have shape .*" + lit("[1, 8, 1, 4], got [1, 8, 1]"))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_v_shape(kda):
+    t = inputs(kda)
+    t["v"] = torch.zeros(B, T - 1, HV, V, dtype=F64)
+    raises(kda, t, r"^v must have shape \[B, T, HV, V\].*T = 8.*got " + lit("[1, 7, 2, 6]"))
+    t["v"] = torch.zeros(B, T, HV, dtype=F64)
+    raises(kda, t, r"^v must have shape \[B, T, HV, V\].*got " + lit("[1, 8, 2]"))
+
+
+def test_g_shape_gdn():
+    t = inputs(False)
+    t["g"] = torch.zeros(B, T, HV, K, dtype=F64)  # KDA's shape
+    raises(False, t, r"^g must have shape \[B, T, HV\].*" + lit("[1, 8, 2], got [1, 8, 2, 4]"))
+
+
+def test_g_shape_kda():
+    t = inputs(True)
+    t["g"] = torch.zeros(B, T, HV, dtype=F64)  # GDN's shape
+    raises(True, t, r"^g must have shape \[B, T, HV, K\].*" + lit("[1, 8, 2, 4], got [1, 8, 2]"))
+    t["g"] = torch.zeros(B, T, HV, K + 1, dtype=F64)
+    raises(True, t, r"^g must have shape .*" + lit("[1, 8, 2, 4], got [1, 8, 2, 5]"))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_beta_shape(kda):
+    t = inputs(kda)
+    t["beta"] = torch.zeros(B, T, HV + 1, dtype=F64)
+    raises(kda, t, r"^beta must have shape \[B, T, HV\].*" + lit("[1, 8, 2], got [1, 8, 3]"))
+    t["beta"] = torch.zeros(B, T, HV, 1, dtype=F64)
+    raises(kda, t, r"^beta must have shape .*" + lit("[1, 8, 2], got [1, 8, 2, 1]"))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_h_does_not_divide_hv(kda):
+    t = inputs(kda, H=2, HV=3)
+    raises(kda, t, r"HV \(v\.shape\[2\] = 3\).*multiple.*H \(q\.shape\[2\] = 2\)")
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_head_dim_too_large_on_cpu(kda):
+    raises(kda, inputs(kda, K=257), r"head dims must be in \[1, 256\].*K = 257, V = 6")
+    raises(kda, inputs(kda, V=300), r"head dims must be in \[1, 256\].*K = 4, V = 300")
+
+
+def test_largest_head_dim_accepted():
+    o, _ = call(False, inputs(False, T=3, K=256, V=256))
+    assert o.shape == (1, 3, 2, 256) and torch.isfinite(o).all()
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError, reason=(
+    "python/cake/ops.py run(): the default scale q.shape[-1] ** -0.5 is computed before "
+    "validation, so K = 0 raises ZeroDivisionError instead of the C++ 'head dims must be in "
+    "[1, 256] ... got K = 0' ValueError"))
+def test_zero_head_dim():
+    raises(False, inputs(False, K=0), r"head dims must be in \[1, 256\].*K = 0")
+
+
+@pytest.mark.xfail(strict=True, raises=IndexError, reason=(
+    "python/cake/ops.py run(): q.shape[-1] on a 0-d q raises IndexError ('tuple index out of "
+    "range') before validation can report 'q must have 4 dimensions'"))
+def test_scalar_q():
+    t = inputs(False)
+    t["q"] = torch.tensor(1.0, dtype=F64)
+    raises(False, t, r"q must have 4 dimensions.*got shape \[\]")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "src/binding/module.cpp view(): a tensor of more than 5 dimensions raises "
+    "'tensors have at most 5 dimensions', which does not name the argument or its shape"))
+def test_q_too_many_dims():
+    t = inputs(False)
+    t["q"] = t["q"][None, None]
+    raises(False, t, r"q must have 4 dimensions.*got shape " + lit("[1, 1, 1, 8, 1, 4]"))
+
+
+# --------------------------------------------------------------------------------------------
+# Dtypes
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("name", ["q", "k", "v", "g", "beta"])
+def test_integer_input(kda, name):
+    t = inputs(kda)
+    t[name] = t[name].to(torch.int32)
+    raises(kda, t, rf"^{name} must be a float tensor .*got int32")
+    t[name] = t[name].to(torch.int64)
+    raises(kda, t, rf"^{name} must be a float tensor .*got int64")
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "src/binding/module.cpp dtype_of(): a dtype outside cake's six (int16, uint8, bool, ...) "
+    "raises 'unsupported tensor dtype: cake takes ...', which does not name the argument"))
+@pytest.mark.parametrize("dtype", [torch.int16, torch.bool])
+def test_unsupported_dtype_names_argument(dtype):
+    t = inputs(False)
+    t["beta"] = t["beta"].to(dtype)
+    raises(False, t, r"beta.*" + str(dtype).replace("torch.", ""))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_qkv_dtype_mismatch(kda):
+    t = inputs(kda)
+    t["k"] = t["k"].float()
+    raises(kda, t, r"q, k and v must have the same dtype, got q float64, k float32, v float64")
+    t = inputs(kda)
+    t["v"] = t["v"].to(torch.bfloat16)
+    raises(kda, t, r"q, k and v must have the same dtype, got q float64, k float64, v bfloat16")
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_float32_g_and_beta_with_bf16_qkv_accepted(kda):
+    t = inputs(kda, dtype=torch.bfloat16)
+    t["g"], t["beta"] = t["g"].float(), t["beta"].float()
+    o, _ = call(kda, t)
+    assert o.dtype == torch.bfloat16
+
+
+# --------------------------------------------------------------------------------------------
+# Devices
+# --------------------------------------------------------------------------------------------
+
+META_BUG = (
+    "python/cake/ops.py: a meta tensor among CPU tensors makes the dispatcher run the fake "
+    "implementation (_forward_fake -> _outputs_like), which validates nothing and returns "
+    "q.new_empty(...) - uninitialised CPU memory as o - instead of raising 'k must be on q's "
+    "device (cpu), got meta'")
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=META_BUG)
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("name", ["k", "g", "initial_state"])
+def test_meta_tensor_among_cpu_tensors(kda, name):
+    t = inputs(kda)
+    kwargs = {"initial_state": torch.zeros(1, HV, K, V, dtype=F64)}
+    if name == "initial_state":
+        kwargs[name] = kwargs[name].to("meta")
+    else:
+        t[name] = t[name].to("meta")
+    raises(kda, t, rf"{name}.*device.*meta", **kwargs)
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=META_BUG)
+def test_meta_q_among_cpu_tensors():
+    t = inputs(False)
+    t["q"] = t["q"].to("meta")
+    raises(False, t, r"(device|meta).*(cpu|meta)")
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_all_meta_inputs(kda):
+    # Meta tensors only: a clear error, or shape inference (meta outputs of the right shapes).
+    t = inputs(kda, device="meta")
+    try:
+        o, ht = call(kda, t, output_final_state=True)
+    except (ValueError, NotImplementedError) as e:
+        assert "meta" in str(e)
+        return
+    assert o.device.type == "meta" and o.shape == (B, T, HV, V) and o.dtype == F64
+    assert ht.device.type == "meta" and ht.shape == (1, HV, K, V)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.gpu
+def test_cuda_tensor_among_cpu_tensors():
+    t = inputs(False)
+    t["beta"] = t["beta"].cuda()
+    with pytest.raises((ValueError, RuntimeError), match=r"(beta|device|cuda)"):
+        call(False, t)
+
+
+# --------------------------------------------------------------------------------------------
+# cu_seqlens
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_cu_seqlens_contents(kda, dtype):
+    t = inputs(kda)
+    cu = lambda *xs: torch.tensor(xs, dtype=dtype)  # noqa: E731
+    raises(kda, t, r"^cu_seqlens must start at 0, got 1", cu_seqlens=cu(1, 3, 8))
+    raises(kda, t, r"^cu_seqlens must start at 0, got -2", cu_seqlens=cu(-2, 3, 8))
+    raises(kda, t, lit("cu_seqlens must be non-decreasing, got cu_seqlens[1] = 5 > "
+                       "cu_seqlens[2] = 3"), cu_seqlens=cu(0, 5, 3, 8))
+    raises(kda, t, r"^cu_seqlens must end at the number of tokens T = 8, got 7",
+           cu_seqlens=cu(0, 3, 7))
+    raises(kda, t, r"^cu_seqlens must end at the number of tokens T = 8, got 9",
+           cu_seqlens=cu(0, 3, 9))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_cu_seqlens_dtype_and_shape(kda):
+    t = inputs(kda)
+    raises(kda, t, r"^cu_seqlens must be int32 or int64, got float32",
+           cu_seqlens=torch.tensor([0.0, 8.0]))
+    raises(kda, t, r"^cu_seqlens must be int32 or int64, got float64",
+           cu_seqlens=torch.tensor([0.0, 8.0], dtype=F64))
+    raises(kda, t, r"^cu_seqlens must have shape \[N \+ 1\].*got shape " + lit("[1, 2]"),
+           cu_seqlens=torch.tensor([[0, 8]]))
+    raises(kda, t, r"^cu_seqlens must have shape \[N \+ 1\].*got shape " + lit("[1]"),
+           cu_seqlens=torch.tensor([0]))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_cu_seqlens_with_batch(kda):
+    t = inputs(kda, B=2)
+    raises(kda, t, r"batch size B must be 1 when cu_seqlens is given.*got B = 2",
+           cu_seqlens=torch.tensor([0, 8]))
+
+
+# --------------------------------------------------------------------------------------------
+# States
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_initial_state_shape(kda):
+    t = inputs(kda)
+    raises(kda, t, r"^initial_state must have shape \[N, HV, K, V\] = " +
+           lit("[1, 2, 4, 6], got [1, 2, 6, 4]"), initial_state=torch.zeros(1, HV, V, K))
+    raises(kda, t, r"^initial_state must have shape .*" + lit("[2, 2, 4, 6], got [1, 2, 4, 6]"),
+           initial_state=torch.zeros(1, HV, K, V), cu_seqlens=torch.tensor([0, 3, 8]))
+    raises(kda, t, r"^initial_state must have shape .*" + lit("[1, 2, 4, 6], got [2, 4, 6]"),
+           initial_state=torch.zeros(HV, K, V))
+    raises(kda, t, r"^initial_state must be a float tensor .*got int64",
+           initial_state=torch.zeros(1, HV, K, V, dtype=torch.int64))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "python/cake/ops.py run(): with state_v_first=True the initial_state is transposed before "
+    "validation, so a wrong shape is reported as 'must have shape [N, HV, K, V] = [1, 2, 4, 6], "
+    "got [1, 2, 6, 4]': the expected layout is not the [N, HV, V, K] the caller must pass and "
+    "'got' is not the shape the caller passed ([1, 2, 4, 6])"))
+def test_initial_state_shape_state_v_first():
+    raises(False, inputs(False), r"initial_state.*" + lit("[1, 2, 6, 4]") + r".*got " +
+           lit("[1, 2, 4, 6]"), initial_state=torch.zeros(1, HV, K, V), state_v_first=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_scale(kda, scale):
+    raises(kda, inputs(kda), rf"^scale must be a finite number, got {scale}", scale=scale)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_a_log_missing_with_gate_in_kernel(kda):
+    raises(kda, inputs(kda), r"^A_log \[HV\] is required with use_gate_in_kernel=True",
+           use_gate_in_kernel=True)
+    raises(kda, inputs(kda), r"^A_log \[HV\] is required with use_gate_in_kernel=True",
+           use_gate_in_kernel=True, dt_bias=torch.zeros(HV * K if kda else HV, dtype=F64))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("name", ["A_log", "dt_bias"])
+def test_gate_parameters_without_gate_in_kernel(kda, name):
+    size = HV * K if (kda and name == "dt_bias") else HV
+    raises(kda, inputs(kda), rf"only used with use_gate_in_kernel=True; got {name} with "
+           r"use_gate_in_kernel=False", **{name: torch.zeros(size, dtype=F64)})
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_a_log_shape_and_dtype(kda):
+    t = inputs(kda)
+    raises(kda, t, r"^A_log must have shape \[HV\] = \[2\], got \[3\]", use_gate_in_kernel=True,
+           A_log=torch.zeros(3, dtype=F64))
+    raises(kda, t, r"^A_log must have shape \[HV\] = \[2\], got \[1, 2\]",
+           use_gate_in_kernel=True, A_log=torch.zeros(1, 2, dtype=F64))
+    raises(kda, t, r"^A_log must be a float tensor .*got int32", use_gate_in_kernel=True,
+           A_log=torch.zeros(2, dtype=torch.int32))
+
+
+def test_dt_bias_shape_gdn():
+    raises(False, inputs(False), r"^dt_bias must have shape \[HV\] = \[2\], got \[8\]",
+           use_gate_in_kernel=True, A_log=torch.zeros(HV, dtype=F64),
+           dt_bias=torch.zeros(HV * K, dtype=F64))
+
+
+def test_dt_bias_shape_kda():
+    t = inputs(True)
+    a_log = torch.zeros(HV, dtype=F64)
+    raises(True, t, r"^dt_bias must have shape \[HV \* K\] = \[8\], got \[2\]",
+           use_gate_in_kernel=True, A_log=a_log, dt_bias=torch.zeros(HV, dtype=F64))
+    raises(True, t, r"^dt_bias must have shape \[HV \* K\] = \[8\], got \[2, 4\]",
+           use_gate_in_kernel=True, A_log=a_log, dt_bias=torch.zeros(HV, K, dtype=F64))
+    raises(True, t, r"^dt_bias must be a float tensor .*got int64", use_gate_in_kernel=True,
+           A_log=a_log, dt_bias=torch.zeros(HV * K, dtype=torch.int64))
+
+
+def test_lower_bound_not_accepted_by_gdn():
+    raises(False, inputs(False), r"unexpected arguments.*lower_bound", exc=TypeError,
+           lower_bound=-1.0)
+    raises(False, inputs(False), r"unexpected arguments.*lower_bound", exc=TypeError,
+           lower_bound=-1.0, use_gate_in_kernel=True, A_log=torch.zeros(HV, dtype=F64))
+
+
+@pytest.mark.parametrize("lower_bound", [1.0, 0.0, float("nan"), float("-inf")])
+def test_kda_lower_bound_must_be_negative(lower_bound):
+    raises(True, inputs(True), rf"^lower_bound must be a finite negative number, got "
+           rf"{re.escape(f'{lower_bound:g}')}", use_gate_in_kernel=True, lower_bound=lower_bound)
+
+
+def test_kda_lower_bound_without_a_log_accepted():
+    o, _ = call(True, inputs(True), use_gate_in_kernel=True, lower_bound=-2.0)
+    assert torch.isfinite(o).all()
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_allow_neg_eigval_needs_beta_sigmoid(kda):
+    raises(kda, inputs(kda), r"allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True",
+           allow_neg_eigval=True)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_chunk_size(kda):
+    t = inputs(kda)
+    raises(kda, t, r"chunk_size=64, got 32", chunk_size=32)
+    raises(kda, t, r"^chunk_size must be one of .*got 128", chunk_size=128)
+    raises(kda, t, r"^chunk_size must be one of .*got 0", chunk_size=0)
+    o, _ = call(kda, t, chunk_size=64)
+    assert torch.isfinite(o).all()
+
+
+def test_chunk_size_16():
+    raises(False, inputs(False), r"chunk_size=64, got 16", chunk_size=16)
+    raises(True, inputs(True), r"^chunk_size must be one of \(32, 64\), got 16", chunk_size=16)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("head_first", [True, False])
+def test_head_first_removed(kda, head_first):
+    raises(kda, inputs(kda), r"head_first", head_first=head_first)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_unknown_kwarg(kda):
+    raises(kda, inputs(kda), r"unexpected arguments.*'foo'", exc=TypeError, foo=1)
+
+
+def test_kda_safe_gate():
+    t = inputs(True)
+    a_log = torch.zeros(HV, dtype=F64)
+    raises(True, t, r"lower_bound must be given when safe_gate=True and use_gate_in_kernel=True",
+           safe_gate=True, use_gate_in_kernel=True, A_log=a_log)
+    raises(True, t, r"^lower_bound must be in the safe range \[-5, 0\), got -6",
+           safe_gate=True, use_gate_in_kernel=True, A_log=a_log, lower_bound=-6.0)
+    raises(True, t, r"^lower_bound must be in the safe range \[-5, 0\), got 0",
+           safe_gate=True, use_gate_in_kernel=True, A_log=a_log, lower_bound=0.0)
+    o, _ = call(True, t, safe_gate=True, use_gate_in_kernel=True, A_log=a_log, lower_bound=-5.0)
+    assert torch.isfinite(o).all()
+
+
+def test_kda_return_intermediate_states():
+    raises(True, inputs(True), r"return_intermediate_states", exc=NotImplementedError,
+           return_intermediate_states=True)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_cp_context(kda):
+    raises(kda, inputs(kda), r"cp_context", exc=NotImplementedError, cp_context=object())
+
+
+def test_compatibility_arguments_accepted():
+    # cu_seqlens_cpu, chunk_indices (GDN) and disable_recompute (KDA) are accepted and unused.
+    cu = torch.tensor([0, 3, 8])
+    o1, _ = call(False, inputs(False), cu_seqlens=cu)
+    o2, _ = call(False, inputs(False), cu_seqlens=cu, cu_seqlens_cpu=cu,
+                 chunk_indices=torch.tensor([[0, 0], [1, 0]]))
+    assert torch.equal(o1, o2)
+    o1, _ = call(True, inputs(True), cu_seqlens=cu)
+    o2, _ = call(True, inputs(True), cu_seqlens=cu, cu_seqlens_cpu=cu, disable_recompute=True)
+    assert torch.equal(o1, o2)
