@@ -11,6 +11,7 @@
 #include "cake/cake.h"
 
 namespace nb = nanobind;
+void bind_kcp(nanobind::module_& m);
 
 namespace {
 
@@ -170,4 +171,5 @@ NB_MODULE(_C, m) {
     }
     raise_on_failure(result);
   });
+  bind_kcp(m);
 }
