@@ -4,7 +4,6 @@ gradients of both, and comparisons."""
 import pathlib
 import sys
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -15,13 +14,6 @@ import reference  # noqa: E402
 
 # Names of the tensor inputs, in the order gradients are taken.
 TENSOR_NAMES = ("q", "k", "v", "g", "beta", "initial_state", "A_log", "dt_bias")
-
-
-@pytest.fixture(autouse=True)
-def _few_threads():
-    # Deterministic, quick and kind to the 2-core test machine.
-    torch.set_num_threads(1)
-    yield
 
 
 def make_case(seed, *, kda, T=None, cu=None, B=1, H=1, HV=2, K=8, V=8, dtype=torch.float64,

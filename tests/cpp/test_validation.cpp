@@ -1,0 +1,614 @@
+// The C ABI's validation: result codes and cakeGetLastError() messages of cakeForward,
+// cakeBackward and the workspace queries on CPU tensors built from std::vectors, plus happy paths
+// whose outputs (poisoned with NaN first) are checked element by element.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cake/cake.h"
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A dense row-major CPU view of data with the given shape.
+cakeTensor_t view(void* data, cakeDtype_t dtype, std::vector<int64_t> const& shape) {
+  cakeTensor_t t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.device_type = cakeCPU;
+  t.device_id = 0;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return t;
+}
+
+std::string last_error() { return cakeGetLastError(); }
+
+// One small valid problem (GDN or KDA) in float64: B = 1, T = 8, H = 1, HV = 2, K = V = 4, two
+// documents. Buffers are large enough for every reshaped view the tests make.
+struct Problem {
+  static constexpr int64_t B = 1, T = 8, H = 1, HV = 2, K = 4, V = 4, N = 2;
+  static constexpr size_t kCap = 4096;
+
+  bool kda;
+  std::vector<double> q, k, v, g, beta, h0, o, ht, dout, dht, dq, dk, dv, dg, dbeta, dh0;
+  std::vector<int64_t> cu = {0, 3, T};
+  cakeOptions_t options{};
+  cakeForwardArgs_t fwd{};
+  cakeBackwardArgs_t bwd{};
+
+  explicit Problem(bool kda_ = false) : kda(kda_) {
+    std::mt19937_64 rng(kda ? 2 : 1);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    for (auto* x : {&q, &k, &v, &dout, &dht, &h0}) {
+      x->resize(kCap);
+      for (auto& e : *x) e = normal(rng) * 0.5;
+    }
+    g.resize(kCap);
+    for (auto& e : g) e = -uniform(rng);
+    beta.resize(kCap);
+    for (auto& e : beta) e = uniform(rng);
+    for (auto* x : {&o, &ht, &dq, &dk, &dv, &dg, &dbeta, &dh0}) x->assign(kCap, kNaN);
+
+    options.struct_size = sizeof(cakeOptions_t);
+    options.variant = kda ? cakeKda : cakeGdn;
+    options.scale = 0.5;
+
+    fwd.q = view(q.data(), cakeFloat64, {B, T, H, K});
+    fwd.k = view(k.data(), cakeFloat64, {B, T, H, K});
+    fwd.v = view(v.data(), cakeFloat64, {B, T, HV, V});
+    fwd.g = kda ? view(g.data(), cakeFloat64, {B, T, HV, K})
+                : view(g.data(), cakeFloat64, {B, T, HV});
+    fwd.beta = view(beta.data(), cakeFloat64, {B, T, HV});
+    fwd.initial_state = view(h0.data(), cakeFloat64, {N, HV, K, V});
+    fwd.cu_seqlens = view(cu.data(), cakeInt64, {N + 1});
+    fwd.o = view(o.data(), cakeFloat64, {B, T, HV, V});
+    fwd.final_state = view(ht.data(), cakeFloat64, {N, HV, K, V});
+
+    bwd.q = fwd.q;
+    bwd.k = fwd.k;
+    bwd.v = fwd.v;
+    bwd.g = fwd.g;
+    bwd.beta = fwd.beta;
+    bwd.initial_state = fwd.initial_state;
+    bwd.cu_seqlens = fwd.cu_seqlens;
+    bwd.dout = view(dout.data(), cakeFloat64, {B, T, HV, V});
+    bwd.dht = view(dht.data(), cakeFloat64, {N, HV, K, V});
+    bwd.dq = view(dq.data(), cakeFloat64, {B, T, H, K});
+    bwd.dk = view(dk.data(), cakeFloat64, {B, T, H, K});
+    bwd.dv = view(dv.data(), cakeFloat64, {B, T, HV, V});
+    bwd.dg = kda ? view(dg.data(), cakeFloat64, {B, T, HV, K})
+                 : view(dg.data(), cakeFloat64, {B, T, HV});
+    bwd.dbeta = view(dbeta.data(), cakeFloat64, {B, T, HV});
+    bwd.dh0 = view(dh0.data(), cakeFloat64, {N, HV, K, V});
+  }
+
+  cakeResult_t forward() { return cakeForward(&options, &fwd, nullptr, 0, nullptr); }
+  cakeResult_t backward() { return cakeBackward(&options, &bwd, nullptr, 0, nullptr); }
+  cakeResult_t forward_size(size_t* bytes) { return cakeForwardWorkspaceSize(&options, &fwd, bytes); }
+
+  // Sets the same input tensor in the forward and the backward arguments.
+  void set(cakeTensor_t cakeForwardArgs_t::*f, cakeTensor_t cakeBackwardArgs_t::*b,
+           cakeTensor_t t) {
+    fwd.*f = t;
+    bwd.*b = t;
+  }
+};
+
+// Expects the forward (and, for input errors, the backward and the workspace query) to fail with
+// `code` and a message containing every string of `parts`.
+void expect_error(cakeResult_t result, cakeResult_t code, std::vector<std::string> const& parts) {
+  EXPECT_EQ(result, code) << "got " << cakeGetErrorString(result) << ": " << last_error();
+  std::string const message = last_error();
+  for (auto const& p : parts) {
+    EXPECT_NE(message.find(p), std::string::npos) << "message \"" << message
+                                                   << "\" lacks \"" << p << "\"";
+  }
+}
+
+void expect_input_error(Problem& p, cakeResult_t code, std::vector<std::string> const& parts) {
+  expect_error(p.forward(), code, parts);
+  size_t bytes = 123;
+  expect_error(p.forward_size(&bytes), code, parts);
+  EXPECT_EQ(bytes, 123u) << "a failed query must not write bytes";
+  expect_error(p.backward(), code, parts);
+  expect_error(cakeBackwardWorkspaceSize(&p.options, &p.bwd, &bytes), code, parts);
+  // Nothing was written.
+  for (int64_t i = 0; i < Problem::B * Problem::T * Problem::HV * Problem::V; ++i) {
+    ASSERT_TRUE(std::isnan(p.o[i]));
+    ASSERT_TRUE(std::isnan(p.dv[i]));
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Options and argument structs
+// ------------------------------------------------------------------------------------------------
+
+TEST(Validation, BaselineProblemIsValid) {
+  for (bool kda : {false, true}) {
+    Problem p(kda);
+    EXPECT_EQ(p.forward(), cakeSuccess) << last_error();
+    EXPECT_EQ(p.backward(), cakeSuccess) << last_error();
+  }
+}
+
+TEST(Validation, NullOptions) {
+  Problem p;
+  expect_error(cakeForward(nullptr, &p.fwd, nullptr, 0, nullptr), cakeInvalidArgument,
+               {"options must not be NULL"});
+  expect_error(cakeBackward(nullptr, &p.bwd, nullptr, 0, nullptr), cakeInvalidArgument,
+               {"options must not be NULL"});
+  size_t bytes = 0;
+  expect_error(cakeForwardWorkspaceSize(nullptr, &p.fwd, &bytes), cakeInvalidArgument,
+               {"options must not be NULL"});
+}
+
+TEST(Validation, NullArgsAndBytes) {
+  Problem p;
+  expect_error(cakeForward(&p.options, nullptr, nullptr, 0, nullptr), cakeInvalidArgument,
+               {"args must not be NULL"});
+  expect_error(cakeBackward(&p.options, nullptr, nullptr, 0, nullptr), cakeInvalidArgument,
+               {"args must not be NULL"});
+  expect_error(p.forward_size(nullptr), cakeInvalidArgument, {"bytes must not be NULL"});
+  expect_error(cakeBackwardWorkspaceSize(&p.options, &p.bwd, nullptr), cakeInvalidArgument,
+               {"bytes must not be NULL"});
+}
+
+TEST(Validation, WrongStructSize) {
+  Problem p;
+  p.options.struct_size = sizeof(cakeOptions_t) - 8;
+  expect_input_error(p, cakeInvalidArgument,
+                     {"options.struct_size", std::to_string(sizeof(cakeOptions_t)),
+                      "got " + std::to_string(sizeof(cakeOptions_t) - 8)});
+  p.options.struct_size = 0;
+  expect_error(p.forward(), cakeInvalidArgument, {"options.struct_size", "got 0"});
+}
+
+TEST(Validation, UnknownVariant) {
+  Problem p;
+  p.options.variant = static_cast<cakeVariant_t>(7);
+  expect_input_error(p, cakeInvalidArgument, {"options.variant", "got 7"});
+}
+
+TEST(Validation, NonFiniteScale) {
+  Problem p;
+  p.options.scale = std::numeric_limits<double>::quiet_NaN();
+  expect_input_error(p, cakeInvalidArgument, {"scale must be a finite number", "got nan"});
+  p.options.scale = std::numeric_limits<double>::infinity();
+  expect_input_error(p, cakeInvalidArgument, {"scale must be a finite number", "got inf"});
+  p.options.scale = -std::numeric_limits<double>::infinity();
+  expect_input_error(p, cakeInvalidArgument, {"scale must be a finite number", "got -inf"});
+}
+
+TEST(Validation, AllowNegEigvalNeedsBetaSigmoid) {
+  Problem p;
+  p.options.allow_neg_eigval = 1;
+  expect_input_error(p, cakeInvalidArgument, {"allow_neg_eigval", "use_beta_sigmoid"});
+}
+
+TEST(Validation, LowerBound) {
+  Problem gdn(false);
+  gdn.options.has_lower_bound = 1;
+  gdn.options.lower_bound = -1.0;
+  expect_input_error(gdn, cakeInvalidArgument, {"lower_bound", "chunk_kda only", "-1"});
+  Problem kda(true);
+  kda.options.use_gate_in_kernel = 1;
+  kda.options.has_lower_bound = 1;
+  kda.options.lower_bound = 0.5;
+  expect_input_error(kda, cakeInvalidArgument, {"lower_bound must be a finite negative", "0.5"});
+}
+
+// ------------------------------------------------------------------------------------------------
+// Input tensors
+// ------------------------------------------------------------------------------------------------
+
+TEST(Validation, QRank) {
+  Problem p;
+  p.set(&cakeForwardArgs_t::q, &cakeBackwardArgs_t::q, view(p.q.data(), cakeFloat64, {8, 1, 4}));
+  expect_input_error(p, cakeInvalidArgument, {"q must have 4 dimensions", "got shape [8, 1, 4]"});
+}
+
+TEST(Validation, MissingQ) {
+  Problem p;
+  p.set(&cakeForwardArgs_t::q, &cakeBackwardArgs_t::q, cakeTensor_t{});
+  expect_input_error(p, cakeInvalidArgument, {"q is required"});
+}
+
+TEST(Validation, KShape) {
+  Problem p;
+  p.set(&cakeForwardArgs_t::k, &cakeBackwardArgs_t::k,
+        view(p.k.data(), cakeFloat64, {1, 8, 1, 5}));
+  expect_input_error(p, cakeInvalidArgument, {"k must have shape", "[1, 8, 1, 4]", "got [1, 8, 1, 5]"});
+}
+
+TEST(Validation, GShapePerVariant) {
+  Problem gdn(false);
+  gdn.set(&cakeForwardArgs_t::g, &cakeBackwardArgs_t::g,
+          view(gdn.g.data(), cakeFloat64, {1, 8, 2, 4}));
+  expect_input_error(gdn, cakeInvalidArgument, {"g must have shape", "[1, 8, 2]", "got [1, 8, 2, 4]"});
+  Problem kda(true);
+  kda.set(&cakeForwardArgs_t::g, &cakeBackwardArgs_t::g,
+          view(kda.g.data(), cakeFloat64, {1, 8, 2}));
+  expect_input_error(kda, cakeInvalidArgument, {"g must have shape", "[1, 8, 2, 4]", "got [1, 8, 2]"});
+}
+
+TEST(Validation, HeadsNotDividing) {
+  Problem p;
+  // H = 2 q/k heads, HV = 3 value heads.
+  p.set(&cakeForwardArgs_t::q, &cakeBackwardArgs_t::q, view(p.q.data(), cakeFloat64, {1, 8, 2, 4}));
+  p.set(&cakeForwardArgs_t::k, &cakeBackwardArgs_t::k, view(p.k.data(), cakeFloat64, {1, 8, 2, 4}));
+  p.set(&cakeForwardArgs_t::v, &cakeBackwardArgs_t::v, view(p.v.data(), cakeFloat64, {1, 8, 3, 4}));
+  p.set(&cakeForwardArgs_t::g, &cakeBackwardArgs_t::g, view(p.g.data(), cakeFloat64, {1, 8, 3}));
+  p.set(&cakeForwardArgs_t::beta, &cakeBackwardArgs_t::beta,
+        view(p.beta.data(), cakeFloat64, {1, 8, 3}));
+  p.fwd.o = view(p.o.data(), cakeFloat64, {1, 8, 3, 4});
+  expect_error(p.forward(), cakeInvalidArgument, {"v.shape[2] = 3", "q.shape[2] = 2", "multiple"});
+}
+
+TEST(Validation, IntegerAndMismatchedDtypes) {
+  Problem p;
+  std::vector<int64_t> ints(4096, 1);
+  p.set(&cakeForwardArgs_t::beta, &cakeBackwardArgs_t::beta, view(ints.data(), cakeInt64, {1, 8, 2}));
+  expect_input_error(p, cakeInvalidArgument, {"beta must be a float tensor", "got int64"});
+  Problem m;
+  std::vector<float> f32(4096, 0.5f);
+  m.set(&cakeForwardArgs_t::k, &cakeBackwardArgs_t::k, view(f32.data(), cakeFloat32, {1, 8, 1, 4}));
+  expect_input_error(m, cakeInvalidArgument, {"same dtype", "q float64", "k float32", "v float64"});
+}
+
+TEST(Validation, CuSeqlensContents) {
+  for (cakeDtype_t dtype : {cakeInt32, cakeInt64}) {
+    struct Case {
+      std::vector<int64_t> cu;
+      std::vector<std::string> parts;
+    };
+    std::vector<Case> const cases = {
+        {{1, 3, 8}, {"cu_seqlens must start at 0", "got 1"}},
+        {{0, 5, 3, 8}, {"non-decreasing", "cu_seqlens[1] = 5", "cu_seqlens[2] = 3"}},
+        {{0, 3, 7}, {"cu_seqlens must end at the number of tokens T = 8", "got 7"}},
+        {{0, 3, 9}, {"T = 8", "got 9"}},
+    };
+    for (auto const& c : cases) {
+      Problem p;
+      p.options.scale = 0.5;
+      std::vector<int64_t> cu64 = c.cu;
+      std::vector<int32_t> cu32(c.cu.begin(), c.cu.end());
+      int64_t const n = static_cast<int64_t>(c.cu.size());
+      cakeTensor_t cu = dtype == cakeInt32 ? view(cu32.data(), cakeInt32, {n})
+                                           : view(cu64.data(), cakeInt64, {n});
+      p.set(&cakeForwardArgs_t::cu_seqlens, &cakeBackwardArgs_t::cu_seqlens, cu);
+      // States of the right document count, so that only the offsets are wrong.
+      std::vector<int64_t> const state = {n - 1, 2, 4, 4};
+      p.set(&cakeForwardArgs_t::initial_state, &cakeBackwardArgs_t::initial_state,
+            view(p.h0.data(), cakeFloat64, state));
+      p.fwd.final_state = view(p.ht.data(), cakeFloat64, state);
+      p.bwd.dht = view(p.dht.data(), cakeFloat64, state);
+      p.bwd.dh0 = view(p.dh0.data(), cakeFloat64, state);
+      expect_input_error(p, cakeInvalidArgument, c.parts);
+    }
+  }
+}
+
+TEST(Validation, CuSeqlensDtypeAndShape) {
+  Problem p;
+  std::vector<double> f = {0, 3, 8};
+  p.set(&cakeForwardArgs_t::cu_seqlens, &cakeBackwardArgs_t::cu_seqlens,
+        view(f.data(), cakeFloat64, {3}));
+  expect_input_error(p, cakeInvalidArgument, {"cu_seqlens must be int32 or int64", "got float64"});
+  Problem q;
+  q.set(&cakeForwardArgs_t::cu_seqlens, &cakeBackwardArgs_t::cu_seqlens,
+        view(q.cu.data(), cakeInt64, {1, 3}));
+  expect_input_error(q, cakeInvalidArgument, {"cu_seqlens must have shape [N + 1]", "got shape [1, 3]"});
+}
+
+TEST(Validation, BatchWithCuSeqlens) {
+  Problem p;
+  // B = 2 rows of T = 4 tokens, with cu_seqlens.
+  p.set(&cakeForwardArgs_t::q, &cakeBackwardArgs_t::q, view(p.q.data(), cakeFloat64, {2, 4, 1, 4}));
+  p.set(&cakeForwardArgs_t::k, &cakeBackwardArgs_t::k, view(p.k.data(), cakeFloat64, {2, 4, 1, 4}));
+  p.set(&cakeForwardArgs_t::v, &cakeBackwardArgs_t::v, view(p.v.data(), cakeFloat64, {2, 4, 2, 4}));
+  p.set(&cakeForwardArgs_t::g, &cakeBackwardArgs_t::g, view(p.g.data(), cakeFloat64, {2, 4, 2}));
+  p.set(&cakeForwardArgs_t::beta, &cakeBackwardArgs_t::beta,
+        view(p.beta.data(), cakeFloat64, {2, 4, 2}));
+  p.fwd.o = view(p.o.data(), cakeFloat64, {2, 4, 2, 4});
+  expect_error(p.forward(), cakeInvalidArgument, {"batch size B must be 1", "got B = 2"});
+}
+
+TEST(Validation, InitialStateShape) {
+  Problem p;
+  p.set(&cakeForwardArgs_t::initial_state, &cakeBackwardArgs_t::initial_state,
+        view(p.h0.data(), cakeFloat64, {1, 2, 4, 4}));
+  expect_input_error(p, cakeInvalidArgument,
+                     {"initial_state must have shape", "[2, 2, 4, 4]", "got [1, 2, 4, 4]"});
+}
+
+TEST(Validation, GateParameters) {
+  Problem p;
+  p.options.use_gate_in_kernel = 1;
+  expect_input_error(p, cakeInvalidArgument, {"A_log", "required", "use_gate_in_kernel"});
+  std::vector<double> a_log(8, 0.1);
+  Problem q;
+  q.set(&cakeForwardArgs_t::A_log, &cakeBackwardArgs_t::A_log, view(a_log.data(), cakeFloat64, {2}));
+  expect_input_error(q, cakeInvalidArgument, {"A_log", "only used with use_gate_in_kernel=True"});
+  Problem kda(true);
+  kda.options.use_gate_in_kernel = 1;
+  kda.set(&cakeForwardArgs_t::A_log, &cakeBackwardArgs_t::A_log,
+          view(a_log.data(), cakeFloat64, {2}));
+  kda.set(&cakeForwardArgs_t::dt_bias, &cakeBackwardArgs_t::dt_bias,
+          view(a_log.data(), cakeFloat64, {2}));
+  expect_input_error(kda, cakeInvalidArgument, {"dt_bias must have shape [HV * K] = [8]", "got [2]"});
+}
+
+TEST(Validation, HeadDimTooLargeOnCpu) {
+  Problem p;
+  std::vector<double> big(8 * 300 * 2, 0.0);
+  p.set(&cakeForwardArgs_t::v, &cakeBackwardArgs_t::v, view(big.data(), cakeFloat64, {1, 8, 2, 300}));
+  std::vector<double> o(8 * 300 * 2, kNaN);
+  p.fwd.o = view(o.data(), cakeFloat64, {1, 8, 2, 300});
+  p.fwd.initial_state = cakeTensor_t{};
+  p.fwd.final_state = cakeTensor_t{};
+  expect_error(p.forward(), cakeNotSupported, {"head dims", "[1, 256]", "V = 300"});
+}
+
+TEST(Validation, UnknownDeviceType) {
+  Problem p;
+  p.fwd.q.device_type = 9;
+  expect_error(p.forward(), cakeInvalidArgument, {"q must be on the CPU or a CUDA device"});
+}
+
+TEST(Validation, MixedDevices) {
+  Problem p;
+  p.fwd.g.device_type = cakeCUDA;
+  expect_error(p.forward(), cakeInvalidArgument, {"g must be on q's device (cpu)", "got cuda:0"});
+  Problem q;
+  q.fwd.initial_state.device_id = 1;  // cpu:1 is not q's cpu:0
+  expect_error(q.forward(), cakeInvalidArgument, {"initial_state must be on q's device"});
+}
+
+// ------------------------------------------------------------------------------------------------
+// Outputs and gradients
+// ------------------------------------------------------------------------------------------------
+
+TEST(Validation, MissingO) {
+  Problem p;
+  p.fwd.o = cakeTensor_t{};
+  expect_error(p.forward(), cakeInvalidArgument, {"o is required"});
+  size_t bytes = 0;
+  expect_error(p.forward_size(&bytes), cakeInvalidArgument, {"o is required"});
+}
+
+TEST(Validation, WrongShapeO) {
+  Problem p;
+  p.fwd.o = view(p.o.data(), cakeFloat64, {1, 8, 2, 5});
+  expect_error(p.forward(), cakeInvalidArgument, {"o must have shape", "[1, 8, 2, 4]", "got [1, 8, 2, 5]"});
+}
+
+TEST(Validation, NonContiguousO) {
+  Problem p;
+  std::swap(p.fwd.o.strides[2], p.fwd.o.strides[3]);  // [B, T, HV, V] with transposed strides
+  expect_error(p.forward(), cakeInvalidArgument, {"o must be contiguous", "[1, 8, 2, 4]"});
+  EXPECT_TRUE(std::isnan(p.o[0])) << "o written although the call failed";
+}
+
+TEST(Validation, FinalStateShape) {
+  Problem p;
+  p.fwd.final_state = view(p.ht.data(), cakeFloat64, {2, 2, 4, 5});
+  expect_error(p.forward(), cakeInvalidArgument, {"final_state must have shape", "got [2, 2, 4, 5]"});
+}
+
+TEST(Validation, IntegerOutput) {
+  Problem p;
+  std::vector<int64_t> ints(4096, 0);
+  p.fwd.o = view(ints.data(), cakeInt64, {1, 8, 2, 4});
+  expect_error(p.forward(), cakeInvalidArgument, {"o must be a float tensor", "got int64"});
+}
+
+TEST(Validation, BackwardGradients) {
+  Problem p;
+  p.bwd.dout = cakeTensor_t{};
+  expect_error(p.backward(), cakeInvalidArgument, {"dout is required"});
+
+  Problem q;
+  q.bwd.initial_state = cakeTensor_t{};  // dh0 requested without an initial state
+  expect_error(q.backward(), cakeInvalidArgument, {"dh0 can only be computed with an initial_state"});
+
+  Problem r;
+  std::vector<double> d(8, 0.0);
+  r.bwd.dA_log = view(d.data(), cakeFloat64, {2});
+  expect_error(r.backward(), cakeInvalidArgument, {"dA_log can only be computed with A_log"});
+
+  Problem s;
+  s.bwd.dq = view(s.dq.data(), cakeFloat64, {1, 8, 1, 5});
+  expect_error(s.backward(), cakeInvalidArgument, {"dq must have shape", "got [1, 8, 1, 5]"});
+
+  Problem t;
+  std::swap(t.bwd.dv.strides[2], t.bwd.dv.strides[3]);
+  expect_error(t.backward(), cakeInvalidArgument, {"dv must be contiguous"});
+}
+
+// ------------------------------------------------------------------------------------------------
+// CUDA tensors
+// ------------------------------------------------------------------------------------------------
+
+// Every tensor of p marked as on cuda:0 (the data stay host pointers: only calls that fail
+// before touching data may be made with them).
+void on_cuda(Problem& p) {
+  for (auto* t : {&p.fwd.q, &p.fwd.k, &p.fwd.v, &p.fwd.g, &p.fwd.beta, &p.fwd.initial_state,
+                  &p.fwd.cu_seqlens, &p.fwd.o, &p.fwd.final_state}) {
+    t->device_type = cakeCUDA;
+  }
+}
+
+TEST(Validation, CudaHeadDims) {
+  Problem p;
+  on_cuda(p);
+  expect_error(p.forward(), cakeNotSupported, {"K = V = 128", "got K = 4, V = 4"});
+}
+
+TEST(Validation, CudaKdaNotImplemented) {
+  Problem p(true);
+  std::vector<double> big(8 * 2 * 128 * 128, 0.0);
+  p.fwd.q = view(big.data(), cakeFloat64, {1, 8, 1, 128});
+  p.fwd.k = p.fwd.q;
+  p.fwd.v = view(big.data(), cakeFloat64, {1, 8, 2, 128});
+  p.fwd.g = view(big.data(), cakeFloat64, {1, 8, 2, 128});
+  p.fwd.o = view(big.data(), cakeFloat64, {1, 8, 2, 128});
+  p.fwd.initial_state = view(big.data(), cakeFloat64, {2, 2, 128, 128});
+  p.fwd.final_state = cakeTensor_t{};
+  on_cuda(p);
+  expect_error(p.forward(), cakeNotImplemented, {"chunk_kda has no CUDA kernels"});
+}
+
+TEST(Validation, CudaTensorsInBuildWithoutCuda) {
+  // A valid GDN problem on cuda:0 (bf16 q/k/v/o, float32 g/beta/states, int32 offsets).
+  constexpr int64_t T = 64, HV = 1, D = 128;
+  std::vector<uint16_t> qk(T * D, 0), vo(T * HV * D, 0), o(T * HV * D, 0);
+  std::vector<float> g(T * HV, -0.1f), beta(T * HV, 0.5f);
+  std::vector<int32_t> cu = {0, T};
+  cakeOptions_t options{};
+  options.struct_size = sizeof(cakeOptions_t);
+  options.variant = cakeGdn;
+  options.scale = 1.0 / std::sqrt(128.0);
+  cakeForwardArgs_t args{};
+  args.q = view(qk.data(), cakeBfloat16, {1, T, 1, D});
+  args.k = args.q;
+  args.v = view(vo.data(), cakeBfloat16, {1, T, HV, D});
+  args.g = view(g.data(), cakeFloat32, {1, T, HV});
+  args.beta = view(beta.data(), cakeFloat32, {1, T, HV});
+  args.cu_seqlens = view(cu.data(), cakeInt32, {2});
+  args.o = view(o.data(), cakeBfloat16, {1, T, HV, D});
+  for (auto* t : {&args.q, &args.k, &args.v, &args.g, &args.beta, &args.cu_seqlens, &args.o}) {
+    t->device_type = cakeCUDA;
+  }
+  size_t bytes = 0;
+  cakeResult_t const r = cakeForwardWorkspaceSize(&options, &args, &bytes);
+  if (r != cakeNotImplemented) {
+    // A build with CUDA: the problem is valid; the data are host pointers, so stop here.
+    EXPECT_EQ(r, cakeSuccess) << last_error();
+    GTEST_SKIP() << "this build has CUDA";
+  }
+  EXPECT_NE(last_error().find("without CUDA"), std::string::npos) << last_error();
+  expect_error(cakeForward(&options, &args, nullptr, 0, nullptr), cakeNotImplemented,
+               {"without CUDA"});
+}
+
+// ------------------------------------------------------------------------------------------------
+// Happy paths
+// ------------------------------------------------------------------------------------------------
+
+// The GDN / KDA recurrence on the problem's documents, token by token.
+void recurrence(Problem const& p, std::vector<double>& o, std::vector<double>& ht) {
+  constexpr int64_t HV = Problem::HV, K = Problem::K, V = Problem::V, H = Problem::H;
+  o.assign(Problem::T * HV * V, 0.0);
+  ht.assign(Problem::N * HV * K * V, 0.0);
+  for (int64_t n = 0; n < Problem::N; ++n) {
+    for (int64_t hv = 0; hv < HV; ++hv) {
+      int64_t const h = hv / (HV / H);
+      std::vector<double> S(p.h0.begin() + (n * HV + hv) * K * V,
+                            p.h0.begin() + (n * HV + hv + 1) * K * V);
+      for (int64_t t = p.cu[n]; t < p.cu[n + 1]; ++t) {
+        double const* q = &p.q[(t * H + h) * K];
+        double const* k = &p.k[(t * H + h) * K];
+        double const* v = &p.v[(t * HV + hv) * V];
+        double const b = p.beta[t * HV + hv];
+        for (int64_t i = 0; i < K; ++i) {
+          double const decay = std::exp(p.kda ? p.g[(t * HV + hv) * K + i] : p.g[t * HV + hv]);
+          for (int64_t j = 0; j < V; ++j) S[i * V + j] *= decay;
+        }
+        for (int64_t j = 0; j < V; ++j) {
+          double pred = 0;
+          for (int64_t i = 0; i < K; ++i) pred += S[i * V + j] * k[i];
+          double const u = b * (v[j] - pred);
+          for (int64_t i = 0; i < K; ++i) S[i * V + j] += k[i] * u;
+        }
+        for (int64_t j = 0; j < V; ++j) {
+          double acc = 0;
+          for (int64_t i = 0; i < K; ++i) acc += S[i * V + j] * q[i];
+          o[(t * HV + hv) * V + j] = p.options.scale * acc;
+        }
+      }
+      std::copy(S.begin(), S.end(), ht.begin() + (n * HV + hv) * K * V);
+    }
+  }
+}
+
+TEST(Validation, HappyPathWritesEveryOutput) {
+  for (bool kda : {false, true}) {
+    Problem p(kda);
+    size_t bytes = 77;
+    ASSERT_EQ(p.forward_size(&bytes), cakeSuccess) << last_error();
+    EXPECT_EQ(bytes, 0u);
+    ASSERT_EQ(p.forward(), cakeSuccess) << last_error();
+    std::vector<double> o, ht;
+    recurrence(p, o, ht);
+    for (size_t i = 0; i < o.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(p.o[i])) << "o[" << i << "] not written";
+      EXPECT_NEAR(p.o[i], o[i], 1e-12 * (1 + std::fabs(o[i]))) << "o[" << i << "]";
+    }
+    EXPECT_TRUE(std::isnan(p.o[o.size()])) << "wrote past the end of o";
+    for (size_t i = 0; i < ht.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(p.ht[i])) << "final_state[" << i << "] not written";
+      EXPECT_NEAR(p.ht[i], ht[i], 1e-12 * (1 + std::fabs(ht[i]))) << "final_state[" << i << "]";
+    }
+    EXPECT_TRUE(std::isnan(p.ht[ht.size()])) << "wrote past the end of final_state";
+  }
+}
+
+TEST(Validation, HappyPathFloat32Output) {
+  Problem p;
+  std::vector<float> o32(Problem::T * Problem::HV * Problem::V + 1,
+                         std::numeric_limits<float>::quiet_NaN());
+  p.fwd.o = view(o32.data(), cakeFloat32, {1, 8, 2, 4});
+  ASSERT_EQ(p.forward(), cakeSuccess) << last_error();
+  std::vector<double> o, ht;
+  recurrence(p, o, ht);
+  for (size_t i = 0; i < o.size(); ++i) {
+    EXPECT_EQ(o32[i], static_cast<float>(o[i])) << "o[" << i << "] is not o rounded to float32";
+  }
+  EXPECT_TRUE(std::isnan(o32.back()));
+}
+
+TEST(Validation, HappyPathBackwardWritesEveryGradient) {
+  for (bool kda : {false, true}) {
+    Problem p(kda);
+    ASSERT_EQ(p.backward(), cakeSuccess) << last_error();
+    auto check = [](std::vector<double> const& x, int64_t n, char const* name) {
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(std::isfinite(x[i])) << name << "[" << i << "] not written";
+      }
+      EXPECT_TRUE(std::isnan(x[n])) << "wrote past the end of " << name;
+    };
+    constexpr int64_t T = Problem::T, H = Problem::H, HV = Problem::HV, K = Problem::K,
+                      V = Problem::V, N = Problem::N;
+    check(p.dq, T * H * K, "dq");
+    check(p.dk, T * H * K, "dk");
+    check(p.dv, T * HV * V, "dv");
+    check(p.dg, T * HV * (kda ? K : 1), "dg");
+    check(p.dbeta, T * HV, "dbeta");
+    check(p.dh0, N * HV * K * V, "dh0");
+  }
+}
+
+TEST(Validation, AbsentGradientsAreNotComputed) {
+  Problem p;
+  p.bwd.dq = cakeTensor_t{};
+  p.bwd.dh0 = cakeTensor_t{};
+  ASSERT_EQ(p.backward(), cakeSuccess) << last_error();
+  EXPECT_TRUE(std::isnan(p.dq[0]));
+  EXPECT_TRUE(std::isnan(p.dh0[0]));
+  EXPECT_TRUE(std::isfinite(p.dk[0]));
+}
+
+}  // namespace
