@@ -1,0 +1,213 @@
+"""How ranks exchange tensors: one collective, all-gather, behind a small interface.
+
+Two implementations:
+
+* DistributedExchange: ``torch.distributed.all_gather`` on a process group (gloo on CPU, NCCL on
+  CUDA).
+* VirtualWorld: W virtual ranks in one process, one thread each, meeting at a barrier. The C++ ops
+  release the GIL, so the ranks' walks run concurrently.
+
+``agree`` all-gathers a small fixed-size header of integers before any variable-size exchange, so
+that arguments that differ between ranks (or were rejected on one rank) raise ValueError on every
+rank instead of leaving the others blocked in a collective of another size.
+"""
+
+import struct
+import threading
+from typing import Callable, Mapping, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+
+class Exchange:
+    """One rank's view of the collective: ``all_gather(t)`` returns every rank's t, in rank order.
+
+    Every rank must call it with a tensor of the same shape and dtype, in the same order.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+        raise NotImplementedError
+
+
+class SingleExchange(Exchange):
+    """The exchange of a world of one rank."""
+
+    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+        return [tensor.clone()]
+
+
+class DistributedExchange(Exchange):
+    """all_gather over a torch.distributed process group (None: the default group).
+
+    NCCL gathers CUDA tensors and gloo CPU tensors: tensors are moved to the backend's device for the
+    collective and the results come back on the caller's device.
+    """
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("group: torch.distributed is not initialised; call "
+                             "torch.distributed.init_process_group first or pass exchange=")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self._backend = str(dist.get_backend(group)).lower()
+
+    def _device(self, tensor: Tensor) -> torch.device:
+        if self._backend == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        if self._backend == "gloo":
+            return torch.device("cpu")
+        return tensor.device
+
+    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+        import torch.distributed as dist
+
+        device = self._device(tensor)
+        sent = tensor.detach().to(device).contiguous()
+        received = [torch.empty_like(sent) for _ in range(self.world_size)]
+        dist.all_gather(received, sent, group=self.group)
+        return [t.to(tensor.device) for t in received]
+
+
+class VirtualWorld:
+    """W virtual ranks in one process: ``world.exchange(r)`` is rank r's Exchange, and
+    ``world.run(fn)`` calls ``fn(exchange)`` on one thread per rank.
+
+    The all-gather is two barrier waits (all ranks have written their slot; all have read every
+    slot). A rank that fails aborts the barrier, so the others fail too instead of waiting; a barrier
+    wait longer than ``timeout`` seconds fails the same way.
+    """
+
+    def __init__(self, world_size: int, timeout: float = 60.0):
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+        self.world_size = world_size
+        self.timeout = timeout
+        self._barrier = threading.Barrier(world_size, timeout=timeout)
+        self._slots: list[Optional[Tensor]] = [None] * world_size
+
+    def exchange(self, rank: int) -> "VirtualExchange":
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in [0, {self.world_size}), got {rank}")
+        return VirtualExchange(self, rank)
+
+    def abort(self) -> None:
+        """Fails every rank waiting in (or later entering) an all-gather."""
+        self._barrier.abort()
+
+    def _wait(self, rank: int) -> None:
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            raise RuntimeError(f"virtual rank {rank}: the all-gather was abandoned (another rank "
+                               f"failed, or the ranks did not all arrive within "
+                               f"{self.timeout} s)") from None
+
+    def run(self, fn: Callable[[Exchange], object], *, return_exceptions: bool = False,
+            timeout: Optional[float] = None) -> list:
+        """Runs ``fn(exchange)`` for every rank on its own thread and returns the results in rank
+        order. An exception on one rank aborts the all-gathers of the others; it is re-raised
+        (the lowest failing rank's) unless return_exceptions, which puts it in that rank's place.
+        Raises TimeoutError when the ranks are not all done after ``timeout`` (default: the
+        world's timeout plus a minute).
+        """
+        results: list = [None] * self.world_size
+        failed = [False] * self.world_size
+
+        def body(rank: int) -> None:
+            try:
+                results[rank] = fn(self.exchange(rank))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller below
+                results[rank] = e
+                failed[rank] = True
+                self.abort()
+
+        threads = [threading.Thread(target=body, args=(r,), daemon=True, name=f"kcp-rank-{r}")
+                   for r in range(self.world_size)]
+        for t in threads:
+            t.start()
+        limit = self.timeout + 60.0 if timeout is None else timeout
+        for t in threads:
+            t.join(limit)
+        if any(t.is_alive() for t in threads):
+            self.abort()
+            raise TimeoutError(f"virtual ranks still running after {limit} s")
+        if not return_exceptions:
+            for r in range(self.world_size):
+                if failed[r]:
+                    raise results[r]
+        return results
+
+
+class VirtualExchange(Exchange):
+    """Rank ``rank`` of a VirtualWorld."""
+
+    def __init__(self, world: VirtualWorld, rank: int):
+        self.world = world
+        self.rank = rank
+        self.world_size = world.world_size
+
+    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+        world = self.world
+        world._slots[self.rank] = tensor.detach().clone()
+        world._wait(self.rank)
+        gathered = [t.clone() for t in world._slots]
+        world._wait(self.rank)
+        first = gathered[0]
+        for r, t in enumerate(gathered):
+            if t.shape != first.shape or t.dtype != first.dtype:
+                raise ValueError(f"all_gather: every rank must send the same shape and dtype, got "
+                                 f"{tuple(first.shape)} {first.dtype} on rank 0 and "
+                                 f"{tuple(t.shape)} {t.dtype} on rank {r}")
+        return [t.to(tensor.device) for t in gathered]
+
+
+def float_bits(x: float) -> int:
+    """A float as the int64 of its IEEE-754 bits, so that a header of int64 can carry it exactly."""
+    return struct.unpack("<q", struct.pack("<d", float(x)))[0]
+
+
+def bits_float(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", int(bits)))[0]
+
+
+def header_bytes(num_fields: int) -> int:
+    """Bytes one rank sends in ``agree`` with num_fields fields: the fields and the ok flag, int64."""
+    return 8 * (num_fields + 1)
+
+
+def agree(exchange: Exchange, what: str, fields: Mapping[str, int], error: Optional[str],
+          float_fields: Sequence[str] = (), per_rank: Sequence[str] = ()) -> list[list[int]]:
+    """All-gathers this rank's header (an ok flag and ``fields``, int64 [len(fields) + 1]) and
+    raises ValueError on every rank when a rank reported an ``error`` (that rank raises its own
+    message) or when the ranks' fields differ (naming each field and every rank's value). Fields
+    named in ``per_rank`` may differ. Returns every rank's fields, [W][len(fields)].
+    ``float_fields`` are shown as floats (see float_bits).
+    """
+    names = list(fields)
+    header = torch.tensor([0 if error else 1] + [int(fields[n]) for n in names], dtype=torch.int64)
+    rows = [t.tolist() for t in exchange.all_gather(header)]
+    if error:
+        raise ValueError(error)
+    rejected = [r for r, row in enumerate(rows) if row[0] != 1]
+    if rejected:
+        raise ValueError(f"{what}: rank(s) {rejected} rejected their arguments (their own errors "
+                         f"say why); nothing else was exchanged")
+    show = lambda n, x: bits_float(x) if n in float_fields else x  # noqa: E731
+    differ = []
+    for i, name in enumerate(names, start=1):
+        if name in per_rank:
+            continue
+        values = [row[i] for row in rows]
+        if any(x != values[0] for x in values):
+            differ.append(f"{name} (" + ", ".join(f"rank {r}: {show(name, x)}"
+                                                  for r, x in enumerate(values)) + ")")
+    if differ:
+        raise ValueError(f"{what}: the ranks disagree on " + "; ".join(differ))
+    return [row[1:] for row in rows]
