@@ -578,3 +578,101 @@ def test_compile_aot_eager(kda):
     for name, a, b in zip(names, gradients(o, ht, do, dht, leaves(t)),
                           gradients(o2, ht2, do, dht, leaves(t))):
         assert torch.equal(a, b), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory layouts of the inputs: broadcast (stride 0), offsets into larger buffers
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_broadcast_inputs(kda):
+    # beta and g broadcast over tokens (stride 0), A_log/dt_bias broadcast over heads.
+    t, opts = make_case(1201, kda=kda, cu=[0, 9, 40], initial_state=True, gate=True,
+                        dt_bias=True)
+    gen = torch.Generator().manual_seed(1201)
+    beta_row = torch.rand(1, 1, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    g_row = torch.randn(1, 1, *t["g"].shape[2:], generator=gen, dtype=torch.float64,
+                        requires_grad=True)
+    a_log_one = torch.randn(1, generator=gen, dtype=torch.float64, requires_grad=True)
+    views = dict(t, beta=beta_row.expand(1, 40, 2), g=g_row.expand(*t["g"].shape),
+                 A_log=a_log_one.expand(2))
+    dense = dict(t, **{n: views[n].detach().contiguous().requires_grad_()
+                       for n in ("beta", "g", "A_log")})
+    assert views["beta"].stride(1) == 0
+    o, ht = call_cake(kda, views, opts)
+    o2, ht2 = call_cake(kda, dense, opts)
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)
+    do, dht = cotangents(o, ht, 1201)
+    got = gradients(o, ht, do, dht, [beta_row, g_row, a_log_one])
+    want = gradients(o2, ht2, do, dht, [dense["beta"], dense["g"], dense["A_log"]])
+    assert_rel(got[0], want[0].sum(1, keepdim=True), 1e-12, "dbeta")
+    assert_rel(got[1], want[1].sum(1, keepdim=True), 1e-12, "dg")
+    assert_rel(got[2], want[2].sum(0, keepdim=True), 1e-12, "dA_log")
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_inputs_at_offsets_in_larger_buffers(kda):
+    # Slices of larger tensors: data pointers with storage offsets, strides of the big buffers.
+    t, opts = make_case(1202, kda=kda, cu=[0, 20, 50], initial_state=True)
+    sliced = {"cu_seqlens": t["cu_seqlens"]}
+    for name in leaf_names(t):
+        x = t[name].detach()
+        big = torch.full((x.shape[0] + 1, *(s + 3 for s in x.shape[1:])), float("nan"),
+                         dtype=x.dtype)
+        index = (slice(1, None), *(slice(2, 2 + s) for s in x.shape[1:]))
+        big[index] = x
+        sliced[name] = big[index].requires_grad_()
+        assert sliced[name].storage_offset() > 0
+    o, ht = call_cake(kda, t, opts)
+    o2, ht2 = call_cake(kda, sliced, opts)
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)
+    do, dht = cotangents(o, ht, 1202)
+    for name, a, b in zip(leaf_names(t), gradients(o, ht, do, dht, leaves(t)),
+                          gradients(o2, ht2, do, dht, leaves(sliced))):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_cu_seqlens_layouts(kda):
+    t, opts = make_case(1203, kda=kda, cu=[0, 3, 8, 40], initial_state=True)
+    o, ht = call_cake(kda, t, opts)
+    for cu in (torch.tensor([0, 99, 3, 99, 8, 99, 40])[::2],       # strided
+               torch.tensor([7, 0, 3, 8, 40], dtype=torch.int32)[1:],  # offset
+               torch.tensor([0, 3, 8, 40], dtype=torch.int32)):
+        o2, ht2 = call_cake(kda, dict(t, cu_seqlens=cu), opts)
+        assert torch.equal(o, o2) and torch.equal(ht, ht2), cu
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_zero_vectors_with_l2norm(kda):
+    # q = k = 0 in some tokens: the L2 norm divides by sqrt(0 + 1e-6), nothing blows up.
+    t, opts = make_case(1204, kda=kda, cu=[0, 10, 30], initial_state=True, l2norm=True)
+    q, k = t["q"].detach().clone(), t["k"].detach().clone()
+    q[:, ::3] = 0
+    k[:, 1::4] = 0
+    check_against_reference(kda, dict(t, q=q.requires_grad_(), k=k.requires_grad_()), opts,
+                            seed=1204)
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrency: the op releases the GIL; concurrent calls give the sequential results
+# ---------------------------------------------------------------------------------------------
+
+def test_concurrent_calls():
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [make_case(1300 + i, kda=bool(i % 2), cu=[0, 30, 70], initial_state=True,
+                       gate=True) for i in range(6)]
+
+    def run(i):
+        t, opts = cases[i]
+        o, ht = call_cake(bool(i % 2), t, opts)
+        do, dht = cotangents(o, ht, i)
+        return [o, ht, *gradients(o, ht, do, dht, leaves(t))]
+
+    sequential = [run(i) for i in range(6)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        concurrent = list(pool.map(run, range(6)))
+    for a, b in zip(sequential, concurrent):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
