@@ -1,6 +1,8 @@
 """cake.chunk_gated_delta_rule and cake.chunk_kda on the CPU against reference.py (plain-torch FP64
 token-by-token recurrence with autograd): outputs, final states and every gradient."""
 
+import random
+
 import pytest
 import torch
 
@@ -37,10 +39,39 @@ def test_matches_reference_with_states(kda, option_set):
 
 @pytest.mark.parametrize("kda", VARIANTS)
 @pytest.mark.parametrize("option_set", ["plain", "all"])
-def test_matches_reference_without_states(kda, option_set):
+@pytest.mark.parametrize("initial_state", [False, True], ids=["no_h0", "h0"])
+def test_matches_reference_without_final_state(kda, option_set, initial_state):
     t, opts = make_case(102, kda=kda, cu=DOCS, output_final_state=False,
-                        **OPTION_SETS[option_set])
+                        initial_state=initial_state, **OPTION_SETS[option_set])
     check_against_reference(kda, t, opts, seed=102)
+
+
+def _random_config(seed):
+    r = random.Random(seed)
+    kda = r.random() < 0.5
+    cu = [0]
+    for _ in range(r.randint(1, 4)):
+        cu.append(cu[-1] + r.choice([0, 1, 2, r.randint(1, 140)]))
+    cu[-1] = max(cu[-1], 1)
+    H = r.choice([1, 2])
+    gate = r.random() < 0.5
+    kw = dict(kda=kda, cu=cu, H=H, HV=H * r.choice([1, 2, 3]), K=r.choice([1, 3, 8, 17]),
+              V=r.choice([1, 5, 8, 16]), initial_state=r.random() < 0.7,
+              l2norm=r.random() < 0.5, gate=gate, dt_bias=gate and r.random() < 0.5,
+              beta_sigmoid=r.random() < 0.5, output_final_state=r.random() < 0.8)
+    if kda and gate and r.random() < 0.5:
+        kw.update(lower_bound=-r.uniform(0.5, 5), A_log=r.random() < 0.5)
+    kw["allow_neg_eigval"] = kw["beta_sigmoid"] and r.random() < 0.5
+    if r.random() < 0.3:
+        kw["scale"] = r.uniform(-1, 2)
+    return kw
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_configurations(seed):
+    kw = _random_config(1500 + seed)
+    t, opts = make_case(1500 + seed, **kw)
+    check_against_reference(kw["kda"], t, opts, seed=1500 + seed)
 
 
 KDA_LOWER_BOUND = {
@@ -371,6 +402,11 @@ def test_state_v_first(kda):
     (dh0,) = torch.autograd.grad((o * do).sum() + (ht * dht).sum(), [h0])
     (dh0_vk,) = torch.autograd.grad((o2 * do).sum() + (ht2 * dht.transpose(-1, -2)).sum(), [h0_vk])
     assert torch.equal(dh0_vk.transpose(-1, -2), dh0)
+    # without an initial state, the final state alone comes [N, HV, V, K]
+    t.pop("initial_state")
+    _, ht = call_cake(kda, t, opts)
+    _, ht3 = call_cake(kda, t, dict(opts, state_v_first=True))
+    assert torch.equal(ht3, ht.transpose(-1, -2))
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
