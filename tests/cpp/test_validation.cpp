@@ -611,4 +611,43 @@ TEST(Validation, AbsentGradientsAreNotComputed) {
   EXPECT_TRUE(std::isfinite(p.dk[0]));
 }
 
+// ------------------------------------------------------------------------------------------------
+// Known bugs. Each test pins today's wrong behaviour and says what is right; it fails once the bug
+// is fixed (like pytest's xfail(strict=True)): then change it to expect the right behaviour.
+// ------------------------------------------------------------------------------------------------
+
+// KNOWN BUG (src/ops/validate.cpp check_inputs): negative sizes are not rejected. A problem whose
+// q, k, v, g, beta and o all have T = -1 (or B = -1) passes validation and then fails in
+// src/ops/reference.cpp allocating std::vector(numel < 0) with cakeInternalError "internal error:
+// cannot create std::vector larger than max_size()". Right: cakeInvalidArgument naming q and its
+// shape [1, -1, 1, 4].
+TEST(Validation, KnownBugNegativeSizesAreInternalErrors) {
+  for (int dim : {0, 1}) {
+    Problem p;
+    for (auto* t : {&p.fwd.q, &p.fwd.k, &p.fwd.v, &p.fwd.g, &p.fwd.beta, &p.fwd.o}) {
+      t->shape[dim] = -1;
+    }
+    p.fwd.initial_state = cakeTensor_t{};
+    p.fwd.final_state = cakeTensor_t{};
+    p.fwd.cu_seqlens = cakeTensor_t{};
+    cakeResult_t const r = p.forward();
+    EXPECT_EQ(r, cakeInternalError)
+        << "the bug is fixed? got " << cakeGetErrorString(r) << ": " << last_error()
+        << " - make this test expect cakeInvalidArgument and a message naming q";
+  }
+}
+
+TEST(Validation, EmptyProblemSucceeds) {
+  Problem p;
+  for (auto* t : {&p.fwd.q, &p.fwd.k, &p.fwd.v, &p.fwd.g, &p.fwd.beta, &p.fwd.o}) {
+    t->shape[1] = 0;
+  }
+  p.fwd.cu_seqlens = cakeTensor_t{};
+  p.fwd.initial_state = view(p.h0.data(), cakeFloat64, {1, 2, 4, 4});
+  p.fwd.final_state = view(p.ht.data(), cakeFloat64, {1, 2, 4, 4});
+  ASSERT_EQ(p.forward(), cakeSuccess) << last_error();
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(p.ht[i], p.h0[i]) << "final_state[" << i << "]";
+  EXPECT_TRUE(std::isnan(p.ht[32]));
+}
+
 }  // namespace
