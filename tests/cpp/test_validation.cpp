@@ -69,8 +69,8 @@ struct Problem {
     fwd.q = view(q.data(), cakeFloat64, {B, T, H, K});
     fwd.k = view(k.data(), cakeFloat64, {B, T, H, K});
     fwd.v = view(v.data(), cakeFloat64, {B, T, HV, V});
-    fwd.g = kda ? view(g.data(), cakeFloat64, {B, T, HV, K})
-                : view(g.data(), cakeFloat64, {B, T, HV});
+    fwd.g =
+        kda ? view(g.data(), cakeFloat64, {B, T, HV, K}) : view(g.data(), cakeFloat64, {B, T, HV});
     fwd.beta = view(beta.data(), cakeFloat64, {B, T, HV});
     fwd.initial_state = view(h0.data(), cakeFloat64, {N, HV, K, V});
     fwd.cu_seqlens = view(cu.data(), cakeInt64, {N + 1});
@@ -97,7 +97,9 @@ struct Problem {
 
   cakeResult_t forward() { return cakeForward(&options, &fwd, nullptr, 0, nullptr); }
   cakeResult_t backward() { return cakeBackward(&options, &bwd, nullptr, 0, nullptr); }
-  cakeResult_t forward_size(size_t* bytes) { return cakeForwardWorkspaceSize(&options, &fwd, bytes); }
+  cakeResult_t forward_size(size_t* bytes) {
+    return cakeForwardWorkspaceSize(&options, &fwd, bytes);
+  }
 
   // Sets the same input tensor in the forward and the backward arguments.
   void set(cakeTensor_t cakeForwardArgs_t::*f, cakeTensor_t cakeBackwardArgs_t::*b,
@@ -113,8 +115,8 @@ void expect_error(cakeResult_t result, cakeResult_t code, std::vector<std::strin
   EXPECT_EQ(result, code) << "got " << cakeGetErrorString(result) << ": " << last_error();
   std::string const message = last_error();
   for (auto const& p : parts) {
-    EXPECT_NE(message.find(p), std::string::npos) << "message \"" << message
-                                                   << "\" lacks \"" << p << "\"";
+    EXPECT_NE(message.find(p), std::string::npos)
+        << "message \"" << message << "\" lacks \"" << p << "\"";
   }
 }
 
@@ -228,20 +230,22 @@ TEST(Validation, MissingQ) {
 
 TEST(Validation, KShape) {
   Problem p;
-  p.set(&cakeForwardArgs_t::k, &cakeBackwardArgs_t::k,
-        view(p.k.data(), cakeFloat64, {1, 8, 1, 5}));
-  expect_input_error(p, cakeInvalidArgument, {"k must have shape", "[1, 8, 1, 4]", "got [1, 8, 1, 5]"});
+  p.set(&cakeForwardArgs_t::k, &cakeBackwardArgs_t::k, view(p.k.data(), cakeFloat64, {1, 8, 1, 5}));
+  expect_input_error(p, cakeInvalidArgument,
+                     {"k must have shape", "[1, 8, 1, 4]", "got [1, 8, 1, 5]"});
 }
 
 TEST(Validation, GShapePerVariant) {
   Problem gdn(false);
   gdn.set(&cakeForwardArgs_t::g, &cakeBackwardArgs_t::g,
           view(gdn.g.data(), cakeFloat64, {1, 8, 2, 4}));
-  expect_input_error(gdn, cakeInvalidArgument, {"g must have shape", "[1, 8, 2]", "got [1, 8, 2, 4]"});
+  expect_input_error(gdn, cakeInvalidArgument,
+                     {"g must have shape", "[1, 8, 2]", "got [1, 8, 2, 4]"});
   Problem kda(true);
   kda.set(&cakeForwardArgs_t::g, &cakeBackwardArgs_t::g,
           view(kda.g.data(), cakeFloat64, {1, 8, 2}));
-  expect_input_error(kda, cakeInvalidArgument, {"g must have shape", "[1, 8, 2, 4]", "got [1, 8, 2]"});
+  expect_input_error(kda, cakeInvalidArgument,
+                     {"g must have shape", "[1, 8, 2, 4]", "got [1, 8, 2]"});
 }
 
 TEST(Validation, HeadsNotDividing) {
@@ -260,7 +264,8 @@ TEST(Validation, HeadsNotDividing) {
 TEST(Validation, IntegerAndMismatchedDtypes) {
   Problem p;
   std::vector<int64_t> ints(4096, 1);
-  p.set(&cakeForwardArgs_t::beta, &cakeBackwardArgs_t::beta, view(ints.data(), cakeInt64, {1, 8, 2}));
+  p.set(&cakeForwardArgs_t::beta, &cakeBackwardArgs_t::beta,
+        view(ints.data(), cakeInt64, {1, 8, 2}));
   expect_input_error(p, cakeInvalidArgument, {"beta must be a float tensor", "got int64"});
   Problem m;
   std::vector<float> f32(4096, 0.5f);
@@ -310,7 +315,8 @@ TEST(Validation, CuSeqlensDtypeAndShape) {
   Problem q;
   q.set(&cakeForwardArgs_t::cu_seqlens, &cakeBackwardArgs_t::cu_seqlens,
         view(q.cu.data(), cakeInt64, {1, 3}));
-  expect_input_error(q, cakeInvalidArgument, {"cu_seqlens must have shape [N + 1]", "got shape [1, 3]"});
+  expect_input_error(q, cakeInvalidArgument,
+                     {"cu_seqlens must have shape [N + 1]", "got shape [1, 3]"});
 }
 
 TEST(Validation, BatchWithCuSeqlens) {
@@ -340,7 +346,8 @@ TEST(Validation, GateParameters) {
   expect_input_error(p, cakeInvalidArgument, {"A_log", "required", "use_gate_in_kernel"});
   std::vector<double> a_log(8, 0.1);
   Problem q;
-  q.set(&cakeForwardArgs_t::A_log, &cakeBackwardArgs_t::A_log, view(a_log.data(), cakeFloat64, {2}));
+  q.set(&cakeForwardArgs_t::A_log, &cakeBackwardArgs_t::A_log,
+        view(a_log.data(), cakeFloat64, {2}));
   expect_input_error(q, cakeInvalidArgument, {"A_log", "only used with use_gate_in_kernel=True"});
   Problem kda(true);
   kda.options.use_gate_in_kernel = 1;
@@ -348,13 +355,15 @@ TEST(Validation, GateParameters) {
           view(a_log.data(), cakeFloat64, {2}));
   kda.set(&cakeForwardArgs_t::dt_bias, &cakeBackwardArgs_t::dt_bias,
           view(a_log.data(), cakeFloat64, {2}));
-  expect_input_error(kda, cakeInvalidArgument, {"dt_bias must have shape [HV * K] = [8]", "got [2]"});
+  expect_input_error(kda, cakeInvalidArgument,
+                     {"dt_bias must have shape [HV * K] = [8]", "got [2]"});
 }
 
 TEST(Validation, HeadDimTooLargeOnCpu) {
   Problem p;
   std::vector<double> big(8 * 300 * 2, 0.0);
-  p.set(&cakeForwardArgs_t::v, &cakeBackwardArgs_t::v, view(big.data(), cakeFloat64, {1, 8, 2, 300}));
+  p.set(&cakeForwardArgs_t::v, &cakeBackwardArgs_t::v,
+        view(big.data(), cakeFloat64, {1, 8, 2, 300}));
   std::vector<double> o(8 * 300 * 2, kNaN);
   p.fwd.o = view(o.data(), cakeFloat64, {1, 8, 2, 300});
   p.fwd.initial_state = cakeTensor_t{};
@@ -392,7 +401,8 @@ TEST(Validation, MissingO) {
 TEST(Validation, WrongShapeO) {
   Problem p;
   p.fwd.o = view(p.o.data(), cakeFloat64, {1, 8, 2, 5});
-  expect_error(p.forward(), cakeInvalidArgument, {"o must have shape", "[1, 8, 2, 4]", "got [1, 8, 2, 5]"});
+  expect_error(p.forward(), cakeInvalidArgument,
+               {"o must have shape", "[1, 8, 2, 4]", "got [1, 8, 2, 5]"});
 }
 
 TEST(Validation, NonContiguousO) {
@@ -405,7 +415,8 @@ TEST(Validation, NonContiguousO) {
 TEST(Validation, FinalStateShape) {
   Problem p;
   p.fwd.final_state = view(p.ht.data(), cakeFloat64, {2, 2, 4, 5});
-  expect_error(p.forward(), cakeInvalidArgument, {"final_state must have shape", "got [2, 2, 4, 5]"});
+  expect_error(p.forward(), cakeInvalidArgument,
+               {"final_state must have shape", "got [2, 2, 4, 5]"});
 }
 
 TEST(Validation, IntegerOutput) {
@@ -422,7 +433,8 @@ TEST(Validation, BackwardGradients) {
 
   Problem q;
   q.bwd.initial_state = cakeTensor_t{};  // dh0 requested without an initial state
-  expect_error(q.backward(), cakeInvalidArgument, {"dh0 can only be computed with an initial_state"});
+  expect_error(q.backward(), cakeInvalidArgument,
+               {"dh0 can only be computed with an initial_state"});
 
   Problem r;
   std::vector<double> d(8, 0.0);
