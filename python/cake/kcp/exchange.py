@@ -14,6 +14,7 @@ rank instead of leaving the others blocked in a collective of another size.
 
 import struct
 import threading
+import time
 from typing import Callable, Mapping, Optional, Sequence
 
 import torch
@@ -80,8 +81,10 @@ class VirtualWorld:
     ``world.run(fn)`` calls ``fn(exchange)`` on one thread per rank.
 
     The all-gather is two barrier waits (all ranks have written their slot; all have read every
-    slot). A rank that fails aborts the barrier, so the others fail too instead of waiting; a barrier
-    wait longer than ``timeout`` seconds fails the same way.
+    slot). A rank that fails aborts the world, so the others fail too instead of waiting; a wait
+    longer than ``timeout`` seconds aborts it the same way. A wait that every rank has reached
+    completes even if the world is aborted just after, so an error raised on every rank right after
+    an all-gather stays that error on every rank. An aborted world stays aborted: use a new one.
     """
 
     def __init__(self, world_size: int, timeout: float = 60.0):
@@ -89,7 +92,10 @@ class VirtualWorld:
             raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
         self.world_size = world_size
         self.timeout = timeout
-        self._barrier = threading.Barrier(world_size, timeout=timeout)
+        self._cond = threading.Condition()
+        self._arrived = 0
+        self._generation = 0
+        self._aborted = False
         self._slots: list[Optional[Tensor]] = [None] * world_size
 
     def exchange(self, rank: int) -> "VirtualExchange":
@@ -99,15 +105,28 @@ class VirtualWorld:
 
     def abort(self) -> None:
         """Fails every rank waiting in (or later entering) an all-gather."""
-        self._barrier.abort()
+        with self._cond:
+            self._aborted = True
+            self._cond.notify_all()
 
     def _wait(self, rank: int) -> None:
-        try:
-            self._barrier.wait()
-        except threading.BrokenBarrierError:
-            raise RuntimeError(f"virtual rank {rank}: the all-gather was abandoned (another rank "
-                               f"failed, or the ranks did not all arrive within "
-                               f"{self.timeout} s)") from None
+        with self._cond:
+            if not self._aborted:
+                generation = self._generation
+                self._arrived += 1
+                if self._arrived == self.world_size:
+                    self._arrived = 0
+                    self._generation += 1
+                    self._cond.notify_all()
+                    return
+                self._cond.wait_for(lambda: self._generation != generation or self._aborted,
+                                    self.timeout)
+                if self._generation != generation:
+                    return
+                self._aborted = True
+                self._cond.notify_all()
+        raise RuntimeError(f"virtual rank {rank}: the all-gather was abandoned (another rank "
+                           f"failed, or the ranks did not all arrive within {self.timeout} s)")
 
     def run(self, fn: Callable[[Exchange], object], *, return_exceptions: bool = False,
             timeout: Optional[float] = None) -> list:
@@ -133,8 +152,9 @@ class VirtualWorld:
         for t in threads:
             t.start()
         limit = self.timeout + 60.0 if timeout is None else timeout
+        deadline = time.monotonic() + limit
         for t in threads:
-            t.join(limit)
+            t.join(max(0.0, deadline - time.monotonic()))
         if any(t.is_alive() for t in threads):
             self.abort()
             raise TimeoutError(f"virtual ranks still running after {limit} s")

@@ -253,7 +253,7 @@ class _KCPFunction(torch.autograd.Function):
             elif h0 is not None:
                 state = h0[f.document].to(sd)
             else:
-                continue
+                state = torch.zeros(HV, K, V, dtype=sd, device=q.device)
             for s in seg.of(i):
                 seg_in[s] = state
                 if s + 1 < seg.first[i] + seg.count[i]:

@@ -1,0 +1,434 @@
+"""cake.kcp on the CPU with virtual ranks (one thread per rank): context-parallel GDN and KDA equal
+the single-rank op in FP64 (outputs, final states and every gradient, relative error <= 1e-9) over
+packs x W x layouts x segments; contexts and calls that differ between ranks raise ValueError on
+every rank without hanging; shard/unshard; exchange byte counts; argument errors."""
+
+import itertools
+
+import pytest
+import torch
+
+import cake.kcp as kcp
+from cake import _C
+from conftest import assert_rel, call_cake, cotangents, gradients, leaf_names, leaves, make_case
+
+TOL = 1e-9
+TIMEOUT = 60.0
+PER_TOKEN = ("q", "k", "v", "g", "beta")
+PER_BATCH = ("initial_state", "A_log", "dt_bias")  # same tensor on every rank: partial gradients
+
+# Global cu_seqlens of the packs. Lengths in tokens; a chunk is 64.
+PACKS = {
+    "short": [0, 5, 17, 20, 58, 59, 90],      # every document shorter than a chunk
+    "long": [0, 700, 705, 760],               # 11 chunks: spans 3+ ranks from W = 3 on
+    "empty": [0, 0, 150, 151, 151, 484, 491],  # empty documents, one of 6 chunks
+    "few": [0, 200, 290],                     # W > N: ranks holding no whole document
+    "tiny": [0, 3],                           # T < W: ranks holding no token
+}
+WORLD_SIZES = (1, 2, 3, 4, 8)
+SEGMENTS = (1, 2, 3, 5)
+VARIANTS = ("gdn", "kda")
+
+# Option sets: (make_case keywords, extra op keywords).
+OPTION_SETS = (
+    ({"initial_state": True, "l2norm": True}, {}),
+    ({"initial_state": False, "output_final_state": False}, {}),
+    ({"initial_state": True, "gate": True, "dt_bias": True, "beta_sigmoid": True}, {}),
+    ({"initial_state": True, "beta_sigmoid": True, "allow_neg_eigval": True, "scale": 0.3,
+      "V": 16}, {"state_v_first": True}),
+)
+
+
+def _grid():
+    """A subsample of packs x W x layout x P x variant x options x GVA that takes every value of
+    every axis, and every (W, layout) pair with both variants."""
+    cases = []
+    pack_names = list(PACKS)
+    for i, (W, layout) in enumerate(itertools.product(WORLD_SIZES, kcp.LAYOUTS)):
+        for j in range(2):
+            n = 2 * i + j
+            cases.append(dict(
+                pack=pack_names[(n + i) % len(pack_names)], W=W, layout=layout,
+                P=SEGMENTS[(i + 2 * j) % len(SEGMENTS)], variant=VARIANTS[(i + j) % 2],
+                options=n % len(OPTION_SETS), HV=1 + (n // 3) % 2, seed=n))
+    return cases
+
+
+GRID = _grid()
+
+
+def _case_id(c):
+    return f"{c['pack']}-W{c['W']}-{c['layout']}-P{c['P']}-{c['variant']}-o{c['options']}-HV{c['HV']}"
+
+
+def test_grid_covers_every_axis():
+    assert {c["W"] for c in GRID} == set(WORLD_SIZES)
+    assert {c["layout"] for c in GRID} == set(kcp.LAYOUTS)
+    assert {c["P"] for c in GRID} == set(SEGMENTS)
+    assert {c["variant"] for c in GRID} == set(VARIANTS)
+    assert {c["pack"] for c in GRID} == set(PACKS)
+    assert {c["options"] for c in GRID} == set(range(len(OPTION_SETS)))
+    assert {c["HV"] for c in GRID} == {1, 2}
+    spans3 = holds_no_whole = more_ranks_than_docs = cut = False
+    for c in GRID:
+        cu = PACKS[c["pack"]]
+        shards = _C.kcp.partition(cu, c["W"], c["layout"])
+        pieces = [f.num_pieces for s in shards for f in s.fragments]
+        spans3 |= max(pieces) >= 3
+        holds_no_whole |= any(s.fragments and all(f.num_pieces > 1 for f in s.fragments)
+                              for s in shards)
+        more_ranks_than_docs |= c["W"] > len(cu) - 1
+        cut |= any(len(_C.kcp.segment_bounds(-(-(f.global_range.end - f.global_range.begin)
+                                                // 64), c["P"])) > 2
+                   for s in shards for f in s.fragments)
+    assert spans3 and holds_no_whole and more_ranks_than_docs and cut
+
+
+def _single_rank(kda, t, opts, seed):
+    """The single-rank op's outputs, the cotangents and every gradient of <o, do> + <ht, dht>."""
+    o, ht = call_cake(kda, t, opts)
+    do, dht = cotangents(o.detach(), None if ht is None else ht.detach(), seed)
+    grads = dict(zip(leaf_names(t), gradients(o, ht, do, dht, leaves(t))))
+    return o.detach(), None if ht is None else ht.detach(), do, dht, grads
+
+
+def _kcp_rank(exchange, kda, t, opts, layout, P, do, dht):
+    """One rank: shard the inputs, run the KCP op, take its backward of this rank's part of the
+    loss. Returns (ctx, o_local, final_state, {name: local grad}, {name: partial grad})."""
+    ctx = kcp.build_context(t["cu_seqlens"], exchange=exchange, layout=layout, segments=P)
+    local = {n: kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN}
+    shared = {n: t[n].detach().clone().requires_grad_() for n in PER_BATCH if n in t}
+    fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
+    o, ht = fn(*(local[n] for n in PER_TOKEN), ctx, **opts, **shared)
+    loss = (o * kcp.shard(do, ctx)).sum()
+    if ht is not None:
+        loss = loss + (ht * dht).sum()
+    loss.backward()
+    grad = lambda x: torch.zeros_like(x) if x.grad is None else x.grad  # noqa: E731
+    return (ctx, o.detach(), None if ht is None else ht.detach(),
+            {n: grad(x) for n, x in local.items()}, {n: grad(x) for n, x in shared.items()})
+
+
+def _assemble(ctx_and_parts, like):
+    """The global [1, T, ...] tensor from every rank's local [1, T_local, ...] part."""
+    out = torch.full_like(like, float("nan"))
+    for ctx, part in ctx_and_parts:
+        offset = 0
+        for r in ctx.global_ranges:
+            out[:, r.begin:r.end] = part[:, offset:offset + r.size]
+            offset += r.size
+    return out
+
+
+def _check_kcp(kda, t, opts, W, layout, P, seed):
+    o, ht, do, dht, want = _single_rank(kda, t, opts, seed)
+    world = kcp.VirtualWorld(W, timeout=TIMEOUT)
+    ranks = world.run(lambda ex: _kcp_rank(ex, kda, t, opts, layout, P, do, dht))
+    assert_rel(_assemble([(r[0], r[1]) for r in ranks], o), o, TOL, "o")
+    if ht is None:
+        assert all(r[2] is None for r in ranks)
+    else:
+        filled = [0] * ht.shape[0]
+        for ctx, _, final, _, _ in ranks:
+            mine = set(ctx.final_documents)
+            for n in range(ht.shape[0]):
+                if n in mine:
+                    filled[n] += 1
+                    assert_rel(final[n], ht[n], TOL, f"final_state[{n}] on rank {ctx.rank}")
+                else:
+                    assert not final[n].any(), f"final_state[{n}] on rank {ctx.rank} not zero"
+        assert filled == [1] * ht.shape[0]
+        assert_rel(sum(r[2] for r in ranks), ht, TOL, "final_state summed over ranks")
+    for n in PER_TOKEN:
+        assert_rel(_assemble([(r[0], r[3][n]) for r in ranks], t[n]), want[n], TOL, f"d{n}")
+    for n in PER_BATCH:
+        if n in t:
+            assert_rel(sum(r[4][n] for r in ranks), want[n], TOL, f"d{n} summed over ranks")
+
+
+@pytest.mark.parametrize("c", GRID, ids=_case_id)
+def test_kcp_equals_single_rank(c):
+    case_kwargs, op_kwargs = OPTION_SETS[c["options"]]
+    kda = c["variant"] == "kda"
+    t, opts = make_case(c["seed"], kda=kda, cu=PACKS[c["pack"]], HV=c["HV"], **case_kwargs)
+    opts.update(op_kwargs)
+    if op_kwargs.get("state_v_first"):
+        t["initial_state"] = t["initial_state"].detach().transpose(-1, -2).contiguous() \
+            .requires_grad_()
+    _check_kcp(kda, t, opts, c["W"], c["layout"], c["P"], c["seed"])
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_gva_and_gate_options(kda):
+    """GVA with H = 2, HV = 4, the in-op gate (KDA: with lower_bound), on a pack whose middle
+    document spans every rank."""
+    extra = {"lower_bound": -3.0} if kda else {}
+    t, opts = make_case(11, kda=kda, cu=[0, 40, 400, 430], H=2, HV=4, initial_state=True,
+                        gate=True, dt_bias=True, l2norm=True, **extra)
+    _check_kcp(kda, t, opts, 4, "zigzag", 2, 11)
+
+
+def test_segment_plan_rule_and_override():
+    """segments=None applies plan_segments' rule (P = 4 for one 1024-chunk crossing fragment of
+    32 heads on 132 SMs, docs/design/context-parallel.md); the override forces P everywhere."""
+    cu = [0, 2 * 1024 * 64]
+    ctx = kcp.build_context(cu, world_size=2, rank=0)
+    assert ctx.segment_plan(32) == (4, 4)
+    assert ctx.segments_for(64) == 2
+    assert kcp.build_context(cu, world_size=2, rank=1, segments=3).segment_plan(32) == (3, 3)
+    for bad in (17, -1, 2.0, True):
+        with pytest.raises(ValueError, match="segments"):
+            kcp.build_context(cu, world_size=2, rank=0, segments=bad)
+
+
+def test_no_grad_forward_matches():
+    """Without gradients (no adjoint work is prepared) the outputs are the same."""
+    t, opts = make_case(5, kda=True, cu=PACKS["long"], initial_state=True)
+    o, ht = call_cake(True, t, opts)
+
+    def body(ex):
+        ctx = kcp.build_context(t["cu_seqlens"], exchange=ex, layout="zigzag_per_document",
+                                segments=3)
+        with torch.no_grad():
+            local = [kcp.shard(t[n], ctx) for n in PER_TOKEN]
+            out, final = kcp.chunk_kda_kcp(*local, ctx, initial_state=t["initial_state"],
+                                           output_final_state=True)
+            return kcp.unshard(out, ctx), final
+
+    ranks = kcp.VirtualWorld(3, timeout=TIMEOUT).run(body)
+    assert not ranks[0][0].requires_grad
+    assert_rel(ranks[1][0], o.detach(), TOL, "o")
+    assert_rel(sum(r[1] for r in ranks), ht.detach(), TOL, "final_state")
+
+
+def test_design_example_fragments():
+    """The worked example of docs/design/context-parallel.md: lengths [5, 12, 3], W = 2."""
+    cu = torch.tensor([0, 5, 17, 20], dtype=torch.int32)
+    ctx0 = kcp.build_context(cu, world_size=2, rank=0, layout="zigzag")
+    ctx1 = kcp.build_context(cu, world_size=2, rank=1, layout="zigzag")
+    assert ctx0.cu_seqlens.tolist() == [0, 5, 7, 10] and ctx0.cu_seqlens.dtype == torch.int32
+    assert ctx1.cu_seqlens.tolist() == [0, 10]
+    assert ctx0.global_ranges == (kcp.TokenRange(0, 5), kcp.TokenRange(15, 20))
+    f = ctx0.fragments[1]
+    assert (f.document, f.piece, f.state_in, f.state_out) == (1, 1, True, False)
+    assert f.previous == kcp.FragmentRef(1, 0) and f.next is None
+    assert f.local_range == kcp.TokenRange(5, 7) and f.adjoint_slot == 0
+    assert ctx1.fragments[0].summary_slot == 0 and ctx1.fragments[0].next == kcp.FragmentRef(0, 1)
+    assert ctx0.final_documents == (0, 1, 2) and ctx1.final_documents == ()
+    per_doc = kcp.build_context(cu, world_size=2, rank=1, layout="zigzag_per_document")
+    assert per_doc.cu_seqlens.tolist() == [0, 2, 8, 10]
+    # The exchange of the example: HV = 4, K = 8, V = 16, 3 slots of 3072 bytes each way.
+    b = kcp.build_context(cu, world_size=2, rank=0, layout="zigzag_per_document") \
+        .exchange_bytes(4, 8, 16)
+    assert (b.record_bytes, b.forward_slots, b.backward_slots) == (3072, 3, 3)
+    assert b.forward_send == b.header_bytes + 3 * 3072 and b.forward_receive == b.forward_send
+    assert b.backward_send == b.backward_receive == 3 * 3072
+
+
+@pytest.mark.parametrize("layout", kcp.LAYOUTS)
+@pytest.mark.parametrize("W", [1, 3, 8])
+def test_shard_unshard_round_trip(layout, W):
+    cu = PACKS["empty"]
+    x = torch.randn(1, cu[-1], 2, 3, dtype=torch.float64, requires_grad=True)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout=layout)
+        local = kcp.shard(x, ctx)
+        assert local.shape == (1, ctx.num_tokens, 2, 3)
+        full = kcp.unshard(local, ctx)
+        weight = torch.arange(full.numel(), dtype=full.dtype).reshape(full.shape)
+        (grad,) = torch.autograd.grad((full * weight).sum(), x)
+        return full.detach(), grad, kcp.shard(weight, ctx), ctx
+
+    ranks = kcp.VirtualWorld(W, timeout=TIMEOUT).run(body)
+    for full, grad, weight_local, ctx in ranks:
+        assert torch.equal(full, x.detach())
+        # This rank's tokens get the weight's gradient; the others none.
+        assert torch.equal(kcp.shard(grad, ctx), weight_local)
+        assert grad.abs().sum() == weight_local.abs().sum()
+    assert sum(r[3].num_tokens for r in ranks) == cu[-1]
+
+
+class CountingExchange(kcp.Exchange):
+    """Counts the bytes this rank sends to and receives from the others in all-gathers."""
+
+    def __init__(self, inner):
+        self.inner, self.rank, self.world_size = inner, inner.rank, inner.world_size
+        self.sent = self.received = 0
+
+    def all_gather(self, tensor):
+        out = self.inner.all_gather(tensor)
+        self.sent += tensor.numel() * tensor.element_size()
+        self.received += sum(x.numel() * x.element_size() for r, x in enumerate(out)
+                             if r != self.rank)
+        return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("W,layout,pack", [(1, "contiguous", "long"), (3, "zigzag", "long"),
+                                           (4, "zigzag_per_document", "empty"),
+                                           (2, "contiguous", "short")])
+def test_exchange_bytes_equal_bytes_gathered(W, layout, pack, dtype):
+    t, opts = make_case(3, kda=False, cu=PACKS[pack], HV=2, K=8, V=16, initial_state=True,
+                        dtype=dtype)
+
+    def body(ex):
+        counting = CountingExchange(ex)
+        ctx = kcp.build_context(t["cu_seqlens"], exchange=counting, layout=layout)
+        expected = ctx.exchange_bytes(2, 8, 16, dtype=torch.float64 if dtype == torch.float64
+                                      else torch.float32)
+        counting.sent = counting.received = 0
+        local = [kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN]
+        o, ht = kcp.chunk_gated_delta_rule_kcp(*local, ctx, initial_state=t["initial_state"],
+                                               output_final_state=True)
+        forward = (counting.sent, counting.received)
+        (o.double().sum() + ht.double().sum()).backward()
+        backward = (counting.sent - forward[0], counting.received - forward[1])
+        return expected, forward, backward
+
+    for expected, forward, backward in kcp.VirtualWorld(W, timeout=TIMEOUT).run(body):
+        assert forward == (expected.forward_send, expected.forward_receive)
+        assert backward == (expected.backward_send, expected.backward_receive)
+        if W > 1 and pack == "long":
+            assert expected.forward_slots >= 1 and expected.backward_slots >= 1
+
+
+def _all_raise(W, body, match=None):
+    """Runs body on W virtual ranks; every rank must raise ValueError (matching `match`), and
+    none may hang: the barrier and the run have timeouts."""
+    outcomes = kcp.VirtualWorld(W, timeout=20.0).run(body, return_exceptions=True, timeout=40.0)
+    for r, out in enumerate(outcomes):
+        assert isinstance(out, ValueError), f"rank {r}: expected ValueError, got {out!r}"
+        if match is not None:
+            assert match in str(out), f"rank {r}: {match!r} not in {out}"
+    return outcomes
+
+
+@pytest.mark.parametrize("what", ["cu_seqlens", "layout", "segments", "num_sms", "world_size",
+                                  "rank"])
+def test_mismatched_contexts_raise_on_every_rank(what):
+    def body(ex):
+        kwargs = dict(layout="zigzag", segments=2, num_sms=132)
+        cu = [0, 100, 250]
+        if ex.rank == 1:
+            if what == "cu_seqlens":
+                cu = [0, 101, 250]
+            elif what in ("layout", "segments", "num_sms"):
+                kwargs[what] = {"layout": "contiguous", "segments": 3, "num_sms": 100}[what]
+            elif what == "world_size":
+                kwargs["world_size"] = 2
+            else:
+                kwargs["rank"] = 0
+        return kcp.build_context(cu, exchange=ex, **kwargs)
+
+    outcomes = _all_raise(3, body)
+    if what in ("cu_seqlens", "layout", "segments", "num_sms"):
+        assert all(what in str(e) for e in outcomes)
+    else:
+        assert what in str(outcomes[1]) and "rank(s) [1] rejected" in str(outcomes[0])
+
+
+def test_bad_cu_seqlens_on_one_rank_raises_on_every_rank():
+    def body(ex):
+        cu = [0, 100, 50] if ex.rank == 2 else [0, 100, 150]
+        return kcp.build_context(cu, exchange=ex)
+
+    outcomes = _all_raise(3, body)
+    assert "non-decreasing" in str(outcomes[2]) and "rejected" in str(outcomes[0])
+
+
+@pytest.mark.parametrize("what", ["head_dim_v", "q_tokens", "l2norm", "initial_state", "kda",
+                                  "scale", "grad"])
+def test_mismatched_calls_raise_on_every_rank(what):
+    cu = [0, 100, 250]
+    t, _ = make_case(1, kda=False, cu=cu, HV=2, initial_state=True)
+    t_v16, _ = make_case(1, kda=False, cu=cu, HV=2, V=16)
+    t_kda, _ = make_case(1, kda=True, cu=cu, HV=2)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+        odd = ex.rank == 1
+        src = t_v16 if odd and what == "head_dim_v" else t_kda if odd and what == "kda" else t
+        local = [kcp.shard(src[n].detach(), ctx) for n in PER_TOKEN]
+        kwargs = {}
+        if what == "q_tokens" and odd:
+            local[0] = local[0][:, 1:]
+        if what == "l2norm" and odd:
+            kwargs["use_qk_l2norm_in_kernel"] = True
+        if what == "initial_state" and not odd:
+            kwargs["initial_state"] = t["initial_state"].detach()
+        if what == "scale" and odd:
+            kwargs["scale"] = 0.5
+        if what == "grad" and odd:
+            local[2].requires_grad_()
+        fn = kcp.chunk_kda_kcp if what == "kda" and odd else kcp.chunk_gated_delta_rule_kcp
+        return fn(*local, ctx, **kwargs)
+
+    outcomes = _all_raise(2, body)
+    if what == "q_tokens":
+        assert "q must be [1, T_local, H, K]" in str(outcomes[1])
+        assert "rank(s) [1] rejected" in str(outcomes[0])
+    else:
+        field = {"head_dim_v": "head_dim_v", "l2norm": "flags", "initial_state": "flags",
+                 "kda": "variant", "scale": "scale", "grad": "needs_grad"}[what]
+        assert all(f"disagree on {field}" in str(e) or f"; {field}" in str(e) for e in outcomes)
+
+
+def test_op_error_on_one_rank_raises_on_every_rank():
+    """An error found by the single-rank validation on one rank (A_log of the wrong size) is
+    reported to the others before any record is exchanged."""
+    cu = [0, 100, 250]
+    t, _ = make_case(2, kda=False, cu=cu, HV=2, gate=True)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="contiguous")
+        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        A_log = t["A_log"].detach()
+        return kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True,
+                                              A_log=A_log[:1] if ex.rank == 0 else A_log)
+
+    outcomes = _all_raise(2, body)
+    assert "A_log" in str(outcomes[0]) and "rejected" in str(outcomes[1])
+
+
+def test_argument_errors_name_the_argument():
+    cu = [0, 100, 250]
+    with pytest.raises(ValueError, match="layout must be one of .* got 'zig'"):
+        kcp.build_context(cu, layout="zig")
+    with pytest.raises(ValueError, match="world_size must be an integer >= 1, got 0"):
+        kcp.build_context(cu, world_size=0)
+    with pytest.raises(ValueError, match=r"rank must be an integer in \[0, 2\), got 2"):
+        kcp.build_context(cu, world_size=2, rank=2)
+    with pytest.raises(ValueError, match="cu_seqlens_global: cu_seqlens\\[0\\] must be 0"):
+        kcp.build_context([1, 100])
+    with pytest.raises(ValueError, match="cu_seqlens_global must be a 1-D integer tensor"):
+        kcp.build_context(torch.tensor([0.0, 10.0]))
+    with pytest.raises(ValueError, match="num_sms must be an integer >= 1, got 0"):
+        kcp.build_context(cu, num_sms=0)
+    with pytest.raises(ValueError, match="world_size: expected 2 \\(from exchange\\), got 3"):
+        kcp.VirtualWorld(2, timeout=5).run(
+            lambda ex: kcp.build_context(cu, exchange=ex, world_size=3))
+    planning = kcp.build_context(cu, world_size=2, rank=1)
+    t, _ = make_case(0, kda=False, cu=cu)
+    local = [kcp.shard(t[n].detach(), planning) for n in PER_TOKEN]
+    with pytest.raises(ValueError, match="has no exchange"):
+        kcp.chunk_gated_delta_rule_kcp(*local, planning)
+    with pytest.raises(ValueError, match=r"x must be a packed tensor \[1, 250, \.\.\.\]"):
+        kcp.shard(torch.zeros(1, 249, 2), planning)
+
+    ctx = kcp.build_context(cu)  # W = 1: the exchange is trivial
+    q = t["q"].detach()
+    args = [t[n].detach() for n in PER_TOKEN]
+    with pytest.raises(ValueError, match=r"q must be \[1, T_local, H, K\] with T_local = 250"):
+        kcp.chunk_gated_delta_rule_kcp(q[:, :10], *args[1:], ctx)
+    with pytest.raises(ValueError, match="cu_seqlens must be None: the context gives"):
+        kcp.chunk_gated_delta_rule_kcp(*args, ctx, cu_seqlens=t["cu_seqlens"])
+    with pytest.raises(ValueError, match="chunk_size must be one of"):
+        kcp.chunk_kda_kcp(*args, ctx, chunk_size=128)
+    with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, K, V\] = \[2, 2, 8, 8\]"):
+        kcp.chunk_gated_delta_rule_kcp(*args, ctx, initial_state=torch.zeros(3, 2, 8, 8,
+                                                                              dtype=q.dtype))
+    with pytest.raises(ValueError, match="x_local must be a packed tensor"):
+        kcp.unshard(torch.zeros(1, 3), ctx)
+    with pytest.raises(TypeError, match="ctx must be a cake.kcp.Context"):
+        kcp.chunk_gated_delta_rule_kcp(*args, None)
