@@ -20,4 +20,43 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Asynchronous 16-byte copy global -> shared (L2 only); valid == false writes 16 zero bytes and
+// reads nothing (src must still be a mapped address).
+__device__ __forceinline__ void cp_async_16(void* smem, void const* gmem, bool valid) {
+  uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  int const src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most kPending committed groups of this thread are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8. Without .trans thread t gets (row t / 4, columns 2 (t % 4) + {0, 1}) of each matrix;
+// with .trans it gets (rows 2 (t % 4) + {0, 1}, column t / 4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], void const* smem) {
+  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], void const* smem) {
+  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
 }  // namespace cake::kernels

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
+
 namespace cake::kernels {
 
 // Padded leading dimensions: 136 bf16 (272 B) and 68/132 fp32 shift consecutive rows by 4 banks,
@@ -14,70 +16,132 @@ namespace cake::kernels {
 inline constexpr int kLdBf16 = 136;
 inline constexpr int kLd64 = 68;
 
-// dst[r][c] = src[r * row_stride + c] for r < kRows, c < kCols (bf16, 16-byte vectors).
+// dst[r][c] = src[r * row_stride + c] for r < kRows, c < kCols (bf16, 16-byte cp.async copies,
+// all in flight at once). Asynchronous: the caller waits (cp_async_wait) and then syncs the block.
 template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_bf16(__nv_bfloat16* dst, int ld,
-                                               __nv_bfloat16 const* src, int64_t row_stride,
-                                               int valid) {
+__device__ __forceinline__ void load_tile_bf16_async(__nv_bfloat16* dst, int ld,
+                                                     __nv_bfloat16 const* src, int64_t row_stride,
+                                                     int valid) {
   static_assert(kCols % 8 == 0, "bf16 tiles are copied in 8-element (16-byte) vectors");
   constexpr int kVecs = kCols / 8;
-  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+  static_assert(kRows * kVecs % kThreads == 0, "the tile must split evenly over the threads");
+#pragma unroll
+  for (int it = 0; it < kRows * kVecs / kThreads; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
     int const r = idx / kVecs;
     int const c = (idx % kVecs) * 8;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < valid) val = *reinterpret_cast<uint4 const*>(src + r * row_stride + c);
-    *reinterpret_cast<uint4*>(dst + r * ld + c) = val;
+    bool const ok = r < valid;
+    cp_async_16(dst + r * ld + c, src + (ok ? r * row_stride + c : 0), ok);
   }
 }
 
-// dst[r][c] = float(src[r * row_stride + c]) (bf16 -> fp32 shared tile).
+// dst[r][c] = src[r * row_stride + c] (fp32, 16-byte cp.async copies); asynchronous as above.
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_f32_async(float* dst, int ld, float const* src,
+                                                    int64_t row_stride, int valid) {
+  static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
+  constexpr int kVecs = kCols / 4;
+  static_assert(kRows * kVecs % kThreads == 0, "the tile must split evenly over the threads");
+#pragma unroll
+  for (int it = 0; it < kRows * kVecs / kThreads; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 4;
+    bool const ok = r < valid;
+    cp_async_16(dst + r * ld + c, src + (ok ? r * row_stride + c : 0), ok);
+  }
+}
+
+// dst[r][c] = float(src[r * row_stride + c]) (bf16 -> fp32 shared tile). All global loads of a
+// thread are issued before its first shared store.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_bf16_to_f32(float* dst, int ld, __nv_bfloat16 const* src,
                                                       int64_t row_stride, int valid) {
-  static_assert(kCols % 2 == 0, "bf16 pairs are read as bfloat162");
-  constexpr int kPairs = kCols / 2;
-  for (int idx = threadIdx.x; idx < kRows * kPairs; idx += kThreads) {
-    int const r = idx / kPairs;
-    int const c = (idx % kPairs) * 2;
-    float2 val = make_float2(0.f, 0.f);
-    if (r < valid)
-      val = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(src + r * row_stride + c));
-    dst[r * ld + c] = val.x;
-    dst[r * ld + c + 1] = val.y;
+  static_assert(kCols % 8 == 0, "bf16 tiles are read in 8-element (16-byte) vectors");
+  constexpr int kVecs = kCols / 8;
+  constexpr int kIters = (kRows * kVecs + kThreads - 1) / kThreads;
+  uint4 val[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 8;
+    val[it] = make_uint4(0, 0, 0, 0);
+    if (idx < kRows * kVecs && r < valid)
+      val[it] = *reinterpret_cast<uint4 const*>(src + r * row_stride + c);
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 8;
+    if (idx >= kRows * kVecs) continue;
+    __nv_bfloat162 const* h2 = reinterpret_cast<__nv_bfloat162 const*>(&val[it]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float2 const f = __bfloat1622float2(h2[e]);
+      dst[r * ld + c + 2 * e] = f.x;
+      dst[r * ld + c + 2 * e + 1] = f.y;
+    }
   }
 }
 
-// dst[r][c] = src[r * row_stride + c] (fp32 -> fp32 shared tile).
+// dst[r][c] = src[r * row_stride + c] (fp32 -> fp32 shared tile), loads issued first.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_f32(float* dst, int ld, float const* src,
                                               int64_t row_stride, int valid) {
   static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
   constexpr int kVecs = kCols / 4;
-  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+  constexpr int kIters = (kRows * kVecs + kThreads - 1) / kThreads;
+  float4 val[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
     int const r = idx / kVecs;
     int const c = (idx % kVecs) * 4;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < valid) val = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
-    dst[r * ld + c] = val.x;
-    dst[r * ld + c + 1] = val.y;
-    dst[r * ld + c + 2] = val.z;
-    dst[r * ld + c + 3] = val.w;
+    val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (idx < kRows * kVecs && r < valid)
+      val[it] = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 4;
+    if (idx >= kRows * kVecs) continue;
+    dst[r * ld + c] = val[it].x;
+    dst[r * ld + c + 1] = val[it].y;
+    dst[r * ld + c + 2] = val[it].z;
+    dst[r * ld + c + 3] = val[it].w;
   }
 }
 
-// dst[r][c] = bf16(src[r * row_stride + c]) (fp32 global -> bf16 shared tile).
+// dst[r][c] = bf16(src[r * row_stride + c]) (fp32 global -> bf16 shared tile), loads issued first.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_f32_to_bf16(__nv_bfloat16* dst, int ld, float const* src,
                                                       int64_t row_stride, int valid) {
   static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
   constexpr int kVecs = kCols / 4;
-  for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+  constexpr int kIters = (kRows * kVecs + kThreads - 1) / kThreads;
+  float4 val[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
     int const r = idx / kVecs;
     int const c = (idx % kVecs) * 4;
-    float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < valid) val = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(val.x, val.y);
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c + 2) = __floats2bfloat162_rn(val.z, val.w);
+    val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (idx < kRows * kVecs && r < valid)
+      val[it] = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    int const idx = it * kThreads + threadIdx.x;
+    int const r = idx / kVecs;
+    int const c = (idx % kVecs) * 4;
+    if (idx >= kRows * kVecs) continue;
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(val[it].x, val[it].y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c + 2) =
+        __floats2bfloat162_rn(val[it].z, val[it].w);
   }
 }
 

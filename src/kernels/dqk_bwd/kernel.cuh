@@ -27,6 +27,7 @@ namespace cake::kernels::dqk_bwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kLdA = kChunk + 8;  // bf16 dA: 144-byte rows, ldmatrix conflict-free
 
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];       // [64 x 128]
@@ -36,12 +37,10 @@ struct SharedStorage {
   __nv_bfloat16 ddelta[kChunk * kLdBf16];  // [64 x 128]
   __nv_bfloat16 h[kHeadDim * kLdBf16];     // [128 x 128]
   __nv_bfloat16 dh[kHeadDim * kLdBf16];    // [128 x 128]
-  float da[kChunk * kLd64];                // [64 x 64]
-  float qk[kChunk * kLd64];                // [64 x 64] Q K^T
+  __nv_bfloat16 da[kChunk * kLdA];         // [64 x 64] bf16(dA)
+  float qk[kChunk * kLd64];                // [64 x 64] Q K^T, then P = dA (Q K^T)
   float gcum[kChunk];
-  float q_scale[kChunk];                   // scale e^{G_i}
-  float k_scale[kChunk];                   // e^{G_last - G_i}
-  float q_dq[kChunk];                      // <q_i, dq_i>
+  float q_dq[kChunk];                      // <q_i, dq_i^inter>
   float k_dk_inter[kChunk];                // <k_i, dk_i^inter>
   float p_row[kChunk];                     // sum_{j<i} P_ij
   float p_col[kChunk];                     // sum_{i>j} P_ij
@@ -67,104 +66,94 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   int64_t const state = (slot * HV + hv) * kHeadDim * kHeadDim;
 
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                             qk_stride, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                             qk_stride, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                                   qk_stride, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                                   qk_stride, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
       s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
       s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
+  load_tile_bf16_async<kHeadDim, kHeadDim, kThreads>(s.h, kLdBf16, p.h + state, kHeadDim,
+                                                     kHeadDim);
+  load_tile_bf16_async<kHeadDim, kHeadDim, kThreads>(s.dh, kLdBf16, p.dh + state, kHeadDim,
+                                                     kHeadDim);
+  cp_async_commit();
   load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(
       s.ddelta, kLdBf16, p.dv_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
-  load_tile_bf16<kHeadDim, kHeadDim, kThreads>(s.h, kLdBf16, p.h + state, kHeadDim, kHeadDim);
-  load_tile_bf16<kHeadDim, kHeadDim, kThreads>(s.dh, kLdBf16, p.dh + state, kHeadDim, kHeadDim);
   if (tid < kChunk) {
     s.gcum[tid] = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
     s.q_dq[tid] = 0.f;
     s.k_dk_inter[tid] = 0.f;
   }
   if (tid == 0) s.h_dh = 0.f;
+  cp_async_wait<0>();
   __syncthreads();
   float const g_last = s.gcum[len - 1];
-  if (tid < kChunk) {
-    s.q_scale[tid] = scale * __expf(s.gcum[tid]);
-    s.k_scale[tid] = __expf(g_last - s.gcum[tid]);
-  }
   {
     float part = 0.f;
-    for (int idx = tid; idx < kHeadDim * kHeadDim; idx += kThreads) {
-      int const r = idx / kHeadDim;
-      int const col = idx % kHeadDim;
-      part += to_float(s.h[r * kLdBf16 + col]) * to_float(s.dh[r * kLdBf16 + col]);
+    for (int idx = tid; idx < kHeadDim * kHeadDim / 2; idx += kThreads) {
+      int const r = idx / (kHeadDim / 2);
+      int const col = (idx % (kHeadDim / 2)) * 2;
+      float2 const a = __bfloat1622float2(
+          *reinterpret_cast<__nv_bfloat162 const*>(s.h + r * kLdBf16 + col));
+      float2 const b = __bfloat1622float2(
+          *reinterpret_cast<__nv_bfloat162 const*>(s.dh + r * kLdBf16 + col));
+      part += a.x * b.x + a.y * b.y;
     }
     for (int d = 16; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, part, d);
     if (tid % 32 == 0) atomicAdd(&s.h_dh, part);
   }
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      [&](int i, int col) { return to_float(s.dout[i * kLdBf16 + col]); },
-      [&](int col, int j) { return to_float(s.delta[j * kLdBf16 + col]); },
-      [&](int i, int j, float acc) {
-        s.da[i * kLd64 + j] = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
-      });
-  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      [&](int i, int col) { return to_float(s.q[i * kLdBf16 + col]); },
-      [&](int col, int j) { return to_float(s.k[j * kLdBf16 + col]); },
+      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16},
       [&](int i, int j, float acc) { s.qk[i * kLd64 + j] = acc; });
-  __syncthreads();  // dA, QK^T, q_scale, k_scale, h_dh complete
+  // dA = causal(scale (dO Delta^T) e^{G_i - G_j}); P = dA (Q K^T) on the same owner thread
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      RowMajor{s.dout, kLdBf16}, ColMajor{s.delta, kLdBf16}, [&](int i, int j, float acc) {
+        float const da = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
+        s.da[i * kLdA + j] = __float2bfloat16(da);
+        s.qk[i * kLd64 + j] = i > j ? da * s.qk[i * kLd64 + j] : 0.f;
+      });
+  __syncthreads();  // dA, P, h_dh complete
   if (tid < kChunk) {
     float row = 0.f;
-    for (int j = 0; j < tid; ++j) row += s.da[tid * kLd64 + j] * s.qk[tid * kLd64 + j];
+    for (int j = 0; j < tid; ++j) row += s.qk[tid * kLd64 + j];
     s.p_row[tid] = row;
   } else if (tid < 2 * kChunk) {
     int const j = tid - kChunk;
     float col = 0.f;
-    for (int i = j + 1; i < kChunk; ++i) col += s.da[i * kLd64 + j] * s.qk[i * kLd64 + j];
+    for (int i = j + 1; i < kChunk; ++i) col += s.qk[i * kLd64 + j];
     s.p_col[j] = col;
   }
 
   float* const dq = p.dq_hv + (c.t0 * HV + hv) * kHeadDim;
   float* const dk = p.dk_hv + (c.t0 * HV + hv) * kHeadDim;
-  // dq = scale e^G (dO h^T) + dA K: two products of one shape (the same owner thread)
-  block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
-      [&](int i, int m) { return s.q_scale[i] * to_float(s.dout[i * kLdBf16 + m]); },
-      [&](int m, int col) { return to_float(s.h[col * kLdBf16 + m]); },
-      [&](int i, int col, float acc) {
-        if (i < len) {
-          dq[i * v_stride + col] = acc;
-          atomicAdd(&s.q_dq[i], acc * to_float(s.q[i * kLdBf16 + col]));
-        }
+  // dq = scale e^G (dO h^T) + dA K; <q, dq^inter> taken between the two products
+  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
+      RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16},
+      [&](int i, int col, float& acc) {
+        acc *= scale * __expf(s.gcum[i]);
+        if (i < len) atomicAdd(&s.q_dq[i], acc * __bfloat162float(s.q[i * kLdBf16 + col]));
+      },
+      RowMajor{s.da, kLdA}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float acc) {
+        if (i < len) dq[i * v_stride + col] = acc;
       });
-  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int i, int j) { return s.da[i * kLd64 + j]; },
-      [&](int j, int col) { return to_float(s.k[j * kLdBf16 + col]); },
-      [&](int i, int col, float acc) {
-        if (i < len) dq[i * v_stride + col] += acc;
-      });
-  // dk^inter = e^{G_last - G_j} (Delta dS'^T)
-  block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
-      [&](int j, int col) { return s.k_scale[j] * to_float(s.delta[j * kLdBf16 + col]); },
-      [&](int col, int r) { return to_float(s.dh[r * kLdBf16 + col]); },
-      [&](int j, int r, float acc) {
-        if (j < len) {
-          dk[j * v_stride + r] = acc;
-          atomicAdd(&s.k_dk_inter[j], acc * to_float(s.k[j * kLdBf16 + r]));
-        }
-      });
-  // dk += dA^T Q (same shape as above: the same thread owns each element, no barrier needed)
-  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int j, int i) { return s.da[i * kLd64 + j]; },
-      [&](int i, int r) { return to_float(s.q[i * kLdBf16 + r]); },
-      [&](int j, int r, float acc) {
-        if (j < len) dk[j * v_stride + r] += acc;
+  // dk = e^{G_last - G_j} (Delta dS'^T) + dA^T Q; <k, dk^inter> taken between the two products
+  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
+      RowMajor{s.delta, kLdBf16}, ColMajor{s.dh, kLdBf16},
+      [&](int j, int r, float& acc) {
+        acc *= __expf(g_last - s.gcum[j]);
+        if (j < len) atomicAdd(&s.k_dk_inter[j], acc * __bfloat162float(s.k[j * kLdBf16 + r]));
+      },
+      ColMajor{s.da, kLdA}, RowMajor{s.q, kLdBf16}, [&](int j, int r, float acc) {
+        if (j < len) dk[j * v_stride + r] = acc;
       });
   // dW = -dDelta h^T
+  __nv_bfloat16* const dw = p.dw + (c.t0 * HV + hv) * kHeadDim;
   block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
-      [&](int i, int col) { return to_float(s.ddelta[i * kLdBf16 + col]); },
-      [&](int col, int r) { return to_float(s.h[r * kLdBf16 + col]); },
-      [&](int i, int r, float acc) {
-        if (i < len) p.dw[((c.t0 + i) * HV + hv) * kHeadDim + r] = __float2bfloat16(-acc);
+      RowMajor{s.ddelta, kLdBf16}, ColMajor{s.h, kLdBf16}, [&](int i, int r, float acc) {
+        if (i < len) dw[i * v_stride + r] = __float2bfloat16(-acc);
       });
   __syncthreads();  // row sums complete
 

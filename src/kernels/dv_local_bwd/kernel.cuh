@@ -14,12 +14,13 @@ namespace cake::kernels::dv_local_bwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kLdA = kChunk + 8;  // bf16 A: 144-byte rows, ldmatrix conflict-free
 
 struct SharedStorage {
-  __nv_bfloat16 q[kChunk * kLdBf16];   // [64 x 128]
-  __nv_bfloat16 k[kChunk * kLdBf16];   // [64 x 128]
+  __nv_bfloat16 q[kChunk * kLdBf16];     // [64 x 128]
+  __nv_bfloat16 k[kChunk * kLdBf16];     // [64 x 128]
   __nv_bfloat16 dout[kChunk * kLdBf16];  // [64 x 128]
-  float a[kChunk * kLd64];             // [64 x 64]
+  __nv_bfloat16 a[kChunk * kLdA];        // [64 x 64] bf16(A)
   float gcum[kChunk];
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "dv_local_bwd shared memory exceeds 227 KB");
@@ -37,29 +38,31 @@ __global__ void __launch_bounds__(kThreads) dv_local_bwd_kernel(__grid_constant_
   int const len = c.len;
   int const tid = threadIdx.x;
   float const scale = p.problem.scale;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
 
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                             int64_t{H} * kHeadDim, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                             int64_t{H} * kHeadDim, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(
-      s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                                   int64_t{H} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                                   int64_t{H} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+      s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
+  cp_async_commit();
   if (tid < kChunk) s.gcum[tid] = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
+  cp_async_wait<0>();
   __syncthreads();
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      [&](int i, int kk) { return to_float(s.q[i * kLdBf16 + kk]); },
-      [&](int kk, int j) { return to_float(s.k[j * kLdBf16 + kk]); },
-      [&](int i, int j, float acc) {
-        s.a[i * kLd64 + j] = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
+      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float acc) {
+        s.a[i * kLdA + j] =
+            __float2bfloat16(i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f);
       });
   __syncthreads();
 
+  // dDelta_intra = A^T dO
+  float* const dv_new = p.dv_new + (c.t0 * HV + hv) * kHeadDim;
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int j, int i) { return s.a[i * kLd64 + j]; },
-      [&](int i, int col) { return to_float(s.dout[i * kLdBf16 + col]); },
-      [&](int j, int col, float acc) {
-        if (j < len) p.dv_new[((c.t0 + j) * HV + hv) * kHeadDim + col] = acc;
+      ColMajor{s.a, kLdA}, RowMajor{s.dout, kLdBf16}, [&](int j, int col, float acc) {
+        if (j < len) dv_new[j * v_stride + col] = acc;
       });
 #endif
 }

@@ -2,12 +2,12 @@
 //
 //   G    = cumsum(g) within the chunk                                     [64]      fp32
 //   L_ij = beta_i <k_i, k_j> e^{G_i - G_j}  (i > j), strictly lower        [64 x 64] fp32
-//   T    = (I + L)^-1 by forward substitution                              [64 x 64] fp32 (exact)
+//   T    = (I + L)^-1 by blocked forward substitution                      [64 x 64] fp32
 //   W    = T diag(beta) (K e^G)                                            [64 x 128] bf16 out
 //   U    = T diag(beta) V                                                  [64 x 128] bf16 out
 // KK^T, W and U run on the tensor cores (bf16 operands, fp32 accumulation; T is rounded to bf16
-// as an operand, as FLA does). The solve is fp32 on the CUDA cores: 64 dependent row steps, each
-// row's 64 entries computed by 4 threads per column. e^{G_i - G_j} is formed pair by pair (i >= j),
+// as an operand, as FLA does). The solve is fp32 on the CUDA cores: 16x16 diagonal blocks by
+// substitution (one warp each, no barrier), then the off-diagonal blocks in 3 dependent levels. e^{G_i - G_j} is formed pair by pair (i >= j),
 // so it never exceeds 1, whatever the gates (g = -20 per token only underflows to 0).
 #pragma once
 
@@ -21,12 +21,17 @@ namespace cake::kernels::intra_fwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kLdT = kChunk + 8;  // bf16 copy of T: 144-byte rows, ldmatrix conflict-free
+inline constexpr int kBlock = 16;        // diagonal blocks of the triangular solve
+inline constexpr int kLdY = kBlock + 1;
 
 struct SharedStorage {
-  __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys of the chunk (zero past its end)
-  __nv_bfloat16 v[kChunk * kLdBf16];  // [64 x 128] values
+  __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the chunk's end); then beta e^G K
+  __nv_bfloat16 v[kChunk * kLdBf16];  // [64 x 128] values; then beta V
   float l[kChunk * kLd64];            // [64 x 64]  L
   float t[kChunk * kLd64];            // [64 x 64]  T = (I + L)^-1
+  __nv_bfloat16 tb[kChunk * kLdT];    // [64 x 64]  bf16(T), the operand of W and U
+  float y[3 * kBlock * kLdY];         // [3 x 16 x 16] Y_ab of one block distance
   float gcum[kChunk];                 // G
   float beta[kChunk];
   float beta_eg[kChunk];              // beta_i e^{G_i}
@@ -46,10 +51,11 @@ __global__ void __launch_bounds__(kThreads) intra_fwd_kernel(__grid_constant__ P
   int const len = c.len;
   int const tid = threadIdx.x;
 
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                             int64_t{H} * kHeadDim, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + (c.t0 * HV + hv) * kHeadDim,
-                                             int64_t{HV} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                                   int64_t{H} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+      s.v, kLdBf16, p.v + (c.t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len);
+  cp_async_commit();
   if (tid < kChunk) {
     int64_t const row = (c.t0 + tid) * HV + hv;
     s.gcum[tid] = tid < len ? p.g[row] : 0.f;
@@ -57,36 +63,93 @@ __global__ void __launch_bounds__(kThreads) intra_fwd_kernel(__grid_constant__ P
   }
   __syncthreads();
   warp_cumsum64(s.gcum);
-  __syncthreads();
+  cp_async_wait<0>();
+  __syncthreads();  // k, v, G visible
   if (tid < kChunk) {
     s.beta_eg[tid] = s.beta[tid] * __expf(s.gcum[tid]);
-    if (tid < len) {
-      int64_t const row = (c.t0 + tid) * HV + hv;
-      p.gcum[row] = s.gcum[tid];
-    }
+    if (tid < len) p.gcum[(c.t0 + tid) * HV + hv] = s.gcum[tid];
   }
 
   // L = strictly-lower(beta_i (K K^T)_ij e^{G_i - G_j})
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      [&](int i, int kk) { return to_float(s.k[i * kLdBf16 + kk]); },
-      [&](int kk, int j) { return to_float(s.k[j * kLdBf16 + kk]); },
-      [&](int i, int j, float acc) {
+      RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float acc) {
         s.l[i * kLd64 + j] = i > j ? s.beta[i] * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
       });
-  __syncthreads();
+  __syncthreads();  // L complete, beta_eg visible; K is free to be rescaled
 
-  // T row i = e_i - sum_{j <= m < i} L_im T_mj: 4 threads per column j, one row per step.
+  // K <- diag(beta e^G) K, V <- diag(beta) V, in place (the operands X, Y of W = T X, U = T Y)
+  for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
+    int const r = idx / (kHeadDim / 2);
+    int const col = (idx % (kHeadDim / 2)) * 2;
+    auto* k2 = reinterpret_cast<__nv_bfloat162*>(s.k + r * kLdBf16 + col);
+    auto* v2 = reinterpret_cast<__nv_bfloat162*>(s.v + r * kLdBf16 + col);
+    float2 const kf = __bfloat1622float2(*k2);
+    float2 const vf = __bfloat1622float2(*v2);
+    *k2 = __floats2bfloat162_rn(s.beta_eg[r] * kf.x, s.beta_eg[r] * kf.y);
+    *v2 = __floats2bfloat162_rn(s.beta[r] * vf.x, s.beta[r] * vf.y);
+  }
+
+  // T = (I + L)^-1 in 16x16 blocks (fp32, CUDA cores). Diagonal blocks: warp a < 4 solves
+  // T_aa = (I + L_aa)^-1, lane j < 16 walking column j down by forward substitution in registers
+  // (no barrier). Off-diagonal blocks by distance d = a - b = 1, 2, 3:
+  //   Y_ab = sum_{m=b}^{a-1} L_am T_mb,   T_ab = -T_aa Y_ab.
   {
-    int const j = tid / 4;
-    int const part = tid % 4;
-    for (int i = 0; i < kChunk; ++i) {
-      float acc = 0.f;
-      for (int m = j + part; m < i; m += 4) acc += s.l[i * kLd64 + m] * s.t[m * kLd64 + j];
-      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-      if (part == 0) s.t[i * kLd64 + j] = (i == j) ? 1.f : (j < i ? -acc : 0.f);
+    constexpr int kB = kBlock;
+    int const warp = tid / 32;
+    int const lane = tid % 32;
+    if (warp < kChunk / kB && lane < kB) {
+      int const a0 = warp * kB;
+      float col[kB];
+#pragma unroll
+      for (int i = 0; i < kB; ++i) {
+        float acc = i == lane ? 1.f : 0.f;
+#pragma unroll
+        for (int m = 0; m < i; ++m) acc -= s.l[(a0 + i) * kLd64 + a0 + m] * col[m];
+        col[i] = acc;
+      }
+#pragma unroll
+      for (int i = 0; i < kB; ++i) s.t[(a0 + i) * kLd64 + a0 + lane] = col[i];
+    }
+    // blocks above the diagonal are zero
+    for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
+      int const i = idx / kChunk;
+      int const j = idx % kChunk;
+      if (i / kB < j / kB) s.t[i * kLd64 + j] = 0.f;
+    }
+    __syncthreads();
+    for (int d = 1; d < kChunk / kB; ++d) {
+      int const num_blocks = kChunk / kB - d;  // blocks (a, b = a - d), a = d .. 3
+      for (int idx = tid; idx < num_blocks * kB * kB; idx += kThreads) {
+        int const blk = idx / (kB * kB);
+        int const i = (idx / kB) % kB;
+        int const j = idx % kB;
+        int const a0 = (blk + d) * kB;
+        int const b0 = blk * kB;
+        float acc = 0.f;
+        for (int m = b0; m < a0; ++m) acc += s.l[(a0 + i) * kLd64 + m] * s.t[m * kLd64 + b0 + j];
+        s.y[(blk * kB + i) * kLdY + j] = acc;
+      }
+      __syncthreads();
+      for (int idx = tid; idx < num_blocks * kB * kB; idx += kThreads) {
+        int const blk = idx / (kB * kB);
+        int const i = (idx / kB) % kB;
+        int const j = idx % kB;
+        int const a0 = (blk + d) * kB;
+        int const b0 = blk * kB;
+        float acc = 0.f;
+#pragma unroll
+        for (int m = 0; m < kB; ++m)
+          acc -= s.t[(a0 + i) * kLd64 + a0 + m] * s.y[(blk * kB + m) * kLdY + j];
+        s.t[(a0 + i) * kLd64 + b0 + j] = acc;
+      }
       __syncthreads();
     }
+    for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
+      int const i = idx / kChunk;
+      int const j = idx % kChunk;
+      s.tb[i * kLdT + j] = __float2bfloat16(s.t[i * kLd64 + j]);
+    }
+    __syncthreads();
   }
 
   if (p.tmat != nullptr) {
@@ -97,18 +160,17 @@ __global__ void __launch_bounds__(kThreads) intra_fwd_kernel(__grid_constant__ P
     }
   }
 
-  // W = T diag(beta e^G) K,  U = T diag(beta) V
+  // W = T X,  U = T Y
+  __nv_bfloat16* const w = p.w + (c.t0 * HV + hv) * kHeadDim;
+  __nv_bfloat16* const u = p.u + (c.t0 * HV + hv) * kHeadDim;
+  int64_t const stride = int64_t{HV} * kHeadDim;
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int i, int m) { return s.t[i * kLd64 + m]; },
-      [&](int m, int col) { return s.beta_eg[m] * to_float(s.k[m * kLdBf16 + col]); },
-      [&](int i, int col, float acc) {
-        if (i < len) p.w[((c.t0 + i) * HV + hv) * kHeadDim + col] = __float2bfloat16(acc);
+      RowMajor{s.tb, kLdT}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float acc) {
+        if (i < len) w[i * stride + col] = __float2bfloat16(acc);
       });
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int i, int m) { return s.t[i * kLd64 + m]; },
-      [&](int m, int col) { return s.beta[m] * to_float(s.v[m * kLdBf16 + col]); },
-      [&](int i, int col, float acc) {
-        if (i < len) p.u[((c.t0 + i) * HV + hv) * kHeadDim + col] = __float2bfloat16(acc);
+      RowMajor{s.tb, kLdT}, RowMajor{s.v, kLdBf16}, [&](int i, int col, float acc) {
+        if (i < len) u[i * stride + col] = __float2bfloat16(acc);
       });
 #endif
 }

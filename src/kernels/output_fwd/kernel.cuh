@@ -15,13 +15,14 @@ namespace cake::kernels::output_fwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kLdA = kChunk + 8;  // bf16 A: 144-byte rows, ldmatrix conflict-free
 
 struct SharedStorage {
-  __nv_bfloat16 q[kChunk * kLdBf16];      // [64 x 128]
+  __nv_bfloat16 q[kChunk * kLdBf16];      // [64 x 128] q; then scale e^G q
   __nv_bfloat16 k[kChunk * kLdBf16];      // [64 x 128]
   __nv_bfloat16 delta[kChunk * kLdBf16];  // [64 x 128]
   __nv_bfloat16 h[kHeadDim * kLdBf16];    // [128 x 128]
-  float a[kChunk * kLd64];                // [64 x 64]
+  __nv_bfloat16 a[kChunk * kLdA];         // [64 x 64] bf16(A)
   float gcum[kChunk];
   float q_scale[kChunk];                  // scale e^{G_i}
 };
@@ -41,42 +42,47 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
   int const len = c.len;
   int const tid = threadIdx.x;
   float const scale = p.problem.scale;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
 
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                             int64_t{H} * kHeadDim, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                             int64_t{H} * kHeadDim, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(
-      s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len);
-  load_tile_bf16<kHeadDim, kHeadDim, kThreads>(
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                                   int64_t{H} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                                   int64_t{H} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+      s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
+  load_tile_bf16_async<kHeadDim, kHeadDim, kThreads>(
       s.h, kLdBf16, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim);
+  cp_async_commit();
   if (tid < kChunk) {
     // Rows past the end repeat G of the last token so that no exponent there is large.
     float const gi = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
     s.gcum[tid] = gi;
     s.q_scale[tid] = scale * __expf(gi);
   }
+  cp_async_wait<0>();
   __syncthreads();
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      [&](int i, int kk) { return to_float(s.q[i * kLdBf16 + kk]); },
-      [&](int kk, int j) { return to_float(s.k[j * kLdBf16 + kk]); },
-      [&](int i, int j, float acc) {
-        s.a[i * kLd64 + j] = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
+      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float acc) {
+        s.a[i * kLdA + j] =
+            __float2bfloat16(i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f);
       });
+  __syncthreads();  // A complete; q free to be rescaled
+  for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
+    int const r = idx / (kHeadDim / 2);
+    int const col = (idx % (kHeadDim / 2)) * 2;
+    auto* q2 = reinterpret_cast<__nv_bfloat162*>(s.q + r * kLdBf16 + col);
+    float2 const qf = __bfloat1622float2(*q2);
+    *q2 = __floats2bfloat162_rn(s.q_scale[r] * qf.x, s.q_scale[r] * qf.y);
+  }
   __syncthreads();
 
-  block_gemm<kChunk, kHeadDim, kHeadDim + kChunk, 2, 4, kWarps>(
-      [&](int i, int kk) {
-        return kk < kHeadDim ? s.q_scale[i] * to_float(s.q[i * kLdBf16 + kk])
-                             : s.a[i * kLd64 + kk - kHeadDim];
-      },
-      [&](int kk, int col) {
-        return kk < kHeadDim ? to_float(s.h[kk * kLdBf16 + col])
-                             : to_float(s.delta[(kk - kHeadDim) * kLdBf16 + col]);
-      },
-      [&](int i, int col, float acc) {
-        if (i < len) p.o[((c.t0 + i) * HV + hv) * kHeadDim + col] = __float2bfloat16(acc);
+  // O = (scale e^G Q) h + A Delta
+  __nv_bfloat16* const o = p.o + (c.t0 * HV + hv) * kHeadDim;
+  block_gemm2<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
+      RowMajor{s.q, kLdBf16}, RowMajor{s.h, kLdBf16}, RowMajor{s.a, kLdA},
+      RowMajor{s.delta, kLdBf16}, [&](int i, int col, float acc) {
+        if (i < len) o[i * v_stride + col] = __float2bfloat16(acc);
       });
 #endif
 }

@@ -19,18 +19,18 @@ namespace cake::kernels::state_bwd {
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kSliceV = 32;
-inline constexpr int kLdSlice = kSliceV + 4;
+inline constexpr int kLdSlice = kSliceV + 4;   // fp32 slice rows (144 bytes)
+inline constexpr int kLdSliceB = kSliceV + 8;  // bf16 slice rows: 80 bytes, ldmatrix conflict-free
 
+// About 100 KB: two CTAs per SM.
 struct SharedStorage {
-  float ds[kHeadDim * kLdSlice];        // [128 x 32] dS', fp32
-  __nv_bfloat16 q[kChunk * kLdBf16];    // [64 x 128]
-  __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
-  __nv_bfloat16 w[kChunk * kLdBf16];    // [64 x 128]
-  float dout[kChunk * kLdSlice];        // [64 x 32]
-  float ddelta[kChunk * kLdSlice];      // [64 x 32]
+  float ds[kHeadDim * kLdSlice];              // [128 x 32] dS', fp32
+  __nv_bfloat16 dsb[kHeadDim * kLdSliceB];    // [128 x 32] bf16(dS'), operand of (K e) dS'
+  __nv_bfloat16 qw[2 * kChunk * kLdBf16];     // [128 x 128] rows 0-63: Q, rows 64-127: W
+  __nv_bfloat16 k[kChunk * kLdBf16];          // [64 x 128]
+  __nv_bfloat16 rhs[2 * kChunk * kLdSliceB];  // [128 x 32] rows 0-63: scale e^G dO, 64-127: -dDelta
+  float dv_new[kChunk * kLdSlice];            // [64 x 32] A^T dO from dv_local_bwd
   float gcum[kChunk];
-  float q_scale[kChunk];                // scale e^{G_i}
-  float k_scale[kChunk];                // e^{G_last - G_i}
 };
 static_assert(kHeadDim % kSliceV == 0, "V must split into whole slices");
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "state_bwd shared memory exceeds 227 KB");
@@ -51,68 +51,73 @@ __global__ void __launch_bounds__(kThreads) state_bwd_kernel(__grid_constant__ P
   int64_t const seq_len = p.problem.seq_begin(n + 1) - begin;
   int64_t const slot0 = p.problem.slot_base(n);
   int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim + v0;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
 
   for (int idx = tid; idx < kHeadDim * kSliceV; idx += kThreads) {
     int const r = idx / kSliceV;
     int const col = idx % kSliceV;
     s.ds[r * kLdSlice + col] = p.dht != nullptr ? p.dht[state_offset + r * kHeadDim + col] : 0.f;
   }
+  __syncthreads();  // dht visible to the first chunk's conversion
 
   int64_t const num_chunks = (seq_len + kChunk - 1) / kChunk;
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
     int64_t const t0 = begin + j * kChunk;
     int const len = static_cast<int>(seq_len - j * kChunk < kChunk ? seq_len - j * kChunk : kChunk);
-    load_tile_bf16<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
-                                               int64_t{H} * kHeadDim, len);
-    load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                               int64_t{H} * kHeadDim, len);
-    load_tile_bf16<kChunk, kHeadDim, kThreads>(s.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim,
-                                               int64_t{HV} * kHeadDim, len);
-    load_tile_bf16_to_f32<kChunk, kSliceV, kThreads>(
-        s.dout, kLdSlice, p.dout + (t0 * HV + hv) * kHeadDim + v0, int64_t{HV} * kHeadDim, len);
+    load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.qw, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
+                                                     qk_stride, len);
+    load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+        s.qw + kChunk * kLdBf16, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim, v_stride, len);
+    load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
+                                                     qk_stride, len);
+    load_tile_bf16_async<kChunk, kSliceV, kThreads>(
+        s.rhs, kLdSliceB, p.dout + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+    load_tile_f32_async<kChunk, kSliceV, kThreads>(
+        s.dv_new, kLdSlice, p.dv_new + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+    cp_async_commit();
     if (tid < kChunk) s.gcum[tid] = p.gcum[(t0 + (tid < len ? tid : len - 1)) * HV + hv];
-    __syncthreads();  // tiles and the previous (later) chunk's dS' update are visible
-    float const g_last = s.gcum[len - 1];
-    if (tid < kChunk) {
-      s.q_scale[tid] = scale * __expf(s.gcum[tid]);
-      s.k_scale[tid] = __expf(g_last - s.gcum[tid]);
-    }
 
+    // dS' (gradient of this chunk's end state) -> bf16 operand and dh[slot], while tiles load.
     __nv_bfloat16* dh_out = p.dh + ((slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;
-    for (int idx = tid; idx < kHeadDim * kSliceV; idx += kThreads) {
-      int const r = idx / kSliceV;
-      int const col = idx % kSliceV;
-      dh_out[r * kHeadDim + col] = __float2bfloat16(s.ds[r * kLdSlice + col]);
+    for (int idx = tid; idx < kHeadDim * kSliceV / 2; idx += kThreads) {
+      int const r = idx / (kSliceV / 2);
+      int const col = (idx % (kSliceV / 2)) * 2;
+      __nv_bfloat162 const d2 =
+          __floats2bfloat162_rn(s.ds[r * kLdSlice + col], s.ds[r * kLdSlice + col + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(s.dsb + r * kLdSliceB + col) = d2;
+      *reinterpret_cast<__nv_bfloat162*>(dh_out + r * kHeadDim + col) = d2;
     }
-    __syncthreads();  // q_scale, k_scale visible
+    cp_async_wait<0>();
+    __syncthreads();  // tiles, G, bf16(dS') visible
+    float const g_last = s.gcum[len - 1];
 
-    // dDelta = A^T dO (already in dv_new) + (K e^{G_last - G}) dS'
+    // rhs rows 0-63: dO <- scale e^{G_i} dO, in place
+    for (int idx = tid; idx < kChunk * kSliceV / 2; idx += kThreads) {
+      int const r = idx / (kSliceV / 2);
+      int const col = (idx % (kSliceV / 2)) * 2;
+      float const qs = scale * __expf(s.gcum[r]);
+      auto* d2 = reinterpret_cast<__nv_bfloat162*>(s.rhs + r * kLdSliceB + col);
+      float2 const f = __bfloat1622float2(*d2);
+      *d2 = __floats2bfloat162_rn(qs * f.x, qs * f.y);
+    }
+    // dDelta = A^T dO + e^{G_last - G_i} (K dS'); rhs rows 64-127 <- -dDelta
+    float* const dd = p.dv_new + (t0 * HV + hv) * kHeadDim + v0;
     block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
-        [&](int i, int kk) { return s.k_scale[i] * to_float(s.k[i * kLdBf16 + kk]); },
-        [&](int kk, int col) { return s.ds[kk * kLdSlice + col]; },
-        [&](int i, int col, float acc) {
+        RowMajor{s.k, kLdBf16}, RowMajor{s.dsb, kLdSliceB}, [&](int i, int col, float acc) {
+          float val = 0.f;
           if (i < len) {
-            float* const dd = p.dv_new + ((t0 + i) * HV + hv) * kHeadDim + v0 + col;
-            float const val = *dd + acc;
-            *dd = val;
-            s.ddelta[i * kLdSlice + col] = val;
-          } else {
-            s.ddelta[i * kLdSlice + col] = 0.f;
+            val = s.dv_new[i * kLdSlice + col] + __expf(g_last - s.gcum[i]) * acc;
+            dd[i * v_stride + col] = val;
           }
+          s.rhs[(kChunk + i) * kLdSliceB + col] = __float2bfloat16(-val);
         });
-    __syncthreads();  // dDelta complete; every read of dS' for this chunk done
+    __syncthreads();  // rhs complete; every read of dS' for this chunk done
 
-    // dS' = e^{G_last} dS' + scale (Q e^G)^T dO - W^T dDelta
+    // dS' = e^{G_last} dS' + [Q ; W]^T [scale e^G dO ; -dDelta]
     float const gamma = __expf(g_last);
     block_gemm<kHeadDim, kSliceV, 2 * kChunk, 1, 4, kWarps>(
-        [&](int r, int m) {
-          return m < kChunk ? s.q_scale[m] * to_float(s.q[m * kLdBf16 + r])
-                            : -to_float(s.w[(m - kChunk) * kLdBf16 + r]);
-        },
-        [&](int m, int col) {
-          return m < kChunk ? s.dout[m * kLdSlice + col] : s.ddelta[(m - kChunk) * kLdSlice + col];
-        },
-        [&](int r, int col, float acc) {
+        ColMajor{s.qw, kLdBf16}, RowMajor{s.rhs, kLdSliceB}, [&](int r, int col, float acc) {
           s.ds[r * kLdSlice + col] = gamma * s.ds[r * kLdSlice + col] + acc;
         });
     __syncthreads();  // dS' updated before the next chunk's loads overwrite the tiles

@@ -19,14 +19,17 @@ namespace cake::kernels::state_fwd {
 inline constexpr int kThreads = 128;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kSliceV = 32;  // V columns per CTA: 4 slices x N x HV CTAs
-inline constexpr int kLdSlice = kSliceV + 4;
+inline constexpr int kLdSlice = kSliceV + 4;   // fp32 slice rows
+inline constexpr int kLdSliceB = kSliceV + 8;  // bf16 slice rows: 80 bytes, ldmatrix conflict-free
 
+// About 74 KB: three CTAs per SM, which hide each other's load latency (no prefetch yet).
 struct SharedStorage {
-  float h[kHeadDim * kLdSlice];         // [128 x 32] state slice, fp32
-  __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
-  __nv_bfloat16 w[kChunk * kLdBf16];    // [64 x 128]
-  float u[kChunk * kLdSlice];           // [64 x 32]
-  float delta[kChunk * kLdSlice];       // [64 x 32] Delta e^{G_last - G}
+  float h[kHeadDim * kLdSlice];              // [128 x 32] state slice, fp32
+  __nv_bfloat16 hb[kHeadDim * kLdSliceB];    // [128 x 32] bf16(h), the operand of W h
+  __nv_bfloat16 k[kChunk * kLdBf16];         // [64 x 128]
+  __nv_bfloat16 w[kChunk * kLdBf16];         // [64 x 128]
+  __nv_bfloat16 u[kChunk * kLdSliceB];       // [64 x 32]
+  __nv_bfloat16 delta[kChunk * kLdSliceB];   // [64 x 32] bf16(Delta e^{G_last - G})
   float gcum[kChunk];
 };
 static_assert(kHeadDim % kSliceV == 0, "V must split into whole slices");
@@ -47,55 +50,57 @@ __global__ void __launch_bounds__(kThreads) state_fwd_kernel(__grid_constant__ P
   int64_t const seq_len = p.problem.seq_begin(n + 1) - begin;
   int64_t const slot0 = p.problem.slot_base(n);
   int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim + v0;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
 
   for (int idx = tid; idx < kHeadDim * kSliceV; idx += kThreads) {
     int const r = idx / kSliceV;
     int const col = idx % kSliceV;
     s.h[r * kLdSlice + col] = p.h0 != nullptr ? p.h0[state_offset + r * kHeadDim + col] : 0.f;
   }
+  __syncthreads();  // initial state visible to the first chunk's conversion
 
   int64_t const num_chunks = (seq_len + kChunk - 1) / kChunk;
   for (int64_t j = 0; j < num_chunks; ++j) {
     int64_t const t0 = begin + j * kChunk;
     int const len = static_cast<int>(seq_len - j * kChunk < kChunk ? seq_len - j * kChunk : kChunk);
-    load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                               int64_t{H} * kHeadDim, len);
-    load_tile_bf16<kChunk, kHeadDim, kThreads>(s.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim,
-                                               int64_t{HV} * kHeadDim, len);
-    load_tile_bf16_to_f32<kChunk, kSliceV, kThreads>(
-        s.u, kLdSlice, p.u + (t0 * HV + hv) * kHeadDim + v0, int64_t{HV} * kHeadDim, len);
+    load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
+                                                     int64_t{H} * kHeadDim, len);
+    load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+        s.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim, v_stride, len);
+    load_tile_bf16_async<kChunk, kSliceV, kThreads>(
+        s.u, kLdSliceB, p.u + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+    cp_async_commit();
     if (tid < kChunk) s.gcum[tid] = tid < len ? p.gcum[(t0 + tid) * HV + hv] : 0.f;
-    __syncthreads();  // tiles and the previous chunk's state update are visible
 
+    // h (the chunk's start state) -> bf16 operand and the per-chunk store, while the tiles load.
     __nv_bfloat16* h_out = p.h + ((slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;
-    for (int idx = tid; idx < kHeadDim * kSliceV; idx += kThreads) {
-      int const r = idx / kSliceV;
-      int const col = idx % kSliceV;
-      h_out[r * kHeadDim + col] = __float2bfloat16(s.h[r * kLdSlice + col]);
+    for (int idx = tid; idx < kHeadDim * kSliceV / 2; idx += kThreads) {
+      int const r = idx / (kSliceV / 2);
+      int const col = (idx % (kSliceV / 2)) * 2;
+      __nv_bfloat162 const hv2 =
+          __floats2bfloat162_rn(s.h[r * kLdSlice + col], s.h[r * kLdSlice + col + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(s.hb + r * kLdSliceB + col) = hv2;
+      *reinterpret_cast<__nv_bfloat162*>(h_out + r * kHeadDim + col) = hv2;
     }
+    cp_async_wait<0>();
+    __syncthreads();  // tiles, G and bf16(h) visible
     float const g_last = s.gcum[len - 1];
 
     // Delta = U - W h
+    __nv_bfloat16* const v_new = p.v_new + (t0 * HV + hv) * kHeadDim + v0;
     block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
-        [&](int i, int kk) { return to_float(s.w[i * kLdBf16 + kk]); },
-        [&](int kk, int col) { return s.h[kk * kLdSlice + col]; },
-        [&](int i, int col, float acc) {
-          float const delta = s.u[i * kLdSlice + col] - acc;
-          if (i < len) {
-            p.v_new[((t0 + i) * HV + hv) * kHeadDim + v0 + col] = __float2bfloat16(delta);
-            s.delta[i * kLdSlice + col] = delta * __expf(g_last - s.gcum[i]);
-          } else {
-            s.delta[i * kLdSlice + col] = 0.f;
-          }
+        RowMajor{s.w, kLdBf16}, RowMajor{s.hb, kLdSliceB}, [&](int i, int col, float acc) {
+          float const delta = __bfloat162float(s.u[i * kLdSliceB + col]) - acc;
+          if (i < len) v_new[i * v_stride + col] = __float2bfloat16(delta);
+          s.delta[i * kLdSliceB + col] =
+              __float2bfloat16(i < len ? delta * __expf(g_last - s.gcum[i]) : 0.f);
         });
-    __syncthreads();  // Delta complete; every read of h for this chunk done
+    __syncthreads();  // Delta complete
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta
     float const gamma = __expf(g_last);
     block_gemm<kHeadDim, kSliceV, kChunk, 1, 4, kWarps>(
-        [&](int r, int m) { return to_float(s.k[m * kLdBf16 + r]); },
-        [&](int m, int col) { return s.delta[m * kLdSlice + col]; },
-        [&](int r, int col, float acc) {
+        ColMajor{s.k, kLdBf16}, RowMajor{s.delta, kLdSliceB}, [&](int r, int col, float acc) {
           s.h[r * kLdSlice + col] = gamma * s.h[r * kLdSlice + col] + acc;
         });
     __syncthreads();  // state updated before the next chunk's loads overwrite k, w, u

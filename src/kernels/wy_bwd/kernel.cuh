@@ -21,17 +21,21 @@ namespace cake::kernels::wy_bwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kLdS = kChunk + 8;  // bf16 64x64 tiles: 144-byte rows, ldmatrix conflict-free
+inline constexpr int kLdF = kHeadDim + 4;  // fp32 64x128 tile
 
 struct SharedStorage {
   __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 v[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 dw[kChunk * kLdBf16];   // [64 x 128]
   __nv_bfloat16 du[kChunk * kLdBf16];   // [64 x 128]
-  float t[kChunk * kLd64];              // [64 x 64] T
-  float dt[kChunk * kLd64];             // [64 x 64] dT
-  float dt_tt[kChunk * kLd64];          // [64 x 64] dT T^T
-  float m[kChunk * kLd64];              // [64 x 64] M = dL e^{G_i - G_j}, strictly lower
+  __nv_bfloat16 t[kChunk * kLdS];       // [64 x 64] bf16(T)
+  __nv_bfloat16 dt[kChunk * kLdS];      // [64 x 64] bf16(dT)
+  __nv_bfloat16 dt_tt[kChunk * kLdS];   // [64 x 64] bf16(dT T^T)
+  __nv_bfloat16 sym[kChunk * kLdS];     // [64 x 64] bf16(beta_i M_ij + beta_j M_ji)
+  float dt32[kChunk * kLd64];           // [64 x 64] e_j (dW K^T)_ij, then M (strictly lower)
   float kk[kChunk * kLd64];             // [64 x 64] K K^T
+  float dk_in[kChunk * kLdF];           // [64 x 128] dk from dqk_bwd
   float gcum[kChunk];
   float beta[kChunk];
   float eg[kChunk];                     // e^{G_i}
@@ -58,14 +62,19 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   int64_t const row0 = c.t0 * HV + hv;  // (token t0, head hv) in [BT, HV]
 
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                             int64_t{H} * kHeadDim, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + row0 * kHeadDim, v_stride, len);
-  load_tile_bf16<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim, v_stride, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                                   int64_t{H} * kHeadDim, len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + row0 * kHeadDim, v_stride,
+                                                   len);
+  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim,
+                                                   v_stride, len);
+  float* const dk = p.dk_hv + row0 * kHeadDim;
+  load_tile_f32_async<kChunk, kHeadDim, kThreads>(s.dk_in, kLdF, dk, v_stride, len);
+  cp_async_commit();
   load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(s.du, kLdBf16, p.dv_new + row0 * kHeadDim,
                                                     v_stride, len);
-  load_tile_f32<kChunk, kChunk, kThreads>(s.t, kLd64, p.tmat + row0 * kChunk,
-                                          int64_t{HV} * kChunk, len);
+  load_tile_f32_to_bf16<kChunk, kChunk, kThreads>(s.t, kLdS, p.tmat + row0 * kChunk,
+                                                  int64_t{HV} * kChunk, len);
   if (tid < kChunk) {
     int64_t const row = (c.t0 + (tid < len ? tid : len - 1)) * HV + hv;
     s.gcum[tid] = p.gcum[row];
@@ -76,59 +85,40 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
     s.r_row[tid] = 0.f;
     s.r_col[tid] = 0.f;
   }
+  cp_async_wait<0>();
   __syncthreads();
 
-  // dT = dW X^T + dU Y^T over the concatenated reduction [dW | dU] x [X ; Y]^T
-  block_gemm<kChunk, kChunk, 2 * kHeadDim, 1, 2, kWarps>(
-      [&](int i, int m) {
-        return m < kHeadDim ? to_float(s.dw[i * kLdBf16 + m])
-                            : to_float(s.du[i * kLdBf16 + m - kHeadDim]);
-      },
-      [&](int m, int j) {
-        return m < kHeadDim ? s.beta[j] * s.eg[j] * to_float(s.k[j * kLdBf16 + m])
-                            : s.beta[j] * to_float(s.v[j * kLdBf16 + m - kHeadDim]);
-      },
-      [&](int i, int j, float acc) { s.dt[i * kLd64 + j] = acc; });
+  // dT_ij = beta_j (e_j (dW K^T)_ij + (dU V^T)_ij)  (two products of one shape, same owner)
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      [&](int i, int col) { return to_float(s.k[i * kLdBf16 + col]); },
-      [&](int col, int j) { return to_float(s.k[j * kLdBf16 + col]); },
+      RowMajor{s.dw, kLdBf16}, ColMajor{s.k, kLdBf16},
+      [&](int i, int j, float acc) { s.dt32[i * kLd64 + j] = s.eg[j] * acc; });
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      RowMajor{s.du, kLdBf16}, ColMajor{s.v, kLdBf16}, [&](int i, int j, float acc) {
+        s.dt[i * kLdS + j] = __float2bfloat16(s.beta[j] * (s.dt32[i * kLd64 + j] + acc));
+      });
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16},
       [&](int i, int j, float acc) { s.kk[i * kLd64 + j] = acc; });
 
-  float* const dk = p.dk_hv + row0 * kHeadDim;
-  // dX = T^T dW: dk += beta e^G dX
-  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int i, int m) { return s.t[m * kLd64 + i]; },
-      [&](int m, int col) { return to_float(s.dw[m * kLdBf16 + col]); },
-      [&](int i, int col, float acc) {
-        if (i < len) {
-          dk[i * v_stride + col] += s.beta[i] * s.eg[i] * acc;
-          atomicAdd(&s.x_dot[i], acc * s.eg[i] * to_float(s.k[i * kLdBf16 + col]));
-        }
-      });
   // dY = T^T dU: dv = beta dY
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int i, int m) { return s.t[m * kLd64 + i]; },
-      [&](int m, int col) { return to_float(s.du[m * kLdBf16 + col]); },
-      [&](int i, int col, float acc) {
+      ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16}, [&](int i, int col, float acc) {
         if (i < len) {
-          if (p.dv != nullptr) p.dv[(row0 + int64_t{i} * HV) * kHeadDim + col] =
-              __float2bfloat16(s.beta[i] * acc);
-          atomicAdd(&s.y_dot[i], acc * to_float(s.v[i * kLdBf16 + col]));
+          if (p.dv != nullptr)
+            p.dv[(row0 + int64_t{i} * HV) * kHeadDim + col] = __float2bfloat16(s.beta[i] * acc);
+          atomicAdd(&s.y_dot[i], acc * __bfloat162float(s.v[i * kLdBf16 + col]));
         }
       });
-  __syncthreads();  // dT, KK^T complete
+  __syncthreads();  // dT, K K^T complete
 
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
-      [&](int i, int m) { return s.dt[i * kLd64 + m]; },
-      [&](int m, int j) { return s.t[j * kLd64 + m]; },
-      [&](int i, int j, float acc) { s.dt_tt[i * kLd64 + j] = acc; });
+      RowMajor{s.dt, kLdS}, ColMajor{s.t, kLdS},
+      [&](int i, int j, float acc) { s.dt_tt[i * kLdS + j] = __float2bfloat16(acc); });
   __syncthreads();  // dT T^T complete
 
   // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
-      [&](int i, int m) { return s.t[m * kLd64 + i]; },
-      [&](int m, int j) { return s.dt_tt[m * kLd64 + j]; },
-      [&](int i, int j, float acc) {
+      ColMajor{s.t, kLdS}, RowMajor{s.dt_tt, kLdS}, [&](int i, int j, float acc) {
         float mij = 0.f;
         if (i > j && i < len) {
           mij = -acc * __expf(s.gcum[i] - s.gcum[j]);
@@ -136,17 +126,29 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
           atomicAdd(&s.r_row[i], r);
           atomicAdd(&s.r_col[j], s.beta[i] * r);
         }
-        s.m[i * kLd64 + j] = mij;
+        s.dt32[i * kLd64 + j] = mij;
       });
   __syncthreads();  // M complete
+  for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
+    int const i = idx / kChunk;
+    int const j = idx % kChunk;
+    s.sym[i * kLdS + j] = __float2bfloat16(s.beta[i] * s.dt32[i * kLd64 + j] +
+                                           s.beta[j] * s.dt32[j * kLd64 + i]);
+  }
+  __syncthreads();
 
-  // dk_i += sum_j (beta_i M_ij + beta_j M_ji) k_j (same shape as dX: same owner thread)
-  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      [&](int i, int j) { return s.beta[i] * s.m[i * kLd64 + j] + s.beta[j] * s.m[j * kLd64 + i]; },
-      [&](int j, int col) { return to_float(s.k[j * kLdBf16 + col]); },
-      [&](int i, int col, float acc) {
-        if (i < len) dk[i * v_stride + col] += acc;
+  // dk = dk_in + beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta, dG) taken
+  // between the two products
+  block_gemm_mid<kChunk, kHeadDim, kChunk, kChunk, 2, 4, kWarps>(
+      ColMajor{s.t, kLdS}, RowMajor{s.dw, kLdBf16},
+      [&](int i, int col, float& acc) {
+        if (i < len) atomicAdd(&s.x_dot[i], acc * s.eg[i] * __bfloat162float(s.k[i * kLdBf16 + col]));
+        acc *= s.beta[i] * s.eg[i];
+      },
+      RowMajor{s.sym, kLdS}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float acc) {
+        if (i < len) dk[i * v_stride + col] = s.dk_in[i * kLdF + col] + acc;
       });
+  __syncthreads();  // x_dot complete
 
   if (tid < len) {
     float const beta = s.beta[tid];
