@@ -100,7 +100,7 @@ def _backward(
 def _backward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
                    dht, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
                    allow_neg_eigval):
-    return [torch.empty_like(t) if t is not None else q.new_empty(0)
+    return [_like(t, True) if t is not None else q.new_empty(0)
             for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
 
 
@@ -134,15 +134,35 @@ def _backward_rule(ctx, dout, dfinal_state):
 _forward.register_autograd(_backward_rule, setup_context=_setup_context)
 
 
+def _check_state_v_first(initial_state: Tensor, q: Tensor, v: Tensor,
+                         cu_seqlens: Optional[Tensor]) -> None:
+    """The shape check of initial_state in the layout the caller passes, [N, HV, V, K]."""
+    if q.dim() != 4 or v.dim() != 4:
+        return  # the C++ validation reports q's or v's rank first
+    expected = (_num_seqs(q, cu_seqlens), v.shape[2], v.shape[3], q.shape[3])
+    if tuple(initial_state.shape) != expected:
+        raise ValueError(f"initial_state must have shape [N, HV, V, K] = {list(expected)} with "
+                         f"state_v_first=True, got {list(initial_state.shape)}")
+
+
 def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
         scale: Optional[float], initial_state: Optional[Tensor], output_final_state: bool,
         cu_seqlens: Optional[Tensor], A_log: Optional[Tensor], dt_bias: Optional[Tensor],
         use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
         use_beta_sigmoid: bool, allow_neg_eigval: bool, state_v_first: bool):
     """Shared body of chunk_gated_delta_rule and chunk_kda: returns (o, final_state or None)."""
+    tensors = dict(k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                   A_log=A_log, dt_bias=dt_bias)
+    for name, t in tensors.items():
+        # C++ checks devices too, but a meta tensor among real ones would never reach it: the
+        # dispatcher would route the call to the shape-only fake implementation.
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
     if scale is None:
-        scale = q.shape[-1] ** -0.5
+        # An invalid q keeps a placeholder scale; the C++ validation then names q's problem.
+        scale = q.shape[-1] ** -0.5 if q.dim() == 4 and q.shape[-1] > 0 else 1.0
     if state_v_first and initial_state is not None:
+        _check_state_v_first(initial_state, q, v, cu_seqlens)
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
     o, final_state = _forward(
         variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, float(scale),

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "cake/cake.h"
 
@@ -33,7 +34,7 @@ void raise_on_failure(cakeResult_t result) {
   }
 }
 
-cakeDtype_t dtype_of(nb::dlpack::dtype dt) {
+cakeDtype_t dtype_of(nb::dlpack::dtype dt, char const* name) {
   using Code = nb::dlpack::dtype_code;
   auto const code = static_cast<Code>(dt.code);
   if (dt.lanes == 1) {
@@ -44,16 +45,27 @@ cakeDtype_t dtype_of(nb::dlpack::dtype dt) {
     if (code == Code::Int && dt.bits == 32) return cakeInt32;
     if (code == Code::Int && dt.bits == 64) return cakeInt64;
   }
-  throw nb::value_error("unsupported tensor dtype: cake takes float16, bfloat16, float32, "
-                        "float64, int32 and int64 tensors");
+  char const* kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  std::string const got = (dt.code < 7 ? kinds[dt.code] : "code" + std::to_string(dt.code)) +
+                          std::to_string(dt.bits) + (dt.lanes == 1 ? "" : "x" + std::to_string(dt.lanes));
+  throw nb::value_error((std::string(name) + " has an unsupported dtype " + got +
+                         ": cake takes float16, bfloat16, float32, float64, int32 and int64")
+                            .c_str());
 }
 
-cakeTensor_t view(OptionalArray const& a) {
+cakeTensor_t view(OptionalArray const& a, char const* name) {
   cakeTensor_t t{};
   if (!a) return t;
-  if (a->ndim() > CAKE_MAX_DIMS) throw nb::value_error("tensors have at most 5 dimensions");
+  if (a->ndim() > CAKE_MAX_DIMS) {
+    std::string shape;
+    for (size_t d = 0; d < a->ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a->shape(d));
+    throw nb::value_error((std::string(name) + " has " + std::to_string(a->ndim()) +
+                           " dimensions (shape [" + shape + "]); cake's tensors have at most " +
+                           std::to_string(CAKE_MAX_DIMS))
+                              .c_str());
+  }
   t.data = a->data();
-  t.dtype = dtype_of(a->dtype());
+  t.dtype = dtype_of(a->dtype(), name);
   t.device_type = a->device_type();
   t.device_id = a->device_id();
   t.ndim = static_cast<int32_t>(a->ndim());
@@ -95,17 +107,42 @@ cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_ga
           allow_neg_eigval)
 
 cakeForwardArgs_t forward_args(CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state) {
-  return {view(q), view(k), view(v), view(g), view(beta), view(initial_state),
-          view(cu_seqlens), view(A_log), view(dt_bias), view(o), view(final_state)};
+  return {view(q, "q"),
+          view(k, "k"),
+          view(v, "v"),
+          view(g, "g"),
+          view(beta, "beta"),
+          view(initial_state, "initial_state"),
+          view(cu_seqlens, "cu_seqlens"),
+          view(A_log, "A_log"),
+          view(dt_bias, "dt_bias"),
+          view(o, "o"),
+          view(final_state, "final_state")};
 }
 
 cakeBackwardArgs_t backward_args(CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht,
                                  OptionalArray dq, OptionalArray dk, OptionalArray dv,
                                  OptionalArray dg, OptionalArray dbeta, OptionalArray dh0,
                                  OptionalArray dA_log, OptionalArray ddt_bias) {
-  return {view(q),    view(k),  view(v),  view(g),  view(beta),  view(initial_state),
-          view(cu_seqlens), view(A_log), view(dt_bias), view(dout), view(dht), view(dq),
-          view(dk),   view(dv), view(dg), view(dbeta), view(dh0), view(dA_log), view(ddt_bias)};
+  return {view(q, "q"),
+          view(k, "k"),
+          view(v, "v"),
+          view(g, "g"),
+          view(beta, "beta"),
+          view(initial_state, "initial_state"),
+          view(cu_seqlens, "cu_seqlens"),
+          view(A_log, "A_log"),
+          view(dt_bias, "dt_bias"),
+          view(dout, "dout"),
+          view(dht, "dht"),
+          view(dq, "dq"),
+          view(dk, "dk"),
+          view(dv, "dv"),
+          view(dg, "dg"),
+          view(dbeta, "dbeta"),
+          view(dh0, "dh0"),
+          view(dA_log, "dA_log"),
+          view(ddt_bias, "ddt_bias")};
 }
 
 std::pair<void*, size_t> workspace_of(OptionalArray const& workspace) {

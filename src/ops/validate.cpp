@@ -82,6 +82,12 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
   check_present("q", in.q);
   CAKE_CHECK(in.q.ndim == 4, cakeInvalidArgument,
              "q must have 4 dimensions [B, T, H, K], got shape ", cake::shape_string(in.q));
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q}, {"v", &in.v}}) {
+    for (int dim = 0; dim < t->ndim; ++dim) {
+      CAKE_CHECK(t->shape[dim] >= 0, cakeInvalidArgument, name,
+                 " must have non-negative sizes, got shape ", cake::shape_string(*t));
+    }
+  }
   Dims d;
   d.batch = in.q.shape[0];
   d.seq_len = in.q.shape[1];

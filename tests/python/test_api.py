@@ -171,15 +171,8 @@ def test_varlen_zero_length_documents(kda):
         assert_rel(dh0[n], dht[n], 1e-15, f"dh0 of empty document {n}")
 
 
-EMPTY_CONTIGUOUS_BUG = (
-    "src/core/tensor.cpp is_contiguous(): a tensor with no elements is called non-contiguous when "
-    "a dimension before the empty one has size > 1 (torch gives o [2, 0, 2, 8] strides "
-    "(16, 16, 8, 1); the check expects 0), so T = 0 with B > 1 raises 'o must be contiguous'")
-
-
 @pytest.mark.parametrize("kda", VARIANTS)
-@pytest.mark.parametrize("B", [1, pytest.param(2, marks=pytest.mark.xfail(
-    strict=True, raises=ValueError, reason=EMPTY_CONTIGUOUS_BUG))])
+@pytest.mark.parametrize("B", [1, 2])
 def test_empty_sequence(kda, B):
     # No tokens at all: o is empty and the final state is the initial state.
     t, opts = make_case(205, kda=kda, B=B, T=0, initial_state=True)
@@ -576,13 +569,6 @@ def _head_first(x):
     return x.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "python/cake/ops.py _backward_fake: the fake implementation of cake::backward returns "
-    "torch.empty_like(t) (input strides preserved) while the real one returns contiguous "
-    "gradients (_like with memory_format=torch.contiguous_format); for permuted inputs such as "
-    "q = q_head_first.transpose(1, 2), torch.compile(backend='inductor') fails in the backward "
-    "with 'AssertionError: expected size 12==12, stride 16==8 at dim=1' from "
-    "assert_size_stride on torch.ops.cake.backward.default"))
 @pytest.mark.parametrize("kda", VARIANTS)
 def test_opcheck_backward_permuted_inputs(kda):
     t, _ = make_case(1103, kda=kda, cu=[0, 5, 12], H=2, HV=2, initial_state=True)
