@@ -6,6 +6,7 @@
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
 //   cake_cuda_check --once     one forward and one backward at workload A (for a profiler)
+//   cake_cuda_check --once-small  the same on one document of 8192 tokens
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -415,10 +416,11 @@ bool run_case(Case const& c) {
   return ok;
 }
 
-void time_workload_a(bool once) {
+void time_workload_a(bool once, bool small) {
   Case c;
   c.name = "workload A";
   c.docs = {98304, 65536, 57344, 40960};
+  if (small) c.docs = {8192};
   c.H = 16;
   c.HV = 48;
   c.with_state = false;
@@ -476,11 +478,12 @@ void time_workload_a(bool once) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool do_check = true, do_time = true, once = false;
+  bool do_check = true, do_time = true, once = false, small = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-time") == 0) do_time = false;
     if (std::strcmp(argv[i], "--time") == 0) do_check = false;
     if (std::strcmp(argv[i], "--once") == 0) do_check = false, once = true;
+    if (std::strcmp(argv[i], "--once-small") == 0) do_check = false, once = small = true;
   }
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -552,6 +555,6 @@ int main(int argc, char** argv) {
     for (auto const& c : cases) ok = run_case(c) && ok;
     std::printf("accuracy: %s\n", ok ? "ALL PASS" : "FAILURES");
   }
-  if (do_time) time_workload_a(once);
+  if (do_time) time_workload_a(once, small);
   return ok ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 // A block-wide matrix product on the tensor cores.
 //
-//   C[M x N] = A[M x Kd] B[Kd x N]   (bf16 operands, fp32 accumulation), then epi(i, j, c) per element.
+//   C[M x N] = A[M x Kd] B[Kd x N]   (bf16 operands, fp32 accumulation), then epi(i, j, c_j, c_j+1)
+//   per pair of adjacent elements (so that stores can be 4- or 8-byte pairs).
 //
 // An operand is either a bf16 shared-memory view (RowMajor: element (r, c) at p[r ld + c];
 // ColMajor: at p[c ld + r]), read with ldmatrix (.trans where the layout needs it), or a functor
@@ -113,13 +114,17 @@ __device__ __forceinline__ void warp_tile_mma(A const& a, B const& b, int m0, in
   }
 }
 
-// C = mid(A1 B1) + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c) for every
-// element. mid(i, j, float& c) sees and may rewrite each element of the first product before the
-// second is accumulated onto it (a row scale that only the first term carries, a row sum of it).
+// C = mid(A1 B1) + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1) for
+// every pair of adjacent elements (j even). mid(i, j, float& c_j, float& c_j+1) -> float sees and may
+// rewrite each pair of the first product before the second is accumulated onto it (a row scale
+// that only the first term carries); with row_sums != nullptr, the values it returns are summed
+// per row (in registers, then across the 4 lanes that share a row, then one shared atomic per row
+// and warp tile) into row_sums[i].
 template <int kM, int kN, int kKd1, int kKd2, int kMi, int kNi, int kWarps, class A1, class B1,
           class Mid, class A2, class B2, class Epi>
 __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid const& mid,
-                                               A2 const& a2, B2 const& b2, Epi const& epi) {
+                                               float* row_sums, A2 const& a2, B2 const& b2,
+                                               Epi const& epi) {
   static_assert(kM % (16 * kMi) == 0, "M must be a multiple of the warp tile rows (16 kMi)");
   static_assert(kN % (8 * kNi) == 0, "N must be a multiple of the warp tile columns (8 kNi)");
   constexpr int kTilesM = kM / (16 * kMi);
@@ -140,16 +145,27 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
         for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
     warp_tile_mma<kKd1, kMi, kNi>(a1, b1, m0, n0, acc);
 #pragma unroll
-    for (int mi = 0; mi < kMi; ++mi)
+    for (int mi = 0; mi < kMi; ++mi) {
+      int const r = m0 + 16 * mi + group;
+      float sum_lo = 0.f;
+      float sum_hi = 0.f;
 #pragma unroll
       for (int ni = 0; ni < kNi; ++ni) {
-        int const r = m0 + 16 * mi + group;
         int const c = n0 + 8 * ni + 2 * quad;
-        mid(r, c, acc[mi][ni][0]);
-        mid(r, c + 1, acc[mi][ni][1]);
-        mid(r + 8, c, acc[mi][ni][2]);
-        mid(r + 8, c + 1, acc[mi][ni][3]);
+        sum_lo += mid(r, c, acc[mi][ni][0], acc[mi][ni][1]);
+        sum_hi += mid(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
       }
+      if (row_sums != nullptr) {
+        sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
+        sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
+        sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
+        sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
+        if (quad == 0) {
+          atomicAdd(&row_sums[r], sum_lo);
+          atomicAdd(&row_sums[r + 8], sum_hi);
+        }
+      }
+    }
     if constexpr (kKd2 > 0) warp_tile_mma<kKd2, kMi, kNi>(a2, b2, m0, n0, acc);
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi)
@@ -157,24 +173,31 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
       for (int ni = 0; ni < kNi; ++ni) {
         int const r = m0 + 16 * mi + group;
         int const c = n0 + 8 * ni + 2 * quad;
-        epi(r, c, acc[mi][ni][0]);
-        epi(r, c + 1, acc[mi][ni][1]);
-        epi(r + 8, c, acc[mi][ni][2]);
-        epi(r + 8, c + 1, acc[mi][ni][3]);
+        epi(r, c, acc[mi][ni][0], acc[mi][ni][1]);
+        epi(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
       }
   }
 }
 
+// Adapts a per-element epilogue f(i, j, c) to the pair form.
+template <class F>
+__device__ __forceinline__ auto pairwise(F const& f) {
+  return [f](int i, int j, float c0, float c1) {
+    f(i, j, c0);
+    f(i, j + 1, c1);
+  };
+}
+
 struct NoMid {
-  __device__ __forceinline__ void operator()(int, int, float&) const {}
+  __device__ __forceinline__ float operator()(int, int, float&, float&) const { return 0.f; }
 };
 
-// C = A1 B1 + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c).
+// C = A1 B1 + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1).
 template <int kM, int kN, int kKd1, int kKd2, int kMi, int kNi, int kWarps, class A1, class B1,
           class A2, class B2, class Epi>
 __device__ __forceinline__ void block_gemm2(A1 const& a1, B1 const& b1, A2 const& a2,
                                             B2 const& b2, Epi const& epi) {
-  block_gemm_mid<kM, kN, kKd1, kKd2, kMi, kNi, kWarps>(a1, b1, NoMid{}, a2, b2, epi);
+  block_gemm_mid<kM, kN, kKd1, kKd2, kMi, kNi, kWarps>(a1, b1, NoMid{}, nullptr, a2, b2, epi);
 }
 
 template <int kM, int kN, int kKd, int kMi, int kNi, int kWarps, class A, class B, class Epi>

@@ -40,6 +40,8 @@ struct SharedStorage {
   __nv_bfloat16 da[kChunk * kLdA];         // [64 x 64] bf16(dA)
   float qk[kChunk * kLd64];                // [64 x 64] Q K^T, then P = dA (Q K^T)
   float gcum[kChunk];
+  float q_scale[kChunk];                   // scale e^{G_i}
+  float k_scale[kChunk];                   // e^{G_last - G_i}
   float q_dq[kChunk];                      // <q_i, dq_i^inter>
   float k_dk_inter[kChunk];                // <k_i, dk_i^inter>
   float p_row[kChunk];                     // sum_{j<i} P_ij
@@ -106,16 +108,26 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
   }
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16},
-      [&](int i, int j, float acc) { s.qk[i * kLd64 + j] = acc; });
+      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        *reinterpret_cast<float2*>(s.qk + i * kLd64 + j) = make_float2(c0, c1);
+      });
   // dA = causal(scale (dO Delta^T) e^{G_i - G_j}); P = dA (Q K^T) on the same owner thread
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.dout, kLdBf16}, ColMajor{s.delta, kLdBf16}, [&](int i, int j, float acc) {
-        float const da = i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
-        s.da[i * kLdA + j] = __float2bfloat16(da);
-        s.qk[i * kLd64 + j] = i > j ? da * s.qk[i * kLd64 + j] : 0.f;
+      RowMajor{s.dout, kLdBf16}, ColMajor{s.delta, kLdBf16},
+      [&](int i, int j, float c0, float c1) {
+        float const gi = s.gcum[i];
+        float const da0 = i >= j ? scale * c0 * __expf(gi - s.gcum[j]) : 0.f;
+        float const da1 = i >= j + 1 ? scale * c1 * __expf(gi - s.gcum[j + 1]) : 0.f;
+        *reinterpret_cast<__nv_bfloat162*>(s.da + i * kLdA + j) = __floats2bfloat162_rn(da0, da1);
+        float2* const qk2 = reinterpret_cast<float2*>(s.qk + i * kLd64 + j);
+        float2 const qk = *qk2;
+        *qk2 = make_float2(i > j ? da0 * qk.x : 0.f, i > j + 1 ? da1 * qk.y : 0.f);
       });
-  __syncthreads();  // dA, P, h_dh complete
+  if (tid < kChunk) {
+    s.q_scale[tid] = scale * __expf(s.gcum[tid]);
+    s.k_scale[tid] = __expf(g_last - s.gcum[tid]);
+  }
+  __syncthreads();  // dA, P, h_dh, row scales complete
   if (tid < kChunk) {
     float row = 0.f;
     for (int j = 0; j < tid; ++j) row += s.qk[tid * kLd64 + j];
@@ -129,31 +141,40 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
 
   float* const dq = p.dq_hv + (c.t0 * HV + hv) * kHeadDim;
   float* const dk = p.dk_hv + (c.t0 * HV + hv) * kHeadDim;
-  // dq = scale e^G (dO h^T) + dA K; <q, dq^inter> taken between the two products
+  // dq = scale e^G (dO h^T) + dA K; <q, dq^inter> summed between the two products
   block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
       RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16},
-      [&](int i, int col, float& acc) {
-        acc *= scale * __expf(s.gcum[i]);
-        if (i < len) atomicAdd(&s.q_dq[i], acc * __bfloat162float(s.q[i * kLdBf16 + col]));
+      [&](int i, int col, float& c0, float& c1) {
+        c0 *= s.q_scale[i];
+        c1 *= s.q_scale[i];
+        float2 const q = __bfloat1622float2(
+            *reinterpret_cast<__nv_bfloat162 const*>(s.q + i * kLdBf16 + col));
+        return c0 * q.x + c1 * q.y;
       },
-      RowMajor{s.da, kLdA}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float acc) {
-        if (i < len) dq[i * v_stride + col] = acc;
+      s.q_dq, RowMajor{s.da, kLdA}, RowMajor{s.k, kLdBf16},
+      [&](int i, int col, float c0, float c1) {
+        if (i < len) *reinterpret_cast<float2*>(dq + i * v_stride + col) = make_float2(c0, c1);
       });
-  // dk = e^{G_last - G_j} (Delta dS'^T) + dA^T Q; <k, dk^inter> taken between the two products
+  // dk = e^{G_last - G_j} (Delta dS'^T) + dA^T Q; <k, dk^inter> summed between the two products
   block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
       RowMajor{s.delta, kLdBf16}, ColMajor{s.dh, kLdBf16},
-      [&](int j, int r, float& acc) {
-        acc *= __expf(g_last - s.gcum[j]);
-        if (j < len) atomicAdd(&s.k_dk_inter[j], acc * __bfloat162float(s.k[j * kLdBf16 + r]));
+      [&](int j, int r, float& c0, float& c1) {
+        c0 *= s.k_scale[j];
+        c1 *= s.k_scale[j];
+        float2 const k = __bfloat1622float2(
+            *reinterpret_cast<__nv_bfloat162 const*>(s.k + j * kLdBf16 + r));
+        return c0 * k.x + c1 * k.y;
       },
-      ColMajor{s.da, kLdA}, RowMajor{s.q, kLdBf16}, [&](int j, int r, float acc) {
-        if (j < len) dk[j * v_stride + r] = acc;
+      s.k_dk_inter, ColMajor{s.da, kLdA}, RowMajor{s.q, kLdBf16},
+      [&](int j, int r, float c0, float c1) {
+        if (j < len) *reinterpret_cast<float2*>(dk + j * v_stride + r) = make_float2(c0, c1);
       });
   // dW = -dDelta h^T
   __nv_bfloat16* const dw = p.dw + (c.t0 * HV + hv) * kHeadDim;
   block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
-      RowMajor{s.ddelta, kLdBf16}, ColMajor{s.h, kLdBf16}, [&](int i, int r, float acc) {
-        if (i < len) dw[i * v_stride + r] = __float2bfloat16(-acc);
+      RowMajor{s.ddelta, kLdBf16}, ColMajor{s.h, kLdBf16}, [&](int i, int r, float c0, float c1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(dw + i * v_stride + r) = __floats2bfloat162_rn(-c0, -c1);
       });
   __syncthreads();  // row sums complete
 

@@ -52,17 +52,19 @@ __global__ void __launch_bounds__(kThreads) dv_local_bwd_kernel(__grid_constant_
   __syncthreads();
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float acc) {
-        s.a[i * kLdA + j] =
-            __float2bfloat16(i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f);
+      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        float const gi = s.gcum[i];
+        *reinterpret_cast<__nv_bfloat162*>(s.a + i * kLdA + j) = __floats2bfloat162_rn(
+            i >= j ? scale * c0 * __expf(gi - s.gcum[j]) : 0.f,
+            i >= j + 1 ? scale * c1 * __expf(gi - s.gcum[j + 1]) : 0.f);
       });
   __syncthreads();
 
   // dDelta_intra = A^T dO
   float* const dv_new = p.dv_new + (c.t0 * HV + hv) * kHeadDim;
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      ColMajor{s.a, kLdA}, RowMajor{s.dout, kLdBf16}, [&](int j, int col, float acc) {
-        if (j < len) dv_new[j * v_stride + col] = acc;
+      ColMajor{s.a, kLdA}, RowMajor{s.dout, kLdBf16}, [&](int j, int col, float c0, float c1) {
+        if (j < len) *reinterpret_cast<float2*>(dv_new + j * v_stride + col) = make_float2(c0, c1);
       });
 #endif
 }

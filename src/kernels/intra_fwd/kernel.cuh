@@ -72,8 +72,11 @@ __global__ void __launch_bounds__(kThreads) intra_fwd_kernel(__grid_constant__ P
 
   // L = strictly-lower(beta_i (K K^T)_ij e^{G_i - G_j})
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float acc) {
-        s.l[i * kLd64 + j] = i > j ? s.beta[i] * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f;
+      RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        float const bi = s.beta[i];
+        float const gi = s.gcum[i];
+        s.l[i * kLd64 + j] = i > j ? bi * c0 * __expf(gi - s.gcum[j]) : 0.f;
+        s.l[i * kLd64 + j + 1] = i > j + 1 ? bi * c1 * __expf(gi - s.gcum[j + 1]) : 0.f;
       });
   __syncthreads();  // L complete, beta_eg visible; K is free to be rescaled
 
@@ -165,12 +168,14 @@ __global__ void __launch_bounds__(kThreads) intra_fwd_kernel(__grid_constant__ P
   __nv_bfloat16* const u = p.u + (c.t0 * HV + hv) * kHeadDim;
   int64_t const stride = int64_t{HV} * kHeadDim;
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      RowMajor{s.tb, kLdT}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float acc) {
-        if (i < len) w[i * stride + col] = __float2bfloat16(acc);
+      RowMajor{s.tb, kLdT}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float c0, float c1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(w + i * stride + col) = __floats2bfloat162_rn(c0, c1);
       });
   block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      RowMajor{s.tb, kLdT}, RowMajor{s.v, kLdBf16}, [&](int i, int col, float acc) {
-        if (i < len) u[i * stride + col] = __float2bfloat16(acc);
+      RowMajor{s.tb, kLdT}, RowMajor{s.v, kLdBf16}, [&](int i, int col, float c0, float c1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(u + i * stride + col) = __floats2bfloat162_rn(c0, c1);
       });
 #endif
 }

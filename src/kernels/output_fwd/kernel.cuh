@@ -63,9 +63,11 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
   __syncthreads();
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float acc) {
-        s.a[i * kLdA + j] =
-            __float2bfloat16(i >= j ? scale * acc * __expf(s.gcum[i] - s.gcum[j]) : 0.f);
+      RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        float const gi = s.gcum[i];
+        *reinterpret_cast<__nv_bfloat162*>(s.a + i * kLdA + j) = __floats2bfloat162_rn(
+            i >= j ? scale * c0 * __expf(gi - s.gcum[j]) : 0.f,
+            i >= j + 1 ? scale * c1 * __expf(gi - s.gcum[j + 1]) : 0.f);
       });
   __syncthreads();  // A complete; q free to be rescaled
   for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
@@ -81,8 +83,9 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
   __nv_bfloat16* const o = p.o + (c.t0 * HV + hv) * kHeadDim;
   block_gemm2<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
       RowMajor{s.q, kLdBf16}, RowMajor{s.h, kLdBf16}, RowMajor{s.a, kLdA},
-      RowMajor{s.delta, kLdBf16}, [&](int i, int col, float acc) {
-        if (i < len) o[i * v_stride + col] = __float2bfloat16(acc);
+      RowMajor{s.delta, kLdBf16}, [&](int i, int col, float c0, float c1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) = __floats2bfloat162_rn(c0, c1);
       });
 #endif
 }

@@ -104,21 +104,28 @@ __global__ void __launch_bounds__(kThreads) state_bwd_kernel(__grid_constant__ P
     // dDelta = A^T dO + e^{G_last - G_i} (K dS'); rhs rows 64-127 <- -dDelta
     float* const dd = p.dv_new + (t0 * HV + hv) * kHeadDim + v0;
     block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
-        RowMajor{s.k, kLdBf16}, RowMajor{s.dsb, kLdSliceB}, [&](int i, int col, float acc) {
-          float val = 0.f;
+        RowMajor{s.k, kLdBf16}, RowMajor{s.dsb, kLdSliceB},
+        [&](int i, int col, float c0, float c1) {
+          float2 val = make_float2(0.f, 0.f);
           if (i < len) {
-            val = s.dv_new[i * kLdSlice + col] + __expf(g_last - s.gcum[i]) * acc;
-            dd[i * v_stride + col] = val;
+            float const decay = __expf(g_last - s.gcum[i]);
+            float2 const intra = *reinterpret_cast<float2 const*>(s.dv_new + i * kLdSlice + col);
+            val = make_float2(intra.x + decay * c0, intra.y + decay * c1);
+            *reinterpret_cast<float2*>(dd + i * v_stride + col) = val;
           }
-          s.rhs[(kChunk + i) * kLdSliceB + col] = __float2bfloat16(-val);
+          *reinterpret_cast<__nv_bfloat162*>(s.rhs + (kChunk + i) * kLdSliceB + col) =
+              __floats2bfloat162_rn(-val.x, -val.y);
         });
     __syncthreads();  // rhs complete; every read of dS' for this chunk done
 
     // dS' = e^{G_last} dS' + [Q ; W]^T [scale e^G dO ; -dDelta]
     float const gamma = __expf(g_last);
     block_gemm<kHeadDim, kSliceV, 2 * kChunk, 1, 4, kWarps>(
-        ColMajor{s.qw, kLdBf16}, RowMajor{s.rhs, kLdSliceB}, [&](int r, int col, float acc) {
-          s.ds[r * kLdSlice + col] = gamma * s.ds[r * kLdSlice + col] + acc;
+        ColMajor{s.qw, kLdBf16}, RowMajor{s.rhs, kLdSliceB},
+        [&](int r, int col, float c0, float c1) {
+          float2* const d2 = reinterpret_cast<float2*>(s.ds + r * kLdSlice + col);
+          float2 const old = *d2;
+          *d2 = make_float2(gamma * old.x + c0, gamma * old.y + c1);
         });
     __syncthreads();  // dS' updated before the next chunk's loads overwrite the tiles
   }

@@ -89,19 +89,29 @@ __global__ void __launch_bounds__(kThreads) state_fwd_kernel(__grid_constant__ P
     // Delta = U - W h
     __nv_bfloat16* const v_new = p.v_new + (t0 * HV + hv) * kHeadDim + v0;
     block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
-        RowMajor{s.w, kLdBf16}, RowMajor{s.hb, kLdSliceB}, [&](int i, int col, float acc) {
-          float const delta = __bfloat162float(s.u[i * kLdSliceB + col]) - acc;
-          if (i < len) v_new[i * v_stride + col] = __float2bfloat16(delta);
-          s.delta[i * kLdSliceB + col] =
-              __float2bfloat16(i < len ? delta * __expf(g_last - s.gcum[i]) : 0.f);
+        RowMajor{s.w, kLdBf16}, RowMajor{s.hb, kLdSliceB},
+        [&](int i, int col, float c0, float c1) {
+          float2 const u = __bfloat1622float2(
+              *reinterpret_cast<__nv_bfloat162 const*>(s.u + i * kLdSliceB + col));
+          float const d0 = u.x - c0;
+          float const d1 = u.y - c1;
+          float const decay = i < len ? __expf(g_last - s.gcum[i]) : 0.f;
+          if (i < len)
+            *reinterpret_cast<__nv_bfloat162*>(v_new + i * v_stride + col) =
+                __floats2bfloat162_rn(d0, d1);
+          *reinterpret_cast<__nv_bfloat162*>(s.delta + i * kLdSliceB + col) =
+              __floats2bfloat162_rn(decay * d0, decay * d1);
         });
     __syncthreads();  // Delta complete
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta
     float const gamma = __expf(g_last);
     block_gemm<kHeadDim, kSliceV, kChunk, 1, 4, kWarps>(
-        ColMajor{s.k, kLdBf16}, RowMajor{s.delta, kLdSliceB}, [&](int r, int col, float acc) {
-          s.h[r * kLdSlice + col] = gamma * s.h[r * kLdSlice + col] + acc;
+        ColMajor{s.k, kLdBf16}, RowMajor{s.delta, kLdSliceB},
+        [&](int r, int col, float c0, float c1) {
+          float2* const h2 = reinterpret_cast<float2*>(s.h + r * kLdSlice + col);
+          float2 const old = *h2;
+          *h2 = make_float2(gamma * old.x + c0, gamma * old.y + c1);
         });
     __syncthreads();  // state updated before the next chunk's loads overwrite k, w, u
   }

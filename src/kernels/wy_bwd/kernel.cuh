@@ -90,43 +90,58 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
 
   // dT_ij = beta_j (e_j (dW K^T)_ij + (dU V^T)_ij)  (two products of one shape, same owner)
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.dw, kLdBf16}, ColMajor{s.k, kLdBf16},
-      [&](int i, int j, float acc) { s.dt32[i * kLd64 + j] = s.eg[j] * acc; });
-  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.du, kLdBf16}, ColMajor{s.v, kLdBf16}, [&](int i, int j, float acc) {
-        s.dt[i * kLdS + j] = __float2bfloat16(s.beta[j] * (s.dt32[i * kLd64 + j] + acc));
+      RowMajor{s.dw, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        *reinterpret_cast<float2*>(s.dt32 + i * kLd64 + j) =
+            make_float2(s.eg[j] * c0, s.eg[j + 1] * c1);
       });
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16},
-      [&](int i, int j, float acc) { s.kk[i * kLd64 + j] = acc; });
+      RowMajor{s.du, kLdBf16}, ColMajor{s.v, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        float2 const x = *reinterpret_cast<float2 const*>(s.dt32 + i * kLd64 + j);
+        *reinterpret_cast<__nv_bfloat162*>(s.dt + i * kLdS + j) =
+            __floats2bfloat162_rn(s.beta[j] * (x.x + c0), s.beta[j + 1] * (x.y + c1));
+      });
+  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+      RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
+        *reinterpret_cast<float2*>(s.kk + i * kLd64 + j) = make_float2(c0, c1);
+      });
 
-  // dY = T^T dU: dv = beta dY
-  block_gemm<kChunk, kHeadDim, kChunk, 2, 4, kWarps>(
-      ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16}, [&](int i, int col, float acc) {
-        if (i < len) {
-          if (p.dv != nullptr)
-            p.dv[(row0 + int64_t{i} * HV) * kHeadDim + col] = __float2bfloat16(s.beta[i] * acc);
-          atomicAdd(&s.y_dot[i], acc * __bfloat162float(s.v[i * kLdBf16 + col]));
-        }
+  // dY = T^T dU: dv = beta dY, <dY, v> summed per row
+  block_gemm_mid<kChunk, kHeadDim, kChunk, 0, 2, 4, kWarps>(
+      ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16},
+      [&](int i, int col, float& c0, float& c1) {
+        float2 const v = __bfloat1622float2(
+            *reinterpret_cast<__nv_bfloat162 const*>(s.v + i * kLdBf16 + col));
+        return c0 * v.x + c1 * v.y;
+      },
+      s.y_dot, ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16},
+      [&](int i, int col, float c0, float c1) {
+        if (i < len && p.dv != nullptr)
+          *reinterpret_cast<__nv_bfloat162*>(p.dv + (row0 + int64_t{i} * HV) * kHeadDim + col) =
+              __floats2bfloat162_rn(s.beta[i] * c0, s.beta[i] * c1);
       });
   __syncthreads();  // dT, K K^T complete
 
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
-      RowMajor{s.dt, kLdS}, ColMajor{s.t, kLdS},
-      [&](int i, int j, float acc) { s.dt_tt[i * kLdS + j] = __float2bfloat16(acc); });
+      RowMajor{s.dt, kLdS}, ColMajor{s.t, kLdS}, [&](int i, int j, float c0, float c1) {
+        *reinterpret_cast<__nv_bfloat162*>(s.dt_tt + i * kLdS + j) = __floats2bfloat162_rn(c0, c1);
+      });
   __syncthreads();  // dT T^T complete
 
-  // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}
+  // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}: M; R = M (K K^T)
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
-      ColMajor{s.t, kLdS}, RowMajor{s.dt_tt, kLdS}, [&](int i, int j, float acc) {
-        float mij = 0.f;
+      ColMajor{s.t, kLdS}, RowMajor{s.dt_tt, kLdS}, [&](int i, int j, float c0, float c1) {
+        float const gi = s.gcum[i];
+        float const m0 = i > j && i < len ? -c0 * __expf(gi - s.gcum[j]) : 0.f;
+        float const m1 = i > j + 1 && i < len ? -c1 * __expf(gi - s.gcum[j + 1]) : 0.f;
+        *reinterpret_cast<float2*>(s.dt32 + i * kLd64 + j) = make_float2(m0, m1);
         if (i > j && i < len) {
-          mij = -acc * __expf(s.gcum[i] - s.gcum[j]);
-          float const r = mij * s.kk[i * kLd64 + j];
-          atomicAdd(&s.r_row[i], r);
-          atomicAdd(&s.r_col[j], s.beta[i] * r);
+          float2 const kk = *reinterpret_cast<float2 const*>(s.kk + i * kLd64 + j);
+          float const r0 = m0 * kk.x;
+          float const r1 = m1 * kk.y;
+          atomicAdd(&s.r_row[i], r0 + r1);
+          atomicAdd(&s.r_col[j], s.beta[i] * r0);
+          if (i > j + 1) atomicAdd(&s.r_col[j + 1], s.beta[i] * r1);
         }
-        s.dt32[i * kLd64 + j] = mij;
       });
   __syncthreads();  // M complete
   for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
@@ -137,16 +152,24 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   }
   __syncthreads();
 
-  // dk = dk_in + beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta, dG) taken
-  // between the two products
+  // dk = dk_in + beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta and dG)
+  // summed between the two products
   block_gemm_mid<kChunk, kHeadDim, kChunk, kChunk, 2, 4, kWarps>(
       ColMajor{s.t, kLdS}, RowMajor{s.dw, kLdBf16},
-      [&](int i, int col, float& acc) {
-        if (i < len) atomicAdd(&s.x_dot[i], acc * s.eg[i] * __bfloat162float(s.k[i * kLdBf16 + col]));
-        acc *= s.beta[i] * s.eg[i];
+      [&](int i, int col, float& c0, float& c1) {
+        float2 const k = __bfloat1622float2(
+            *reinterpret_cast<__nv_bfloat162 const*>(s.k + i * kLdBf16 + col));
+        float const x = s.eg[i] * (c0 * k.x + c1 * k.y);
+        c0 *= s.beta[i] * s.eg[i];
+        c1 *= s.beta[i] * s.eg[i];
+        return x;
       },
-      RowMajor{s.sym, kLdS}, RowMajor{s.k, kLdBf16}, [&](int i, int col, float acc) {
-        if (i < len) dk[i * v_stride + col] = s.dk_in[i * kLdF + col] + acc;
+      s.x_dot, RowMajor{s.sym, kLdS}, RowMajor{s.k, kLdBf16},
+      [&](int i, int col, float c0, float c1) {
+        if (i < len) {
+          float2 const in = *reinterpret_cast<float2 const*>(s.dk_in + i * kLdF + col);
+          *reinterpret_cast<float2*>(dk + i * v_stride + col) = make_float2(in.x + c0, in.y + c1);
+        }
       });
   __syncthreads();  // x_dot complete
 
