@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On a GPU machine without network (the device tool): build cake with CUDA for this Python, run the
+# GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (README "Benchmarks").
+#   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/cake \
+  -Ccmake.define.CAKE_CUDA=ON -Cbuild-dir=build/device . 2>&1 | tail -30
+export PYTHONPATH=/tmp/cake:/tmp/site
+export CAKE_COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+python3 -m pytest -q -rs tests/python/test_gpu_gdn.py 2>&1 | tee "$OUT/gpu_tests.log"
+python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 | tee "$OUT/bench.log"
