@@ -152,12 +152,11 @@ class Context:
         exchange: the Exchange (None for a planning-only context of several ranks).
     """
 
-    def __init__(self, cu_seqlens_global: Sequence[int], shards: Sequence[Shard], raw_shards,
-                 rank: int, layout: str, segments: Optional[int], num_sms: int,
+    def __init__(self, cu_seqlens_global: Sequence[int], shards: Sequence[Shard], rank: int,
+                 layout: str, segments: Optional[int], num_sms: int,
                  exchange: Optional[Exchange], device: torch.device):
         self.cu_seqlens_global = tuple(cu_seqlens_global)
         self.shards = tuple(shards)
-        self._raw_shards = raw_shards
         self.rank = rank
         self.world_size = len(shards)
         self.layout = layout
@@ -172,6 +171,7 @@ class Context:
         self.fingerprint = _fingerprint(self.cu_seqlens_global, self.world_size, layout,
                                         segments or 0, num_sms)
         self._plans: dict[int, tuple[int, ...]] = {}
+        self._bytes: dict[tuple, ExchangeBytes] = {}
 
     @property
     def num_documents(self) -> int:
@@ -202,11 +202,16 @@ class Context:
             mine += self.empty_documents
         return tuple(sorted(mine))
 
+    def _raw_shards(self):
+        # The C++ tables are rebuilt when needed rather than kept: a context may outlive the
+        # extension module (autograd graphs alive at interpreter exit).
+        return _C.kcp.partition(list(self.cu_seqlens_global), self.world_size, self.layout)
+
     def segment_plan(self, num_v_heads: int) -> tuple[int, ...]:
         """P for every rank at num_v_heads value heads: [W] (plan_segments, or the override)."""
         if num_v_heads not in self._plans:
             self._plans[num_v_heads] = tuple(_C.kcp.plan_segments(
-                self._raw_shards, int(num_v_heads), self.num_sms, self.segments or 0))
+                self._raw_shards(), int(num_v_heads), self.num_sms, self.segments or 0))
         return self._plans[num_v_heads]
 
     def segments_for(self, num_v_heads: int) -> int:
@@ -217,7 +222,14 @@ class Context:
                        dtype: torch.dtype = torch.float32) -> ExchangeBytes:
         """Bytes this rank sends and receives per forward and per backward of an op call whose
         records are in ``dtype`` (the state dtype: float32, float64 for float64 inputs)."""
-        plan = _C.kcp.summary_exchange(self._raw_shards, int(num_v_heads), int(head_dim_k),
+        key = (num_v_heads, head_dim_k, head_dim_v, dtype)
+        if key not in self._bytes:
+            self._bytes[key] = self._exchange_bytes(num_v_heads, head_dim_k, head_dim_v, dtype)
+        return self._bytes[key]
+
+    def _exchange_bytes(self, num_v_heads: int, head_dim_k: int, head_dim_v: int,
+                        dtype: torch.dtype) -> ExchangeBytes:
+        plan = _C.kcp.summary_exchange(self._raw_shards(), int(num_v_heads), int(head_dim_k),
                                        int(head_dim_v))
         itemsize = torch.empty(0, dtype=dtype).element_size()
         record = plan.record_bytes // 4 * itemsize
@@ -343,7 +355,7 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
     device = (cu_seqlens_global.device if isinstance(cu_seqlens_global, Tensor)
               else torch.device("cpu"))
     shards = [_shard(s) for s in raw]
-    return Context(cu, shards, raw, rank, layout, segments or None, num_sms, exchange, device)
+    return Context(cu, shards, rank, layout, segments or None, num_sms, exchange, device)
 
 
 def _int_or(x, none_value: int) -> int:
