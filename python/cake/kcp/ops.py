@@ -3,10 +3,10 @@ are passed exactly through affine summaries (docs/design/context-parallel.md).
 
 Forward on one rank, with P segments per fragment (segment_bounds):
   1. the summary walk: for every segment of a fragment that is cut (S > 1), crosses out
-     (state_out) or, when gradients are wanted, crosses in (state_in), its record (M, B): one
-     single-rank forward over those segments with v' = [0 | v] and S_in = [I | 0], whose final
-     states are [M | B] (the state's columns evolve independently, so M is the walk of I with
-     v = 0 and B the walk of 0 with v);
+     (state_out) or, when gradients are wanted, crosses in (state_in), its record (M, B): the
+     single-rank forward over those segments from S_in = 0 (final states: B) and with v = 0 of
+     V' = K columns from S_in = I (final states: M), so that the op's transforms (L2 norm, gate,
+     beta sigmoid) are those of the final walk;
   2. the header all-gather (shapes, options, record count), then the all-gather of one record per
      state_out fragment (its segments composed; a document's first piece has its initial state
      folded in: B <- M h0 + B);
@@ -159,19 +159,22 @@ def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: list[int], A_log, d
 
 def _segment_summaries(opts: _Options, seg: _Segments, fragments: list[int], q, k, v, g, beta,
                        A_log, dt_bias, state_dtype) -> dict[int, Tensor]:
-    """The records [HV, K, K + V] of every segment of the given fragments: {segment: record}."""
+    """The records [HV, K, K + V] of every segment of the given fragments: {segment: record}.
+
+    Two single-rank walks over those segments: B from S_in = 0 with v, and M from S_in = I with
+    v = 0 of V' = K columns (rather than one walk of V + K columns: the kernels bound V).
+    """
     if not fragments:
         return {}
     ranges, cu, order = _sub_problem(seg, fragments)
-    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
+    HV, K = v.shape[2], q.shape[3]
+    q_sub, k_sub, g_sub, beta_sub = (_take(x, ranges) for x in (q, k, g, beta))
     v_sub = _take(v, ranges)
-    # v' = [0 | v] and S_in = [I | 0]: the final state's first K columns are M, the rest B.
-    v_aug = torch.cat([v_sub.new_zeros(v_sub.shape[:3] + (K,)), v_sub], dim=-1)
-    h0_aug = torch.zeros(len(order), HV, K, K + V, dtype=state_dtype, device=q.device)
-    h0_aug[..., :K] = torch.eye(K, dtype=state_dtype, device=q.device)
-    _, final = _walk(opts, _take(q, ranges), _take(k, ranges), v_aug, _take(g, ranges),
-                     _take(beta, ranges), h0_aug, cu, A_log, dt_bias)
-    return {s: final[j] for j, s in enumerate(order)}
+    _, b = _walk(opts, q_sub, k_sub, v_sub, g_sub, beta_sub, None, cu, A_log, dt_bias)
+    identity = torch.eye(K, dtype=state_dtype, device=q.device).expand(len(order), HV, K, K)
+    _, m = _walk(opts, q_sub, k_sub, v_sub.new_zeros(v_sub.shape[:3] + (K,)), g_sub, beta_sub,
+                 identity.contiguous(), cu, A_log, dt_bias)
+    return {s: summary.make(m[j], b[j]) for j, s in enumerate(order)}
 
 
 def _fragment_record(records: dict[int, Tensor], segments: range, K: int) -> Tensor:
