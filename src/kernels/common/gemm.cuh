@@ -115,8 +115,8 @@ __device__ __forceinline__ void warp_tile_mma(A const& a, B const& b, int m0, in
 }
 
 // C = mid(A1 B1) + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1) for
-// every pair of adjacent elements (j even). mid(i, j, float& c_j, float& c_j+1) -> float sees and may
-// rewrite each pair of the first product before the second is accumulated onto it (a row scale
+// every pair of adjacent elements (j even). mid(i, j, float& c_j, float& c_j+1) -> float sees and
+// may rewrite each pair of the first product before the second is accumulated onto it (a row scale
 // that only the first term carries); with row_sums != nullptr, the values it returns are summed
 // per row (in registers, then across the 4 lanes that share a row, then one shared atomic per row
 // and warp tile) into row_sums[i].

@@ -30,6 +30,15 @@ __device__ __forceinline__ void cp_async_16(void* smem, void const* gmem, bool v
                : "memory");
 }
 
+// Asynchronous 4-byte copy global -> shared (through L1); valid == false writes zero.
+__device__ __forceinline__ void cp_async_4(void* smem, void const* gmem, bool valid) {
+  uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  int const src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -139,7 +139,8 @@ __device__ __forceinline__ void load_tile_f32_to_bf16(__nv_bfloat16* dst, int ld
     int const r = idx / kVecs;
     int const c = (idx % kVecs) * 4;
     if (idx >= kRows * kVecs) continue;
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(val[it].x, val[it].y);
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) =
+        __floats2bfloat162_rn(val[it].x, val[it].y);
     *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c + 2) =
         __floats2bfloat162_rn(val[it].z, val[it].w);
   }

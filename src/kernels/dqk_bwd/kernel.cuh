@@ -2,7 +2,7 @@
 // one CTA per (chunk, value head), h = chunk-start state, dS' = gradient of the chunk-end state.
 //   dA     = causal(scale (dO Delta^T)_ij e^{G_i - G_j})   (i >= j)             [64 x 64]
 //   dq     = scale e^{G_i} (dO h^T) + dA K                                       [64 x 128] (final)
-//   dk     = e^{G_last - G_j} (Delta dS'^T) + dA^T Q                            [64 x 128] (partial)
+//   dk     = e^{G_last - G_j} (Delta dS'^T) + dA^T Q                 [64 x 128] (partial)
 //   dW     = -dDelta h^T                                                         [64 x 128] bf16
 //   dG_i   = <q_i, dq_i> - <k_i, dk_i>,  and at the last row + e^{G_last} <h, dS'>
 //            + sum_j <k_j, dk_j^inter>                                (§2.4; WY terms in wy_bwd)
@@ -11,7 +11,8 @@
 // point they leave O(eps) residue, which swamps the true dg when the gates are strongly negative
 // (g = -20: dg ~ e^-20). So the intra-chunk part is P_ij = dA_ij <q_i, k_j> summed over j < i
 // (+ to row i, - to column j), and <q, dq>, <k, dk> take only the inter-chunk parts.
-//   dG_i = e^{G_i} scale <q_i, h dO_i> + sum_{j<i} P_ij - sum_{i'>i} P_i'i - [i<last] <k_i, dk_i^inter>
+//   dG_i = e^{G_i} scale <q_i, h dO_i> + sum_{j<i} P_ij - sum_{i'>i} P_i'i
+//          - [i<last] <k_i, dk_i^inter>
 //          + [i=last] (e^{G_last} <h, dS'> + sum_{j<last} <k_j, dk_j^inter>)
 // All products on the tensor cores (bf16 operands, fp32 accumulation); dq, dk stay fp32 per value
 // head until qk_grad sums the value heads of each q/k head.
@@ -174,7 +175,8 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
   block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
       RowMajor{s.ddelta, kLdBf16}, ColMajor{s.h, kLdBf16}, [&](int i, int r, float c0, float c1) {
         if (i < len)
-          *reinterpret_cast<__nv_bfloat162*>(dw + i * v_stride + r) = __floats2bfloat162_rn(-c0, -c1);
+          *reinterpret_cast<__nv_bfloat162*>(dw + i * v_stride + r) =
+              __floats2bfloat162_rn(-c0, -c1);
       });
   __syncthreads();  // row sums complete
 

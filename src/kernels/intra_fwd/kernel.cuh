@@ -1,4 +1,4 @@
-// Intra-chunk forward (stage F1-F3 of fla_reference.md §2.2, fused): one CTA per (chunk, value head).
+// Intra-chunk forward (F1-F3 of fla_reference.md §2.2, fused): one CTA per (chunk, value head).
 //
 //   G    = cumsum(g) within the chunk                                     [64]      fp32
 //   L_ij = beta_i <k_i, k_j> e^{G_i - G_j}  (i > j), strictly lower        [64 x 64] fp32
@@ -7,8 +7,9 @@
 //   U    = T diag(beta) V                                                  [64 x 128] bf16 out
 // KK^T, W and U run on the tensor cores (bf16 operands, fp32 accumulation; T is rounded to bf16
 // as an operand, as FLA does). The solve is fp32 on the CUDA cores: 16x16 diagonal blocks by
-// substitution (one warp each, no barrier), then the off-diagonal blocks in 3 dependent levels. e^{G_i - G_j} is formed pair by pair (i >= j),
-// so it never exceeds 1, whatever the gates (g = -20 per token only underflows to 0).
+// substitution (one warp each, no barrier), then the off-diagonal blocks in 3 dependent levels.
+// e^{G_i - G_j} is formed pair by pair (i >= j), so it never exceeds 1, whatever the gates
+// (g = -20 per token only underflows to 0).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,7 +27,7 @@ inline constexpr int kBlock = 16;        // diagonal blocks of the triangular so
 inline constexpr int kLdY = kBlock + 1;
 
 struct SharedStorage {
-  __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the chunk's end); then beta e^G K
+  __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end); then beta e^G K
   __nv_bfloat16 v[kChunk * kLdBf16];  // [64 x 128] values; then beta V
   float l[kChunk * kLd64];            // [64 x 64]  L
   float t[kChunk * kLd64];            // [64 x 64]  T = (I + L)^-1

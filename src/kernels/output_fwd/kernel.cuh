@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
       RowMajor{s.q, kLdBf16}, RowMajor{s.h, kLdBf16}, RowMajor{s.a, kLdA},
       RowMajor{s.delta, kLdBf16}, [&](int i, int col, float c0, float c1) {
         if (i < len)
-          *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) = __floats2bfloat162_rn(c0, c1);
+          *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) =
+              __floats2bfloat162_rn(c0, c1);
       });
 #endif
 }

@@ -23,7 +23,8 @@ __device__ __forceinline__ void reduce_row(Params const& p, int64_t row, __nv_bf
   float4 dy = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int gi = 0; gi < p.group_size; ++gi) {
     int64_t const hv = int64_t{h} * p.group_size + gi;
-    float4 const d = reinterpret_cast<float4 const*>(dx_hv + (t * num_v_heads + hv) * kHeadDim)[lane];
+    float4 const d =
+        reinterpret_cast<float4 const*>(dx_hv + (t * num_v_heads + hv) * kHeadDim)[lane];
     dy.x += d.x;
     dy.y += d.y;
     dy.z += d.z;

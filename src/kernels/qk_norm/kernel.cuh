@@ -22,7 +22,8 @@ __device__ __forceinline__ void normalise_row(__nv_bfloat16 const* x, __nv_bfloa
   for (int d = 16; d > 0; d /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, d);
   float const rstd = rsqrtf(ss + kEps);
   reinterpret_cast<__nv_bfloat162*>(y)[2 * lane] = __floats2bfloat162_rn(a.x * rstd, a.y * rstd);
-  reinterpret_cast<__nv_bfloat162*>(y)[2 * lane + 1] = __floats2bfloat162_rn(b.x * rstd, b.y * rstd);
+  reinterpret_cast<__nv_bfloat162*>(y)[2 * lane + 1] =
+      __floats2bfloat162_rn(b.x * rstd, b.y * rstd);
 }
 
 __global__ void __launch_bounds__(kThreads) qk_norm_kernel(__grid_constant__ Params const p) {

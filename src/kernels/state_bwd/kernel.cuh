@@ -3,7 +3,7 @@
 // chunk's END state, [128 x 32]) in fp32 shared memory, starting from dht. Per chunk:
 //   store bf16(dS') to dh[slot]
 //   dDelta = A^T dO + (K e^{G_last - G}) dS'                           [64 x 32] fp32, in place
-//   dS'    = e^{G_last} dS' + scale (Q e^G)^T dO - W^T dDelta          (gradient of the start state)
+//   dS'    = e^{G_last} dS' + scale (Q e^G)^T dO - W^T dDelta   (gradient of the start state)
 // The second product is one tensor-core product over [scale (Q e^G) | -W]^T x [dO ; dDelta].
 // After the first chunk dS' is dh0.
 #pragma once
@@ -75,8 +75,9 @@ __global__ void __launch_bounds__(kThreads) state_bwd_kernel(__grid_constant__ P
         s.rhs, kLdSliceB, p.dout + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
     load_tile_f32_async<kChunk, kSliceV, kThreads>(
         s.dv_new, kLdSlice, p.dv_new + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+    if (tid < kChunk)  // rows past the end repeat G of the last token
+      cp_async_4(&s.gcum[tid], p.gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
     cp_async_commit();
-    if (tid < kChunk) s.gcum[tid] = p.gcum[(t0 + (tid < len ? tid : len - 1)) * HV + hv];
 
     // dS' (gradient of this chunk's end state) -> bf16 operand and dh[slot], while tiles load.
     __nv_bfloat16* dh_out = p.dh + ((slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;

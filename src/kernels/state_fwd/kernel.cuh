@@ -69,8 +69,9 @@ __global__ void __launch_bounds__(kThreads) state_fwd_kernel(__grid_constant__ P
         s.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim, v_stride, len);
     load_tile_bf16_async<kChunk, kSliceV, kThreads>(
         s.u, kLdSliceB, p.u + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+    if (tid < kChunk)
+      cp_async_4(&s.gcum[tid], p.gcum + (t0 + (tid < len ? tid : 0)) * HV + hv, tid < len);
     cp_async_commit();
-    if (tid < kChunk) s.gcum[tid] = tid < len ? p.gcum[(t0 + tid) * HV + hv] : 0.f;
 
     // h (the chunk's start state) -> bf16 operand and the per-chunk store, while the tiles load.
     __nv_bfloat16* h_out = p.h + ((slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;

@@ -1,6 +1,6 @@
 // WY-representation backward (B7 of fla_reference.md §2.5, plus the gate's reverse cumsum):
 // one CTA per (chunk, value head). With X = diag(beta) (K e^G), Y = diag(beta) V, W = T X, U = T Y:
-//   dT   = dW X^T + dU Y^T                       [64 x 64]  (one product over [dW | dU])
+//   dT   = dW X^T + dU Y^T                       [64 x 64]
 //   dX   = T^T dW,  dY = T^T dU                  [64 x 128]
 //   dv   = beta dY;   dk += beta e^G dX
 //   dL   = -T^T dT T^T  (strictly lower),  M_ij = dL_ij e^{G_i - G_j},  R_ij = M_ij <k_i, k_j>
@@ -21,21 +21,21 @@ namespace cake::kernels::wy_bwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kLdS = kChunk + 8;  // bf16 64x64 tiles: 144-byte rows, ldmatrix conflict-free
+inline constexpr int kLdS = kChunk + 8;    // bf16 64x64 tiles: 144-byte rows, no ldmatrix conflicts
 inline constexpr int kLdF = kHeadDim + 4;  // fp32 64x128 tile
 
+// About 106 KB, so that two CTAs share an SM and one's loads overlap the other's products. Buffers
+// are reused once dead: v and du (adjacent) take dk_in after dY; dt takes M after dT T^T; dt_tt
+// takes sym_ij = beta_i M_ij + beta_j M_ji after dL.
 struct SharedStorage {
   __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
-  __nv_bfloat16 v[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 dw[kChunk * kLdBf16];   // [64 x 128]
+  __nv_bfloat16 v[kChunk * kLdBf16];    // [64 x 128]; then with du: dk_in fp32 [64 x 128]
   __nv_bfloat16 du[kChunk * kLdBf16];   // [64 x 128]
   __nv_bfloat16 t[kChunk * kLdS];       // [64 x 64] bf16(T)
-  __nv_bfloat16 dt[kChunk * kLdS];      // [64 x 64] bf16(dT)
-  __nv_bfloat16 dt_tt[kChunk * kLdS];   // [64 x 64] bf16(dT T^T)
-  __nv_bfloat16 sym[kChunk * kLdS];     // [64 x 64] bf16(beta_i M_ij + beta_j M_ji)
-  float dt32[kChunk * kLd64];           // [64 x 64] e_j (dW K^T)_ij, then M (strictly lower)
-  float kk[kChunk * kLd64];             // [64 x 64] K K^T
-  float dk_in[kChunk * kLdF];           // [64 x 128] dk from dqk_bwd
+  __nv_bfloat16 dt[kChunk * kLdS];      // [64 x 64] bf16(dT); then bf16(M)
+  __nv_bfloat16 dt_tt[kChunk * kLdS];   // [64 x 64] bf16(dT T^T); then bf16(sym), see below
+  __nv_bfloat16 kk[kChunk * kLdS];      // [64 x 64] bf16(K K^T)
   float gcum[kChunk];
   float beta[kChunk];
   float eg[kChunk];                     // e^{G_i}
@@ -45,7 +45,9 @@ struct SharedStorage {
   float r_col[kChunk];                  // sum_i beta_i R_ij
   float dgc[kChunk];                    // dG_i
 };
-static_assert(sizeof(SharedStorage) <= 227 * 1024, "wy_bwd shared memory exceeds 227 KB");
+static_assert(sizeof(SharedStorage) <= 113 * 1024, "wy_bwd must fit two CTAs per SM");
+static_assert(kChunk * kLdF * sizeof(float) <= 2 * kChunk * kLdBf16 * sizeof(__nv_bfloat16),
+              "dk_in must fit in the v and du tiles it replaces");
 
 __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -59,8 +61,10 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   int const h = hv / p.problem.group_size();
   int const len = c.len;
   int const tid = threadIdx.x;
+  int const lane = tid % 32;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   int64_t const row0 = c.t0 * HV + hv;  // (token t0, head hv) in [BT, HV]
+  float* const dk_in = reinterpret_cast<float*>(s.v);
 
   load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
@@ -68,8 +72,6 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
                                                    len);
   load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim,
                                                    v_stride, len);
-  float* const dk = p.dk_hv + row0 * kHeadDim;
-  load_tile_f32_async<kChunk, kHeadDim, kThreads>(s.dk_in, kLdF, dk, v_stride, len);
   cp_async_commit();
   load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(s.du, kLdBf16, p.dv_new + row0 * kHeadDim,
                                                     v_stride, len);
@@ -88,21 +90,22 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   cp_async_wait<0>();
   __syncthreads();
 
-  // dT_ij = beta_j (e_j (dW K^T)_ij + (dU V^T)_ij)  (two products of one shape, same owner)
-  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.dw, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
-        *reinterpret_cast<float2*>(s.dt32 + i * kLd64 + j) =
-            make_float2(s.eg[j] * c0, s.eg[j + 1] * c1);
-      });
-  block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-      RowMajor{s.du, kLdBf16}, ColMajor{s.v, kLdBf16}, [&](int i, int j, float c0, float c1) {
-        float2 const x = *reinterpret_cast<float2 const*>(s.dt32 + i * kLd64 + j);
+  // dT_ij = beta_j (e_j (dW K^T)_ij + (dU V^T)_ij)
+  block_gemm_mid<kChunk, kChunk, kHeadDim, kHeadDim, 1, 2, kWarps>(
+      RowMajor{s.dw, kLdBf16}, ColMajor{s.k, kLdBf16},
+      [&](int, int j, float& c0, float& c1) {
+        c0 *= s.eg[j];
+        c1 *= s.eg[j + 1];
+        return 0.f;
+      },
+      nullptr, RowMajor{s.du, kLdBf16}, ColMajor{s.v, kLdBf16},
+      [&](int i, int j, float c0, float c1) {
         *reinterpret_cast<__nv_bfloat162*>(s.dt + i * kLdS + j) =
-            __floats2bfloat162_rn(s.beta[j] * (x.x + c0), s.beta[j + 1] * (x.y + c1));
+            __floats2bfloat162_rn(s.beta[j] * c0, s.beta[j + 1] * c1);
       });
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
       RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
-        *reinterpret_cast<float2*>(s.kk + i * kLd64 + j) = make_float2(c0, c1);
+        *reinterpret_cast<__nv_bfloat162*>(s.kk + i * kLdS + j) = __floats2bfloat162_rn(c0, c1);
       });
 
   // dY = T^T dU: dv = beta dY, <dY, v> summed per row
@@ -119,38 +122,56 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
           *reinterpret_cast<__nv_bfloat162*>(p.dv + (row0 + int64_t{i} * HV) * kHeadDim + col) =
               __floats2bfloat162_rn(s.beta[i] * c0, s.beta[i] * c1);
       });
-  __syncthreads();  // dT, K K^T complete
+  __syncthreads();  // dT, K K^T, dY complete: v and du are dead
+
+  float* const dk = p.dk_hv + row0 * kHeadDim;
+  load_tile_f32_async<kChunk, kHeadDim, kThreads>(dk_in, kLdF, dk, v_stride, len);
+  cp_async_commit();
 
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
       RowMajor{s.dt, kLdS}, ColMajor{s.t, kLdS}, [&](int i, int j, float c0, float c1) {
         *reinterpret_cast<__nv_bfloat162*>(s.dt_tt + i * kLdS + j) = __floats2bfloat162_rn(c0, c1);
       });
-  __syncthreads();  // dT T^T complete
+  __syncthreads();  // dT T^T complete: dt is dead
 
-  // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}: M; R = M (K K^T)
+  // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}: M (into dt); R = M (K K^T),
+  // summed per row (over the 4 lanes of a quad) and per column (over the 8 rows of a lane group)
+  // before one shared atomic each.
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
       ColMajor{s.t, kLdS}, RowMajor{s.dt_tt, kLdS}, [&](int i, int j, float c0, float c1) {
         float const gi = s.gcum[i];
         float const m0 = i > j && i < len ? -c0 * __expf(gi - s.gcum[j]) : 0.f;
         float const m1 = i > j + 1 && i < len ? -c1 * __expf(gi - s.gcum[j + 1]) : 0.f;
-        *reinterpret_cast<float2*>(s.dt32 + i * kLd64 + j) = make_float2(m0, m1);
-        if (i > j && i < len) {
-          float2 const kk = *reinterpret_cast<float2 const*>(s.kk + i * kLd64 + j);
-          float const r0 = m0 * kk.x;
-          float const r1 = m1 * kk.y;
-          atomicAdd(&s.r_row[i], r0 + r1);
-          atomicAdd(&s.r_col[j], s.beta[i] * r0);
-          if (i > j + 1) atomicAdd(&s.r_col[j + 1], s.beta[i] * r1);
+        *reinterpret_cast<__nv_bfloat162*>(s.dt + i * kLdS + j) = __floats2bfloat162_rn(m0, m1);
+        float2 const kk =
+            __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(s.kk + i * kLdS + j));
+        float const r0 = m0 * kk.x;
+        float const r1 = m1 * kk.y;
+        float row = r0 + r1;
+        row += __shfl_xor_sync(0xffffffffu, row, 1);
+        row += __shfl_xor_sync(0xffffffffu, row, 2);
+        float col0 = s.beta[i] * r0;
+        float col1 = s.beta[i] * r1;
+        for (int d = 4; d < 32; d *= 2) {
+          col0 += __shfl_xor_sync(0xffffffffu, col0, d);
+          col1 += __shfl_xor_sync(0xffffffffu, col1, d);
+        }
+        if (lane % 4 == 0) atomicAdd(&s.r_row[i], row);
+        if (lane / 4 == 0) {
+          atomicAdd(&s.r_col[j], col0);
+          atomicAdd(&s.r_col[j + 1], col1);
         }
       });
-  __syncthreads();  // M complete
+  __syncthreads();  // M and the R sums complete: dt_tt is dead
   for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
     int const i = idx / kChunk;
     int const j = idx % kChunk;
-    s.sym[i * kLdS + j] = __float2bfloat16(s.beta[i] * s.dt32[i * kLd64 + j] +
-                                           s.beta[j] * s.dt32[j * kLd64 + i]);
+    s.dt_tt[i * kLdS + j] =
+        __float2bfloat16(s.beta[i] * __bfloat162float(s.dt[i * kLdS + j]) +
+                         s.beta[j] * __bfloat162float(s.dt[j * kLdS + i]));
   }
-  __syncthreads();
+  cp_async_wait<0>();
+  __syncthreads();  // sym and dk_in complete
 
   // dk = dk_in + beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta and dG)
   // summed between the two products
@@ -164,10 +185,10 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
         c1 *= s.beta[i] * s.eg[i];
         return x;
       },
-      s.x_dot, RowMajor{s.sym, kLdS}, RowMajor{s.k, kLdBf16},
+      s.x_dot, RowMajor{s.dt_tt, kLdS}, RowMajor{s.k, kLdBf16},
       [&](int i, int col, float c0, float c1) {
         if (i < len) {
-          float2 const in = *reinterpret_cast<float2 const*>(s.dk_in + i * kLdF + col);
+          float2 const in = *reinterpret_cast<float2 const*>(dk_in + i * kLdF + col);
           *reinterpret_cast<float2*>(dk + i * v_stride + col) = make_float2(in.x + c0, in.y + c1);
         }
       });
