@@ -234,8 +234,8 @@ class _KCPFunction(torch.autograd.Function):
             raise
 
         # The forward records: one per state_out fragment at its summary_slot, [slots, HV, K, K+V].
-        fragment_records = {i: _fragment_record(records, seg.of(i), K) for i in
-                            {i for i, f in enumerate(ctx.fragments) if f.state_out}}
+        fragment_records = {i: _fragment_record(records, seg.of(i), K)
+                            for i, f in enumerate(ctx.fragments) if f.state_out}
         gathered = None
         if plan.forward_slots:
             sent = torch.zeros(plan.forward_slots, HV, K, K + V, dtype=sd, device=q.device)
