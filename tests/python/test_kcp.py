@@ -458,6 +458,10 @@ def test_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match="world_size: expected 2 \\(from exchange\\), got 3"):
         kcp.VirtualWorld(2, timeout=5).run(
             lambda ex: kcp.build_context(cu, exchange=ex, world_size=3))
+    with pytest.raises(ValueError, match="group: torch.distributed is not initialised"):
+        kcp.build_context(cu, group=object())
+    with pytest.raises(ValueError, match="pass group= .* or exchange=, not both"):
+        kcp.build_context(cu, group=object(), exchange=kcp.SingleExchange())
     planning = kcp.build_context(cu, world_size=2, rank=1)
     t, _ = make_case(0, kda=False, cu=cu)
     local = [kcp.shard(t[n].detach(), planning) for n in PER_TOKEN]

@@ -298,7 +298,7 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
                   rank: Optional[int] = None, layout: str = "contiguous",
                   segments: Optional[int] = None, num_sms: int = 132,
                   exchange: Optional[Exchange] = None) -> Context:
-    """This rank's context for a packed batch of documents, global offsets cu_seqlens_global [N + 1].
+    """This rank's context for a packed batch of documents (global offsets cu_seqlens_global).
 
     Args:
         cu_seqlens_global: int tensor or sequence [N + 1]: 0, non-decreasing. The local

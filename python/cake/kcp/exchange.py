@@ -44,8 +44,8 @@ class SingleExchange(Exchange):
 class DistributedExchange(Exchange):
     """all_gather over a torch.distributed process group (None: the default group).
 
-    NCCL gathers CUDA tensors and gloo CPU tensors: tensors are moved to the backend's device for the
-    collective and the results come back on the caller's device.
+    NCCL gathers CUDA tensors and gloo CPU tensors: tensors are moved to the backend's device for
+    the collective and the results come back on the caller's device.
     """
 
     def __init__(self, group=None):
@@ -198,7 +198,7 @@ def bits_float(bits: int) -> float:
 
 
 def header_bytes(num_fields: int) -> int:
-    """Bytes one rank sends in ``agree`` with num_fields fields: the fields and the ok flag, int64."""
+    """Bytes one rank sends in ``agree`` with num_fields fields: those and the ok flag, int64."""
     return 8 * (num_fields + 1)
 
 
