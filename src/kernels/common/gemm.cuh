@@ -179,15 +179,6 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
   }
 }
 
-// Adapts a per-element epilogue f(i, j, c) to the pair form.
-template <class F>
-__device__ __forceinline__ auto pairwise(F const& f) {
-  return [f](int i, int j, float c0, float c1) {
-    f(i, j, c0);
-    f(i, j + 1, c1);
-  };
-}
-
 struct NoMid {
   __device__ __forceinline__ float operator()(int, int, float&, float&) const { return 0.f; }
 };

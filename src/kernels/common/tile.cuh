@@ -11,8 +11,9 @@
 
 namespace cake::kernels {
 
-// Padded leading dimensions: 136 bf16 (272 B) and 68/132 fp32 shift consecutive rows by 4 banks,
-// so the fragment gathers of block_gemm (8 rows x 4 column pairs per warp) avoid 8-way conflicts.
+// Padded leading dimensions: a 136-bf16 (272-byte) row starts 16 bytes (4 banks) after the
+// previous one, so the 8 row addresses of an ldmatrix phase fall in distinct banks; 68-float rows
+// do the same for fp32 64x64 tiles.
 inline constexpr int kLdBf16 = 136;
 inline constexpr int kLd64 = 68;
 
@@ -52,70 +53,6 @@ __device__ __forceinline__ void load_tile_f32_async(float* dst, int ld, float co
   }
 }
 
-// dst[r][c] = float(src[r * row_stride + c]) (bf16 -> fp32 shared tile). All global loads of a
-// thread are issued before its first shared store.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_bf16_to_f32(float* dst, int ld, __nv_bfloat16 const* src,
-                                                      int64_t row_stride, int valid) {
-  static_assert(kCols % 8 == 0, "bf16 tiles are read in 8-element (16-byte) vectors");
-  constexpr int kVecs = kCols / 8;
-  constexpr int kIters = (kRows * kVecs + kThreads - 1) / kThreads;
-  uint4 val[kIters];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 8;
-    val[it] = make_uint4(0, 0, 0, 0);
-    if (idx < kRows * kVecs && r < valid)
-      val[it] = *reinterpret_cast<uint4 const*>(src + r * row_stride + c);
-  }
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 8;
-    if (idx >= kRows * kVecs) continue;
-    __nv_bfloat162 const* h2 = reinterpret_cast<__nv_bfloat162 const*>(&val[it]);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float2 const f = __bfloat1622float2(h2[e]);
-      dst[r * ld + c + 2 * e] = f.x;
-      dst[r * ld + c + 2 * e + 1] = f.y;
-    }
-  }
-}
-
-// dst[r][c] = src[r * row_stride + c] (fp32 -> fp32 shared tile), loads issued first.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_f32(float* dst, int ld, float const* src,
-                                              int64_t row_stride, int valid) {
-  static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
-  constexpr int kVecs = kCols / 4;
-  constexpr int kIters = (kRows * kVecs + kThreads - 1) / kThreads;
-  float4 val[kIters];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 4;
-    val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (idx < kRows * kVecs && r < valid)
-      val[it] = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
-  }
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 4;
-    if (idx >= kRows * kVecs) continue;
-    dst[r * ld + c] = val[it].x;
-    dst[r * ld + c + 1] = val[it].y;
-    dst[r * ld + c + 2] = val[it].z;
-    dst[r * ld + c + 3] = val[it].w;
-  }
-}
-
 // dst[r][c] = bf16(src[r * row_stride + c]) (fp32 global -> bf16 shared tile), loads issued first.
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_f32_to_bf16(__nv_bfloat16* dst, int ld, float const* src,
@@ -145,8 +82,6 @@ __device__ __forceinline__ void load_tile_f32_to_bf16(__nv_bfloat16* dst, int ld
         __floats2bfloat162_rn(val[it].z, val[it].w);
   }
 }
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // A per-token scalar (beta) stored as fp32 or bf16.
 __device__ __forceinline__ float load_scalar(void const* p, int64_t i, bool is_bf16) {
