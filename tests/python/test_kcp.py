@@ -486,3 +486,21 @@ def test_argument_errors_name_the_argument():
         kcp.unshard(torch.zeros(1, 3), ctx)
     with pytest.raises(TypeError, match="ctx must be a cake.kcp.Context"):
         kcp.chunk_gated_delta_rule_kcp(*args, None)
+
+
+def test_planning_binding():
+    """cake._C.kcp: layout_ranges and partition_ranges agree with partition; bad input is a
+    ValueError carrying the C++ message."""
+    cu = [0, 5, 17, 20]
+    ranges = _C.kcp.layout_ranges(cu, 2, "zigzag")
+    assert ranges == [[(0, 5), (15, 20)], [(5, 15)]]
+    custom = _C.kcp.partition_ranges(cu, ranges)
+    for a, b in zip(custom, _C.kcp.partition(cu, 2, "zigzag")):
+        assert a.cu_seqlens == b.cu_seqlens
+    with pytest.raises(ValueError, match=r"rank_ranges must tile \[0, 20\)"):
+        _C.kcp.partition_ranges(cu, [[(0, 5)], [(6, 20)]])
+    with pytest.raises(ValueError, match="world_size must be >= 1, got 0"):
+        _C.kcp.layout_ranges(cu, 0, "contiguous")
+    with pytest.raises(ValueError, match="num_v_heads, head_dim_k and head_dim_v must be >= 1, got 0"):
+        _C.kcp.summary_exchange(_C.kcp.partition(cu, 2, "zigzag"), 0, 8, 8)
+    assert _C.kcp.segment_bounds(10, 3) == [0, 4, 7, 10]
