@@ -9,6 +9,8 @@
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "core/error.hpp"
 #include "kernels/dqk_bwd/launch.hpp"
 #include "kernels/dv_local_bwd/launch.hpp"
@@ -63,6 +65,14 @@ Problem make_problem(cakeOptions_t const& options, cakeTensor_t const& q, cakeTe
   p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
   p.scale = static_cast<float>(options.scale);
   return p;
+}
+
+// The kernels read q, k, v, dout in 16-byte vectors (cp.async) and write o, dq, dk, dv in bf16
+// pairs, so those base addresses must be aligned (a contiguous view at an odd offset is not).
+void check_aligned(char const* name, cakeTensor_t const& t, uintptr_t bytes) {
+  CAKE_CHECK(t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % bytes == 0,
+             cakeNotSupported, name, " must be ", bytes,
+             "-byte aligned for the CUDA kernels, got address ", t.data);
 }
 
 bool empty(Problem const& p) {
@@ -135,6 +145,10 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
                       void* workspace, size_t workspace_bytes, void* stream_ptr) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
   bool const l2 = options.use_qk_l2norm != 0;
+  check_aligned("q", args.q, 16);
+  check_aligned("k", args.k, 16);
+  check_aligned("v", args.v, 16);
+  check_aligned("o", args.o, 4);
   size_t const need = cuda::carve_gdn_workspace(p, l2, false, nullptr).bytes;
   CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
              need, " bytes, got ", workspace_bytes);
@@ -169,6 +183,13 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
                        void* workspace, size_t workspace_bytes, void* stream_ptr) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
   bool const l2 = options.use_qk_l2norm != 0;
+  check_aligned("q", args.q, 16);
+  check_aligned("k", args.k, 16);
+  check_aligned("v", args.v, 16);
+  check_aligned("dout", args.dout, 16);
+  check_aligned("dq", args.dq, 4);
+  check_aligned("dk", args.dk, 4);
+  check_aligned("dv", args.dv, 4);
   size_t const need = cuda::carve_gdn_workspace(p, l2, true, nullptr).bytes;
   CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
              need, " bytes, got ", workspace_bytes);

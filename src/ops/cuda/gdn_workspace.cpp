@@ -1,23 +1,33 @@
 #include "ops/cuda/gdn_workspace.hpp"
 
+#include <cstdint>
+
 namespace cake::ops::cuda {
 
 namespace {
 
-// Hands out 256-byte-aligned regions one after another from base (or from 0 when counting).
+constexpr size_t kAlign = 256;
+
+// Hands out 256-byte-aligned regions one after another from base (or from 0 when counting). The
+// caller's base need not be aligned: the carver starts at the first aligned byte, and the size it
+// reports includes that slack, so the same bytes suffice for any base.
 class Carver {
  public:
-  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {
+    if (base_ != nullptr) {
+      auto const addr = reinterpret_cast<uintptr_t>(base_);
+      base_ += (kAlign - addr % kAlign) % kAlign;
+    }
+  }
 
   template <class T>
   T* take(int64_t count) {
-    constexpr size_t kAlign = 256;
     offset_ = (offset_ + kAlign - 1) / kAlign * kAlign;
     T* ptr = base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset_);
     offset_ += static_cast<size_t>(count) * sizeof(T);
     return ptr;
   }
-  size_t bytes() const { return offset_; }
+  size_t bytes() const { return offset_ + kAlign; }
 
  private:
   char* base_;

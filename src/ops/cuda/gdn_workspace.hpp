@@ -27,7 +27,7 @@ struct GdnBuffers {
   float* dq_hv = nullptr;           // [BT, HV, K]
   float* dk_hv = nullptr;           // [BT, HV, K]
   float* dg_part = nullptr;         // [BT, HV]     dG from the output and state terms
-  size_t bytes = 0;                 // total, including alignment
+  size_t bytes = 0;                 // total, including alignment slack for any base address
 };
 
 // Carves `base` (nullptr: only count) for problem p.
