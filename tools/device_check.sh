@@ -16,5 +16,6 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tm
 export PYTHONPATH=/tmp/cake:/tmp/site
 export CAKE_COMMIT="${CAKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
+python3 -m cake.demo 2>&1 | tee "$OUT/demo.log"
 python3 -m pytest -q -rs tests/python/test_gpu_gdn.py 2>&1 | tee "$OUT/gpu_tests.log"
 python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 | tee "$OUT/bench.log"
