@@ -125,7 +125,7 @@ def main():
     parser.add_argument("--workloads", nargs="+", default=["A", "G", "M", "N"])
     parser.add_argument("--ops", nargs="+", default=["fwd", "fwd+bwd", "ckpt"])
     parser.add_argument("--arms", nargs="+", default=None, help="subset of arms")
-    parser.add_argument("--groups", type=int, default=5)
+    parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -140,7 +140,7 @@ def main():
                 commit=commit, torch=torch.__version__,
                 versions={n: a[1] for n, a in arms.items()})
     l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-    lines = []
+    out = args.out.open("a") if args.out else None
     for wl in args.workloads:
         docs, H, HV = spec[wl]["docs"], spec[wl]["heads_qk"], spec[wl]["heads_v"]
         inputs, cu, do = make_inputs(docs, H, HV)
@@ -153,7 +153,9 @@ def main():
                 line = dict(meta, workload=wl, op=op, arm=name, ms=ms,
                             speedup_vs_cake=None if name.startswith("cake") else ms / cake_ms,
                             drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
-                lines.append(line)
+                if out:  # line by line, so that a run cut short keeps its finished cells
+                    out.write(json.dumps(line) + "\n")
+                    out.flush()
                 print(f"{wl:2s} {op:8s} {name:13s} {ms:9.3f} ms"
                       + ("" if line["speedup_vs_cake"] is None
                          else f"   cake is {line['speedup_vs_cake']:.2f}x faster")
@@ -162,10 +164,8 @@ def main():
             print(f"{wl:2s} {op:8s} control ratio {control:.3f} (accept 0.98-1.02)", flush=True)
             del steps
             torch.cuda.empty_cache()
-    if args.out:
-        with args.out.open("a") as f:
-            for line in lines:
-                f.write(json.dumps(line) + "\n")
+    if out:
+        out.close()
 
 
 if __name__ == "__main__":
