@@ -52,6 +52,14 @@ def load_arms():
     return arms
 
 
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=HERE).stdout.strip() or "unknown"
+    except OSError:  # no git on the machine
+        return "unknown"
+
+
 def make_inputs(docs, H, HV, seed=0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(docs)
@@ -134,8 +142,7 @@ def main():
     arms = load_arms()
     if args.arms:
         arms = {n: a for n, a in arms.items() if n in args.arms or n == "cake_control"}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip() or os.environ.get("CAKE_COMMIT", "unknown")
+    commit = os.environ.get("CAKE_COMMIT") or git_commit()
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=commit, torch=torch.__version__,
                 versions={n: a[1] for n, a in arms.items()})
