@@ -21,7 +21,8 @@ get_target_property(_cake_opts cake_lib COMPILE_OPTIONS)
 list(REMOVE_ITEM _cake_opts -Wall -Wextra)
 set_property(TARGET cake_lib PROPERTY COMPILE_OPTIONS ${_cake_opts})
 target_compile_options(cake_lib PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
-target_link_libraries(cake_lib PUBLIC CUDA::cudart)
+# The static runtime: the Python module then loads wherever torch runs, with no libcudart search.
+target_link_libraries(cake_lib PUBLIC CUDA::cudart_static)
 
 # GPU check: random problems through the seam against the FP64 reference, plus timings.
 file(GLOB CAKE_CUDA_CHECK_SOURCES CONFIGURE_DEPENDS tests/cuda/*.cpp)
