@@ -66,6 +66,7 @@ def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None):
     q = x["q"]
     T, HV, N = q.shape[1], x["v"].shape[2], x["cu_seqlens"].numel() - 1
     stream = stream or torch.cuda.current_stream()
+    stream.wait_stream(torch.cuda.current_stream())  # the copies above ran on the current stream
     o = torch.full((1, T, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
     ht = torch.full((N, HV, K, V), float("nan"), device="cuda")
     ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
