@@ -18,6 +18,9 @@ if [ -f .whl/libz3.so.4.15.xz ]; then
     .whl/libz3.so.4.15.xz
   export LD_LIBRARY_PATH="/tmp/z3lib:${LD_LIBRARY_PATH:-}"
 fi
+# The build uses the carried nanobind and scikit-build-core (the versions of
+# tools/requirements-dev.txt), not whatever the machine's image holds.
+export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/cake \
   -Ccmake.define.CAKE_CUDA=ON -Cbuild-dir=build/device . 2>&1 | tail -30
 export PYTHONPATH=/tmp/cake:/tmp/site
