@@ -133,6 +133,16 @@ void run_forward_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs cons
   check_cuda(kernels::state_fwd::launch(sp, stream), "state_fwd launch");
 }
 
+// The buffers of one call, carved from the caller's workspace after checking it holds the bytes
+// that the size query (the same layout function) asked for.
+cuda::GdnBuffers bind_workspace(Problem const& p, bool l2, bool backward, void* workspace,
+                                size_t workspace_bytes) {
+  size_t const need = cuda::carve_gdn_workspace(p, l2, backward, nullptr).bytes;
+  CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
+             need, " bytes, got ", workspace_bytes);
+  return cuda::carve_gdn_workspace(p, l2, backward, workspace);
+}
+
 }  // namespace
 
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
@@ -149,11 +159,8 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("k", args.k, 16);
   check_aligned("v", args.v, 16);
   check_aligned("o", args.o, 4);
-  size_t const need = cuda::carve_gdn_workspace(p, l2, false, nullptr).bytes;
-  CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
-             need, " bytes, got ", workspace_bytes);
+  auto const b = bind_workspace(p, l2, false, workspace, workspace_bytes);
   if (empty(p)) return;
-  auto const b = cuda::carve_gdn_workspace(p, l2, false, workspace);
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
@@ -190,11 +197,8 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dq", args.dq, 4);
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
-  size_t const need = cuda::carve_gdn_workspace(p, l2, true, nullptr).bytes;
-  CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
-             need, " bytes, got ", workspace_bytes);
+  auto const b = bind_workspace(p, l2, true, workspace, workspace_bytes);
   if (empty(p)) return;
-  auto const b = cuda::carve_gdn_workspace(p, l2, true, workspace);
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
