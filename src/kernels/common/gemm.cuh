@@ -114,28 +114,51 @@ __device__ __forceinline__ void warp_tile_mma(A const& a, B const& b, int m0, in
   }
 }
 
+// Row sums without atomics. Bitwise determinism is a product promise (the same inputs give the
+// same bits on every run and stream), so no floating-point sum may depend on warp scheduling: a
+// sum spread over warps is written as one partial per slot (each slot by exactly one thread),
+// and after a barrier one thread per sum adds the slots in ascending slot order.
+//
+// block_gemm_mid's row sums leave kRowSumParts<kN, kNi> partials per row (one per column tile of
+// the output), laid out [part][kM]: partial t of row i at parts[t kM + i].
+template <int kN, int kNi>
+inline constexpr int kRowSumParts = kN / (8 * kNi);
+
+// The sum of the kParts partials of element i of a [kParts][kM] array, in ascending part order.
+// Only after a barrier that follows every write of the partials.
+template <int kM, int kParts>
+__device__ __forceinline__ float sum_parts(float const* parts, int i) {
+  float sum = parts[i];
+#pragma unroll
+  for (int t = 1; t < kParts; ++t) sum += parts[t * kM + i];
+  return sum;
+}
+
 // C = mid(A1 B1) + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1) for
 // every pair of adjacent elements (j even). mid(i, j, float& c_j, float& c_j+1) -> float sees and
 // may rewrite each pair of the first product before the second is accumulated onto it (a row scale
-// that only the first term carries); with row_sums != nullptr, the values it returns are summed
-// per row (in registers, then across the 4 lanes that share a row, then one shared atomic per row
-// and warp tile) into row_sums[i].
+// that only the first term carries); with row_parts != nullptr, the values it returns are summed
+// per row and column tile (in registers, then across the 4 lanes that share a row) and stored,
+// without atomics, to row_parts[t kM + i] for column tile t = j / (8 kNi): each slot is written
+// exactly once. Row i's sum is sum_parts<kM, kRowSumParts<kN, kNi>>(row_parts, i), after a barrier.
 template <int kM, int kN, int kKd1, int kKd2, int kMi, int kNi, int kWarps, class A1, class B1,
           class Mid, class A2, class B2, class Epi>
 __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid const& mid,
-                                               float* row_sums, A2 const& a2, B2 const& b2,
+                                               float* row_parts, A2 const& a2, B2 const& b2,
                                                Epi const& epi) {
   static_assert(kM % (16 * kMi) == 0, "M must be a multiple of the warp tile rows (16 kMi)");
   static_assert(kN % (8 * kNi) == 0, "N must be a multiple of the warp tile columns (8 kNi)");
   constexpr int kTilesM = kM / (16 * kMi);
   constexpr int kTilesN = kN / (8 * kNi);
+  static_assert(kTilesN == kRowSumParts<kN, kNi>, "one row-sum partial per column tile");
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
   int const group = lane / 4;
   int const quad = lane % 4;
   for (int tile = warp; tile < kTilesM * kTilesN; tile += kWarps) {
+    int const tile_n = tile % kTilesN;
     int const m0 = (tile / kTilesN) * 16 * kMi;
-    int const n0 = (tile % kTilesN) * 8 * kNi;
+    int const n0 = tile_n * 8 * kNi;
     float acc[kMi][kNi][4];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi)
@@ -155,14 +178,14 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
         sum_lo += mid(r, c, acc[mi][ni][0], acc[mi][ni][1]);
         sum_hi += mid(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
       }
-      if (row_sums != nullptr) {
+      if (row_parts != nullptr) {
         sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
         sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
         sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
         sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
-        if (quad == 0) {
-          atomicAdd(&row_sums[r], sum_lo);
-          atomicAdd(&row_sums[r + 8], sum_hi);
+        if (quad == 0) {  // this tile's share of rows r and r + 8: its own slot, a plain store
+          row_parts[tile_n * kM + r] = sum_lo;
+          row_parts[tile_n * kM + r + 8] = sum_hi;
         }
       }
     }

@@ -16,6 +16,9 @@
 //          + [i=last] (e^{G_last} <h, dS'> + sum_{j<last} <k_j, dk_j^inter>)
 // All products on the tensor cores (bf16 operands, fp32 accumulation); dq, dk stay fp32 per value
 // head until qk_grad sums the value heads of each q/k head.
+// Bitwise deterministic (a product promise): no atomics. The sums spread over warps (<h, dS'>, and
+// the row sums <q, dq^inter>, <k, dk^inter> of the column tiles) go to one slot per warp or tile
+// and are added in ascending slot order after a barrier (gemm.cuh, sum_parts).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,6 +32,11 @@ namespace cake::kernels::dqk_bwd {
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kLdA = kChunk + 8;  // bf16 dA: 144-byte rows, ldmatrix conflict-free
+// Warp tiles of the dq and dk products (2 x 4 mma tiles of 16 x 8) and the row-sum partials they
+// leave per row: one per column tile.
+inline constexpr int kDotMi = 2;
+inline constexpr int kDotNi = 4;
+inline constexpr int kDotParts = kRowSumParts<kHeadDim, kDotNi>;
 
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];       // [64 x 128]
@@ -43,11 +51,12 @@ struct SharedStorage {
   float gcum[kChunk];
   float q_scale[kChunk];                   // scale e^{G_i}
   float k_scale[kChunk];                   // e^{G_last - G_i}
-  float q_dq[kChunk];                      // <q_i, dq_i^inter>
-  float k_dk_inter[kChunk];                // <k_i, dk_i^inter>
+  float q_dq_parts[kDotParts][kChunk];     // <q_i, dq_i^inter>, one partial per column tile
+  float k_dk_parts[kDotParts][kChunk];     // <k_i, dk_i^inter>, one partial per column tile
+  float k_dk_inter[kChunk];                // <k_i, dk_i^inter>, the partials summed
   float p_row[kChunk];                     // sum_{j<i} P_ij
   float p_col[kChunk];                     // sum_{i>j} P_ij
-  float h_dh;                              // <h, dS'>
+  float h_dh[kWarps];                      // <h, dS'>, one partial per warp
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "dqk_bwd shared memory exceeds 227 KB");
 
@@ -86,10 +95,7 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
       s.ddelta, kLdBf16, p.dv_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
   if (tid < kChunk) {
     s.gcum[tid] = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];
-    s.q_dq[tid] = 0.f;
-    s.k_dk_inter[tid] = 0.f;
   }
-  if (tid == 0) s.h_dh = 0.f;
   cp_async_wait<0>();
   __syncthreads();
   float const g_last = s.gcum[len - 1];
@@ -105,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
       part += a.x * b.x + a.y * b.y;
     }
     for (int d = 16; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, part, d);
-    if (tid % 32 == 0) atomicAdd(&s.h_dh, part);
+    if (tid % 32 == 0) s.h_dh[tid / 32] = part;  // summed in warp order at the end
   }
 
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
@@ -128,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
     s.q_scale[tid] = scale * __expf(s.gcum[tid]);
     s.k_scale[tid] = __expf(g_last - s.gcum[tid]);
   }
-  __syncthreads();  // dA, P, h_dh, row scales complete
+  __syncthreads();  // dA, P, h_dh partials, row scales complete
   if (tid < kChunk) {
     float row = 0.f;
     for (int j = 0; j < tid; ++j) row += s.qk[tid * kLd64 + j];
@@ -143,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
   float* const dq = p.dq_hv + (c.t0 * HV + hv) * kHeadDim;
   float* const dk = p.dk_hv + (c.t0 * HV + hv) * kHeadDim;
   // dq = scale e^G (dO h^T) + dA K; <q, dq^inter> summed between the two products
-  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
+  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, kDotMi, kDotNi, kWarps>(
       RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16},
       [&](int i, int col, float& c0, float& c1) {
         c0 *= s.q_scale[i];
@@ -152,12 +158,12 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
             *reinterpret_cast<__nv_bfloat162 const*>(s.q + i * kLdBf16 + col));
         return c0 * q.x + c1 * q.y;
       },
-      s.q_dq, RowMajor{s.da, kLdA}, RowMajor{s.k, kLdBf16},
+      &s.q_dq_parts[0][0], RowMajor{s.da, kLdA}, RowMajor{s.k, kLdBf16},
       [&](int i, int col, float c0, float c1) {
         if (i < len) *reinterpret_cast<float2*>(dq + i * v_stride + col) = make_float2(c0, c1);
       });
   // dk = e^{G_last - G_j} (Delta dS'^T) + dA^T Q; <k, dk^inter> summed between the two products
-  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
+  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, kDotMi, kDotNi, kWarps>(
       RowMajor{s.delta, kLdBf16}, ColMajor{s.dh, kLdBf16},
       [&](int j, int r, float& c0, float& c1) {
         c0 *= s.k_scale[j];
@@ -166,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
             *reinterpret_cast<__nv_bfloat162 const*>(s.k + j * kLdBf16 + r));
         return c0 * k.x + c1 * k.y;
       },
-      s.k_dk_inter, ColMajor{s.da, kLdA}, RowMajor{s.q, kLdBf16},
+      &s.k_dk_parts[0][0], ColMajor{s.da, kLdA}, RowMajor{s.q, kLdBf16},
       [&](int j, int r, float c0, float c1) {
         if (j < len) *reinterpret_cast<float2*>(dk + j * v_stride + r) = make_float2(c0, c1);
       });
@@ -178,16 +184,20 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
           *reinterpret_cast<__nv_bfloat162*>(dw + i * v_stride + r) =
               __floats2bfloat162_rn(-c0, -c1);
       });
-  __syncthreads();  // row sums complete
+  __syncthreads();  // row-sum partials complete
+  // The last row needs every row's <k, dk^inter>: sum the partials once, in tile order
+  if (tid < kChunk) s.k_dk_inter[tid] = sum_parts<kChunk, kDotParts>(&s.k_dk_parts[0][0], tid);
+  __syncthreads();  // <k, dk^inter> complete
 
   if (tid < len) {
-    float dg = s.q_dq[tid] + s.p_row[tid] - s.p_col[tid];
+    float dg = sum_parts<kChunk, kDotParts>(&s.q_dq_parts[0][0], tid) + s.p_row[tid] - s.p_col[tid];
     if (tid < len - 1) {
       dg -= s.k_dk_inter[tid];
     } else {
       float inter = 0.f;
       for (int j = 0; j < len - 1; ++j) inter += s.k_dk_inter[j];
-      dg += __expf(g_last) * s.h_dh + inter;
+      float const h_dh = sum_parts<1, kWarps>(s.h_dh, 0);
+      dg += __expf(g_last) * h_dh + inter;
     }
     p.dg_part[(c.t0 + tid) * HV + hv] = dg;
   }

@@ -9,6 +9,9 @@
 //   dG_i  = dG_part_i + beta_i e^{G_i} <dX_i, k_i> + beta_i sum_j R_ij - sum_j beta_j R_ji
 //   dg_t  = sum_{r >= t in the chunk} dG_r       (the cumsum's backward)
 // Products on the tensor cores (bf16 operands, fp32 accumulation, as FLA's bf16 dL products).
+// Bitwise deterministic (a product promise): no atomics. The row sums <dY, v>, e^G <dX, k> and
+// the row and column sums of R go to one slot per column tile (per 8-row group for R's column
+// sums) and are added in ascending slot order after a barrier (gemm.cuh, sum_parts).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,10 +26,19 @@ inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kLdS = kChunk + 8;    // bf16 64x64 tiles: 144-byte rows, no ldmatrix conflicts
 inline constexpr int kLdF = kHeadDim + 4;  // fp32 64x128 tile
+// Warp tiles of the dY and dX products (2 x 4 mma tiles of 16 x 8) and the row-sum partials they
+// leave per row: one per column tile.
+inline constexpr int kDotMi = 2;
+inline constexpr int kDotNi = 4;
+inline constexpr int kDotParts = kRowSumParts<kHeadDim, kDotNi>;
+// R's sums come from the [64 x 64] product's epilogue, 8 columns (a quad) or 8 rows (a lane's
+// group) at a time: one partial per block of 8 columns (row sums) or rows (column sums).
+inline constexpr int kRParts = kChunk / 8;
 
-// About 106 KB, so that two CTAs share an SM and one's loads overlap the other's products. Buffers
-// are reused once dead: v and du (adjacent) take dk_in after dY; dt takes M after dT T^T; dt_tt
-// takes sym_ij = beta_i M_ij + beta_j M_ji after dL.
+// About 111 KB, so that two CTAs share an SM and one's loads overlap the other's products (the
+// per-slot partials of the sums, kept for determinism, added 5 KB; 2 KB are left under the
+// limit). Buffers are reused once dead: v and du (adjacent) take dk_in after dY; dt takes M after
+// dT T^T; dt_tt takes sym_ij = beta_i M_ij + beta_j M_ji after dL.
 struct SharedStorage {
   __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 dw[kChunk * kLdBf16];   // [64 x 128]
@@ -39,10 +51,10 @@ struct SharedStorage {
   float gcum[kChunk];
   float beta[kChunk];
   float eg[kChunk];                     // e^{G_i}
-  float x_dot[kChunk];                  // e^{G_i} <dX_i, k_i>
-  float y_dot[kChunk];                  // <dY_i, v_i>
-  float r_row[kChunk];                  // sum_j R_ij
-  float r_col[kChunk];                  // sum_i beta_i R_ij
+  float x_dot[kDotParts][kChunk];       // e^{G_i} <dX_i, k_i>, one partial per column tile
+  float y_dot[kDotParts][kChunk];       // <dY_i, v_i>, one partial per column tile
+  float r_row[kRParts][kChunk];         // sum_j R_ij, one partial per 8 columns j
+  float r_col[kRParts][kChunk];         // sum_i beta_i R_ij, one partial per 8 rows i
   float dgc[kChunk];                    // dG_i
 };
 static_assert(sizeof(SharedStorage) <= 113 * 1024, "wy_bwd must fit two CTAs per SM");
@@ -82,10 +94,6 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
     s.gcum[tid] = p.gcum[row];
     s.eg[tid] = __expf(s.gcum[tid]);
     s.beta[tid] = tid < len ? load_scalar(p.beta, row, p.beta_is_bf16) : 0.f;
-    s.x_dot[tid] = 0.f;
-    s.y_dot[tid] = 0.f;
-    s.r_row[tid] = 0.f;
-    s.r_col[tid] = 0.f;
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -109,14 +117,14 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
       });
 
   // dY = T^T dU: dv = beta dY, <dY, v> summed per row
-  block_gemm_mid<kChunk, kHeadDim, kChunk, 0, 2, 4, kWarps>(
+  block_gemm_mid<kChunk, kHeadDim, kChunk, 0, kDotMi, kDotNi, kWarps>(
       ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16},
       [&](int i, int col, float& c0, float& c1) {
         float2 const v = __bfloat1622float2(
             *reinterpret_cast<__nv_bfloat162 const*>(s.v + i * kLdBf16 + col));
         return c0 * v.x + c1 * v.y;
       },
-      s.y_dot, ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16},
+      &s.y_dot[0][0], ColMajor{s.t, kLdS}, RowMajor{s.du, kLdBf16},
       [&](int i, int col, float c0, float c1) {
         if (i < len && p.dv != nullptr)
           *reinterpret_cast<__nv_bfloat162*>(p.dv + (row0 + int64_t{i} * HV) * kHeadDim + col) =
@@ -135,8 +143,9 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   __syncthreads();  // dT T^T complete: dt is dead
 
   // dL = -T^T (dT T^T), kept strictly lower, times e^{G_i - G_j}: M (into dt); R = M (K K^T),
-  // summed per row (over the 4 lanes of a quad) and per column (over the 8 rows of a lane group)
-  // before one shared atomic each.
+  // summed per row (over the 4 lanes of a quad: 8 columns) and per column (over the 8 rows of a
+  // lane group), then stored to its own slot, [j / 8][i] or [i / 8][j]: each slot is written by
+  // exactly one epilogue call (one owner per output pair), so no atomics.
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
       ColMajor{s.t, kLdS}, RowMajor{s.dt_tt, kLdS}, [&](int i, int j, float c0, float c1) {
         float const gi = s.gcum[i];
@@ -156,13 +165,13 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
           col0 += __shfl_xor_sync(0xffffffffu, col0, d);
           col1 += __shfl_xor_sync(0xffffffffu, col1, d);
         }
-        if (lane % 4 == 0) atomicAdd(&s.r_row[i], row);
-        if (lane / 4 == 0) {
-          atomicAdd(&s.r_col[j], col0);
-          atomicAdd(&s.r_col[j + 1], col1);
+        if (lane % 4 == 0) s.r_row[j / 8][i] = row;  // quad 0: j is the first of 8 columns
+        if (lane / 4 == 0) {                         // group 0: i is the first of 8 rows
+          s.r_col[i / 8][j] = col0;
+          s.r_col[i / 8][j + 1] = col1;
         }
       });
-  __syncthreads();  // M and the R sums complete: dt_tt is dead
+  __syncthreads();  // M and the R partials complete: dt_tt is dead
   for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
     int const i = idx / kChunk;
     int const j = idx % kChunk;
@@ -175,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
 
   // dk = dk_in + beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta and dG)
   // summed between the two products
-  block_gemm_mid<kChunk, kHeadDim, kChunk, kChunk, 2, 4, kWarps>(
+  block_gemm_mid<kChunk, kHeadDim, kChunk, kChunk, kDotMi, kDotNi, kWarps>(
       ColMajor{s.t, kLdS}, RowMajor{s.dw, kLdBf16},
       [&](int i, int col, float& c0, float& c1) {
         float2 const k = __bfloat1622float2(
@@ -185,27 +194,29 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
         c1 *= s.beta[i] * s.eg[i];
         return x;
       },
-      s.x_dot, RowMajor{s.dt_tt, kLdS}, RowMajor{s.k, kLdBf16},
+      &s.x_dot[0][0], RowMajor{s.dt_tt, kLdS}, RowMajor{s.k, kLdBf16},
       [&](int i, int col, float c0, float c1) {
         if (i < len) {
           float2 const in = *reinterpret_cast<float2 const*>(dk_in + i * kLdF + col);
           *reinterpret_cast<float2*>(dk + i * v_stride + col) = make_float2(in.x + c0, in.y + c1);
         }
       });
-  __syncthreads();  // x_dot complete
+  __syncthreads();  // x_dot partials complete (y_dot, r_row, r_col were before earlier barriers)
 
   if (tid < len) {
     float const beta = s.beta[tid];
+    float const x_dot = sum_parts<kChunk, kDotParts>(&s.x_dot[0][0], tid);
+    float const r_row = sum_parts<kChunk, kRParts>(&s.r_row[0][0], tid);
+    float const r_col = sum_parts<kChunk, kRParts>(&s.r_col[0][0], tid);
     if (p.dbeta != nullptr) {
-      float const db = s.y_dot[tid] + s.x_dot[tid] + s.r_row[tid];
+      float const db = sum_parts<kChunk, kDotParts>(&s.y_dot[0][0], tid) + x_dot + r_row;
       int64_t const row = row0 + int64_t{tid} * HV;
       if (p.dbeta_is_bf16)
         static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(db);
       else
         static_cast<float*>(p.dbeta)[row] = db;
     }
-    s.dgc[tid] = p.dg_part[row0 + int64_t{tid} * HV] + beta * s.x_dot[tid] +
-                 beta * s.r_row[tid] - s.r_col[tid];
+    s.dgc[tid] = p.dg_part[row0 + int64_t{tid} * HV] + beta * x_dot + beta * r_row - r_col;
   }
   __syncthreads();  // dG rows complete
   if (tid < len && p.dg != nullptr) {
