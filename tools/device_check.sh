@@ -32,4 +32,5 @@ for t in $(python3 -m pytest -q --collect-only tests/python/test_gpu_gdn.py -m "
            | grep "::" | sed 's/\[.*//' | sort -u); do
   python3 -m pytest -q -rs "$t" 2>&1 | tail -25
 done | tee "$OUT/gpu_tests.log"
+python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" 2>&1 | tee "$OUT/accuracy.log"
 python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 | tee "$OUT/bench.log"

@@ -1,0 +1,84 @@
+"""GDN accuracy of cake next to flash-linear-attention's, on the same inputs.
+
+    python bench/accuracy_gdn.py --out accuracy.jsonl
+
+For each case of tests/python/test_gpu_gdn.py (edge-length documents, GVA, strong and zero decay,
+beta near 0 and 1, subsampled workloads): both implementations run forward and backward on the
+GPU; the FP64 reference (cake's CPU path on the same inputs, upcast) gives the truth. Printed per
+output: relative RMS error and max-abs error / max|ref| of cake and of FLA, and whether cake meets
+the gate of bench/workloads.json ("no worse than 1.1 x the error of flash-linear-attention").
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("FLA_FLASH_QLA", "0")  # FLA's own kernels, not its FlashQLA dispatch
+
+import torch  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "python"))
+from test_gpu_gdn import CASES, make_inputs, reference  # noqa: E402
+
+import cake  # noqa: E402
+
+
+def run(fn, inputs, dout, dht, l2):
+    """o, final_state and every gradient of fn (FLA's signature) on the GPU, as float64 on the CPU."""
+    x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
+         for n, t in inputs.items()}
+    o, ht = fn(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
+               output_final_state=True, use_qk_l2norm_in_kernel=l2, cu_seqlens=x["cu_seqlens"])
+    torch.autograd.backward([o, ht], [dout.cuda(), dht.cuda()])
+    out = {"o": o, "final_state": ht}
+    out.update({"d" + n: x[n].grad for n in ("q", "k", "v", "g", "beta")})
+    if x["initial_state"] is not None:
+        out["dh0"] = x["initial_state"].grad
+    return {n: t.detach().double().cpu() for n, t in out.items()}
+
+
+def errors(got, ref):
+    err = got - ref
+    return dict(rel_rms=(err.norm() / ref.norm().clamp_min(1e-30)).item(),
+                max_abs_rel=(err.abs().max() / ref.abs().max().clamp_min(1e-30)).item(),
+                finite=bool(torch.isfinite(got).all()))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--cases", nargs="+", default=list(CASES))
+    args = parser.parse_args()
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
+    import fla
+    meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
+                commit=os.environ.get("CAKE_COMMIT", "unknown"), torch=torch.__version__,
+                fla=getattr(fla, "__version__", "?"))
+    out = args.out.open("a") if args.out else None
+    print(f"{'case':22s} {'output':12s} {'cake rel_rms':>12s} {'fla rel_rms':>12s} "
+          f"{'cake max':>9s} {'fla max':>9s}  gate")
+    for case in args.cases:
+        docs, H, HV, kw, l2 = CASES[case]
+        inputs, dout, dht = make_inputs(docs, H, HV, seed=hash(case) % 2**31, **kw)
+        ref = reference(inputs, dout, dht, l2)
+        ours = run(cake.chunk_gated_delta_rule, inputs, dout, dht, l2)
+        theirs = run(fla_gdn, inputs, dout, dht, l2)
+        for name, r in ref.items():
+            e_cake, e_fla = errors(ours[name], r.double()), errors(theirs[name], r.double())
+            ok = (e_cake["finite"] and e_cake["rel_rms"] <= 1e-2 and e_cake["max_abs_rel"] <= 2e-2
+                  and e_cake["rel_rms"] <= 1.1 * e_fla["rel_rms"])
+            print(f"{case:22s} {name:12s} {e_cake['rel_rms']:12.2e} {e_fla['rel_rms']:12.2e} "
+                  f"{e_cake['max_abs_rel']:9.2e} {e_fla['max_abs_rel']:9.2e}  "
+                  f"{'pass' if ok else 'FAIL'}", flush=True)
+            if out:
+                out.write(json.dumps(dict(meta, case=case, output=name, cake=e_cake, fla=e_fla,
+                                          gate=ok)) + "\n")
+                out.flush()
+
+
+if __name__ == "__main__":
+    main()
