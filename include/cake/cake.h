@@ -77,6 +77,14 @@ typedef struct {
   double lower_bound;
   int32_t use_beta_sigmoid; /* beta <- c sigmoid(beta), c = 2 with allow_neg_eigval, else 1 */
   int32_t allow_neg_eigval;
+  /* The backward's source of the forward's intermediates (0 or 1):
+   *   0, recompute mode: cakeForward saves nothing (saved = NULL) and cakeBackward recomputes the
+   *      forward's stages in its workspace; the least memory held between the two calls.
+   *   1, saved mode: cakeForward also writes the "saved set" (cakeForwardSavedSize bytes) and
+   *      cakeBackward reads it instead of recomputing those stages (faster, more memory held).
+   * Both modes give bitwise identical results. The CPU reference always recomputes (its saved set
+   * has 0 bytes) and accepts either mode. */
+  int32_t save_for_backward;
 } cakeOptions_t;
 
 typedef struct {
@@ -102,21 +110,35 @@ typedef struct {
   cakeTensor_t ddt_bias;      /* optional, with dt_bias */
 } cakeBackwardArgs_t;
 
-/* Workspace queries: the exact bytes of device scratch memory the call needs (0 on the CPU, which
- * computes in host memory of its own). They read shapes, dtypes and options, never tensor data. */
+/* Size queries. They read shapes, dtypes and options, never tensor data, so any non-NULL data
+ * pointers do; both depend on options.save_for_backward.
+ * Workspace: the exact bytes of device scratch memory the call needs (0 on the CPU, which computes
+ * in host memory of its own); its contents are dead once the call's work has run.
+ * Saved: the exact bytes of the saved set that cakeForward writes and cakeBackward reads (0 in
+ * recompute mode and on the CPU). The backward's arguments give the same size as the forward's. */
 cakeResult_t cakeForwardWorkspaceSize(const cakeOptions_t* options, const cakeForwardArgs_t* args,
                                       size_t* bytes);
 cakeResult_t cakeBackwardWorkspaceSize(const cakeOptions_t* options,
                                        const cakeBackwardArgs_t* args, size_t* bytes);
+cakeResult_t cakeForwardSavedSize(const cakeOptions_t* options, const cakeForwardArgs_t* args,
+                                  size_t* bytes);
 
-/* Forward: o (and final_state when given). The workspace holds at least the queried bytes; stream
- * is a cudaStream_t for CUDA tensors and ignored for CPU tensors. */
-cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args,
-                         void* workspace, size_t workspace_bytes, void* stream);
+/* Forward: o (and final_state when given); in saved mode also the saved set. saved holds at least
+ * the cakeForwardSavedSize bytes (NULL with saved_bytes = 0 when that is 0, always in recompute
+ * mode) and is 256-byte aligned (cudaMalloc's and torch's allocations are): the saved set is then
+ * independent of its address and may be moved as a whole. The workspace holds at least the queried
+ * bytes; stream is a cudaStream_t for CUDA tensors and ignored for CPU tensors. A saved or workspace
+ * buffer smaller than its query fails with cakeInsufficientWorkspace. */
+cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args, void* saved,
+                         size_t saved_bytes, void* workspace, size_t workspace_bytes,
+                         void* stream);
 
-/* Backward: the gradients of every input given in args. */
+/* Backward: the gradients of every input given in args. In saved mode, saved is the saved set its
+ * forward wrote with the same options and inputs (read only: one saved set serves any number of
+ * backwards); in recompute mode NULL with saved_bytes = 0. */
 cakeResult_t cakeBackward(const cakeOptions_t* options, const cakeBackwardArgs_t* args,
-                          void* workspace, size_t workspace_bytes, void* stream);
+                          const void* saved, size_t saved_bytes, void* workspace,
+                          size_t workspace_bytes, void* stream);
 
 /* The name of a result code, e.g. "cakeInvalidArgument". */
 const char* cakeGetErrorString(cakeResult_t result);

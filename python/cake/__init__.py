@@ -7,6 +7,7 @@ Context parallelism (one packed batch split over ranks, exact state passing): ``
 
 from . import kcp
 from .api import chunk_gated_delta_rule, chunk_kda
+from .ops import set_default_save_for_backward
 
 __version__ = "0.1.0"
-__all__ = ["chunk_gated_delta_rule", "chunk_kda", "kcp"]
+__all__ = ["chunk_gated_delta_rule", "chunk_kda", "kcp", "set_default_save_for_backward"]

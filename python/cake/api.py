@@ -35,6 +35,7 @@ def chunk_gated_delta_rule(
     cu_seqlens_cpu: Optional[Tensor] = None,
     chunk_indices: Optional[Tensor] = None,
     cp_context=None,
+    save_for_backward: Optional[str] = None,
     **kwargs,
 ):
     """Gated DeltaNet: S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - exp(g_t) S_{t-1}^T k_t))^T,
@@ -53,6 +54,15 @@ def chunk_gated_delta_rule(
         cu_seqlens: ``[N + 1]`` int32/int64 offsets of packed documents; requires ``B = 1``.
         cu_seqlens_cpu, chunk_indices: accepted for compatibility with flash-linear-attention;
             cake derives its schedule from ``cu_seqlens``.
+        save_for_backward: ``"saved"``: the forward keeps what the backward reads (normalised
+            q/k, the gate cumsum, the chunk inverses, W, the chunk states and the new values:
+            about 1.3 KB per token and value head on CUDA), so the backward skips recomputing the
+            forward's stages. ``"recompute"``: nothing is kept and the backward recomputes, for
+            the least activation memory. Results are bitwise identical. ``None``: the default of
+            ``cake.set_default_save_for_backward`` (initially ``"saved"``). Nothing is saved when
+            no gradient is needed or on the CPU (the reference always recomputes). Inside
+            ``torch.utils.checkpoint`` the saved set is dropped and rebuilt with the other saved
+            tensors, so ``"saved"`` costs only the checkpointed layer's transient memory there.
         kwargs: ``use_gate_in_kernel`` with ``A_log [HV]`` and optional ``dt_bias [HV]``
             (``g <- -exp(A_log) * softplus(g + dt_bias)``); ``chunk_size`` (64).
 
@@ -76,7 +86,7 @@ def chunk_gated_delta_rule(
         dt_bias=dt_bias, use_qk_l2norm=use_qk_l2norm_in_kernel,
         use_gate_in_kernel=use_gate_in_kernel, lower_bound=None,
         use_beta_sigmoid=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first)
+        state_v_first=state_v_first, save_for_backward=save_for_backward)
 
 
 def chunk_kda(
@@ -108,7 +118,9 @@ def chunk_kda(
             set, ``g <- lower_bound * sigmoid(exp(A_log) * (g + dt_bias))`` (A_log optional).
         safe_gate: a promise that ``g >= lower_bound >= -5`` (checked as in flash-linear-attention
             when the gate is computed in the op).
-        disable_recompute: accepted; the backward's saved-state mode is chosen by cake.
+        disable_recompute: accepted; the backward's saved-state mode is
+            ``cake.set_default_save_for_backward``'s (KDA has no CUDA kernels yet, and the CPU
+            reference always recomputes).
         return_intermediate_states: not supported (inference only in flash-linear-attention).
 
     Returns:
@@ -134,4 +146,4 @@ def chunk_kda(
         use_gate_in_kernel=use_gate_in_kernel,
         lower_bound=lower_bound if use_gate_in_kernel else None,
         use_beta_sigmoid=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first)
+        state_v_first=state_v_first, save_for_backward=None)

@@ -3,6 +3,11 @@
 Two custom ops carry all the work: ``cake::forward`` and ``cake::backward``; autograd connects them
 (register_autograd). No maths here: shapes, allocation and wiring only. CPU tensors run the FP64
 reference in C++ (outputs in the input dtype); CUDA tensors run the kernels where they exist.
+
+Saved and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward`` also returns
+the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference always
+recomputes), which autograd keeps for ``cake::backward``; in recompute mode the blob is empty and the
+backward recomputes the forward's stages.
 """
 
 from typing import Optional
@@ -13,6 +18,32 @@ from torch import Tensor
 from . import _C
 
 GDN, KDA = 0, 1
+
+SAVE_MODES = ("saved", "recompute")
+_default_save_for_backward = "saved"
+
+
+def set_default_save_for_backward(mode: str) -> str:
+    """Sets the mode that ``save_for_backward=None`` means; returns the previous default.
+
+    "saved" (the initial default): the forward keeps what the backward needs, so the backward
+    skips recomputing the forward's stages (faster; the saved set is held from forward to
+    backward, about 1.3 KB per token and value head on CUDA). "recompute": nothing is kept; the
+    backward recomputes (less activation memory). Results are bitwise identical either way.
+    """
+    global _default_save_for_backward
+    previous, _default_save_for_backward = _default_save_for_backward, _save_mode(mode)
+    return previous
+
+
+def _save_mode(mode: Optional[str]) -> str:
+    """mode, or the module default for None; a clear ValueError for anything else."""
+    if mode is None:
+        return _default_save_for_backward
+    if not isinstance(mode, str) or mode not in SAVE_MODES:
+        raise ValueError(f"save_for_backward must be 'saved' or 'recompute' (None: the default, "
+                         f"now {_default_save_for_backward!r}), got {mode!r}")
+    return mode
 
 
 def _stream(t: Tensor) -> int:
@@ -49,29 +80,57 @@ def _workspace(nbytes: int, like: Tensor) -> Optional[Tensor]:
     return torch.empty(nbytes, dtype=torch.uint8, device=like.device) if nbytes else None
 
 
+def _saved_blob(nbytes: int, like: Tensor) -> Tensor:
+    """The saved set's buffer: uint8 [nbytes] on like's device (torch's allocations are 512-byte
+    aligned, as the C ABI's 256-byte rule for the saved set asks)."""
+    return torch.empty(nbytes, dtype=torch.uint8, device=like.device)
+
+
 @torch.library.custom_op("cake::forward", mutates_args=())
 def _forward(
     variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
     dt_bias: Optional[Tensor], scale: float, output_final_state: bool, use_qk_l2norm: bool,
     use_gate_in_kernel: bool, lower_bound: Optional[float], use_beta_sigmoid: bool,
-    allow_neg_eigval: bool,
-) -> tuple[Tensor, Tensor]:
+    allow_neg_eigval: bool, save_for_backward: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """o, final_state (empty when not wanted) and the saved set (empty in recompute mode)."""
     o, final_state = _outputs_like(q, v, cu_seqlens, output_final_state)
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     outputs = (o, final_state if output_final_state else None)
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-               allow_neg_eigval)
+               allow_neg_eigval, save_for_backward)
+    saved = _saved_blob(_C.forward_saved_size(*inputs, *outputs, *options), q)
     workspace = _workspace(_C.forward_workspace_size(*inputs, *outputs, *options), q)
-    _C.forward(*inputs, *outputs, *options, workspace, _stream(q))
-    return o, final_state
+    _C.forward(*inputs, *outputs, *options, saved if save_for_backward else None, workspace,
+               _stream(q))
+    return o, final_state, saved
+
+
+def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor],
+                           use_qk_l2norm: bool, save_for_backward: bool) -> int:
+    """What _C.forward_saved_size returns for a valid call, from shapes and devices alone.
+
+    Only the GDN CUDA path saves anything (the CPU reference recomputes; KDA has no CUDA path and
+    its real call raises). The size is a function of the shapes: under torch.compile with dynamic
+    shapes, reading them here specialises on their values (int()).
+    """
+    if not save_for_backward or q.device.type != "cuda" or variant != GDN:
+        return 0
+    if q.dim() != 4 or v.dim() != 4:
+        return 0  # the real call raises the C++ validation's error
+    return _C.gdn_cuda_saved_size_of_shapes(
+        [int(n) for n in q.shape], [int(n) for n in v.shape],
+        None if cu_seqlens is None else int(cu_seqlens.numel()), use_qk_l2norm)
 
 
 @_forward.register_fake
 def _forward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, scale,
                   output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound,
-                  use_beta_sigmoid, allow_neg_eigval):
-    return _outputs_like(q, v, cu_seqlens, output_final_state)
+                  use_beta_sigmoid, allow_neg_eigval, save_for_backward):
+    o, final_state = _outputs_like(q, v, cu_seqlens, output_final_state)
+    nbytes = _saved_bytes_of_shapes(variant, q, v, cu_seqlens, use_qk_l2norm, save_for_backward)
+    return o, final_state, _saved_blob(nbytes, q)
 
 
 def _like(t: Optional[Tensor], wanted: bool) -> Optional[Tensor]:
@@ -84,39 +143,43 @@ def _backward(
     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
     dt_bias: Optional[Tensor], dout: Tensor, dht: Optional[Tensor], scale: float,
     use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
-    use_beta_sigmoid: bool, allow_neg_eigval: bool,
+    use_beta_sigmoid: bool, allow_neg_eigval: bool, saved: Optional[Tensor],
 ) -> list[Tensor]:
-    """dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias; an empty tensor stands for an absent input."""
+    """dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias; an empty tensor stands for an absent input.
+
+    saved: the forward's saved set (saved mode), or None (recompute mode).
+    """
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     grads = [_like(t, True) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-               allow_neg_eigval)
+               allow_neg_eigval, saved is not None)
     nbytes = _C.backward_workspace_size(*inputs, dout, dht, *grads, *options)
-    _C.backward(*inputs, dout, dht, *grads, *options, _workspace(nbytes, q), _stream(q))
+    _C.backward(*inputs, dout, dht, *grads, *options, saved, _workspace(nbytes, q), _stream(q))
     return [t if t is not None else q.new_empty(0) for t in grads]
 
 
 @_backward.register_fake
 def _backward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
                    dht, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-                   allow_neg_eigval):
+                   allow_neg_eigval, saved):
     return [_like(t, True) if t is not None else q.new_empty(0)
             for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
 
 
 _OPTION_NAMES = ("scale", "output_final_state", "use_qk_l2norm", "use_gate_in_kernel",
-                 "lower_bound", "use_beta_sigmoid", "allow_neg_eigval")
+                 "lower_bound", "use_beta_sigmoid", "allow_neg_eigval", "save_for_backward")
 
 
 def _setup_context(ctx, inputs, output):
     variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, *options = inputs
-    ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    saved = output[2]  # the saved set; empty in recompute mode (and on the CPU)
+    ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, saved)
     ctx.variant = variant
     ctx.options = dict(zip(_OPTION_NAMES, options))
 
 
-def _backward_rule(ctx, dout, dfinal_state):
-    q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias = ctx.saved_tensors
+def _backward_rule(ctx, dout, dfinal_state, dsaved):
+    q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, saved = ctx.saved_tensors
     opts = ctx.options
     dht = dfinal_state if opts["output_final_state"] and dfinal_state is not None else None
     if dout is None:
@@ -125,7 +188,8 @@ def _backward_rule(ctx, dout, dfinal_state):
         ctx.variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias,
         dout.contiguous(), None if dht is None else dht.contiguous(), opts["scale"],
         opts["use_qk_l2norm"], opts["use_gate_in_kernel"], opts["lower_bound"],
-        opts["use_beta_sigmoid"], opts["allow_neg_eigval"])
+        opts["use_beta_sigmoid"], opts["allow_neg_eigval"],
+        saved if opts["save_for_backward"] else None)
     absent = lambda t, grad: grad if t is not None else None  # noqa: E731
     return (None, dq, dk, dv, dg, dbeta, absent(initial_state, dh0), None,
             absent(A_log, dA_log), absent(dt_bias, ddt_bias), *([None] * len(_OPTION_NAMES)))
@@ -149,8 +213,10 @@ def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, 
         scale: Optional[float], initial_state: Optional[Tensor], output_final_state: bool,
         cu_seqlens: Optional[Tensor], A_log: Optional[Tensor], dt_bias: Optional[Tensor],
         use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
-        use_beta_sigmoid: bool, allow_neg_eigval: bool, state_v_first: bool):
+        use_beta_sigmoid: bool, allow_neg_eigval: bool, state_v_first: bool,
+        save_for_backward: Optional[str]):
     """Shared body of chunk_gated_delta_rule and chunk_kda: returns (o, final_state or None)."""
+    mode = _save_mode(save_for_backward)
     tensors = dict(k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
                    A_log=A_log, dt_bias=dt_bias)
     for name, t in tensors.items():
@@ -164,10 +230,13 @@ def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, 
     if state_v_first and initial_state is not None:
         _check_state_v_first(initial_state, q, v, cu_seqlens)
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
-    o, final_state = _forward(
+    # Saving pays only when a backward will run: not under no_grad, nor without a grad input.
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
+    o, final_state, _ = _forward(
         variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, float(scale),
         output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-        allow_neg_eigval)
+        allow_neg_eigval, mode == "saved" and needs_grad)
     if not output_final_state:
         return o, None
     return o, final_state.transpose(-1, -2) if state_v_first else final_state

@@ -3,11 +3,13 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cake/cake.h"
 
@@ -80,7 +82,7 @@ cakeTensor_t view(OptionalArray const& a, char const* name) {
 
 cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,
                       std::optional<double> lower_bound, bool use_beta_sigmoid,
-                      bool allow_neg_eigval) {
+                      bool allow_neg_eigval, bool save_for_backward) {
   cakeOptions_t o{};
   o.struct_size = sizeof(cakeOptions_t);
   o.variant = static_cast<cakeVariant_t>(variant);
@@ -91,6 +93,7 @@ cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_ga
   o.lower_bound = lower_bound.value_or(0.0);
   o.use_beta_sigmoid = use_beta_sigmoid;
   o.allow_neg_eigval = allow_neg_eigval;
+  o.save_for_backward = save_for_backward;
   return o;
 }
 
@@ -101,10 +104,11 @@ cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_ga
       OptionalArray dt_bias
 #define CAKE_OPTION_PARAMS                                                                    \
   int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,                    \
-      std::optional<double> lower_bound, bool use_beta_sigmoid, bool allow_neg_eigval
+      std::optional<double> lower_bound, bool use_beta_sigmoid, bool allow_neg_eigval,        \
+      bool save_for_backward
 #define CAKE_OPTIONS \
   options(variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid, \
-          allow_neg_eigval)
+          allow_neg_eigval, save_for_backward)
 
 cakeForwardArgs_t forward_args(CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state) {
   return {view(q, "q"),
@@ -145,9 +149,35 @@ cakeBackwardArgs_t backward_args(CAKE_INPUT_PARAMS, OptionalArray dout, Optional
           view(ddt_bias, "ddt_bias")};
 }
 
-std::pair<void*, size_t> workspace_of(OptionalArray const& workspace) {
-  if (!workspace) return {nullptr, 0};
-  return {workspace->data(), workspace->nbytes()};
+// A byte buffer (workspace or saved set): None is NULL with 0 bytes.
+std::pair<void*, size_t> buffer_of(OptionalArray const& buffer) {
+  if (!buffer) return {nullptr, 0};
+  return {buffer->data(), buffer->nbytes()};
+}
+
+// A dense row-major descriptor of the given shape on the first CUDA device, for the size queries
+// from shapes alone: they read shapes, dtypes and options, never data, so data is a placeholder
+// (non-NULL marks the tensor present; aligned as the kernels require).
+cakeTensor_t shape_only(cakeDtype_t dtype, std::vector<int64_t> const& shape) {
+  alignas(256) static char placeholder[256];
+  cakeTensor_t t{};
+  if (shape.size() > CAKE_MAX_DIMS) {
+    throw nb::value_error(("a shape has " + std::to_string(shape.size()) +
+                           " dimensions; cake's tensors have at most " +
+                           std::to_string(CAKE_MAX_DIMS))
+                              .c_str());
+  }
+  t.data = placeholder;
+  t.dtype = dtype;
+  t.device_type = cakeCUDA;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return t;
 }
 
 }  // namespace
@@ -165,16 +195,53 @@ NB_MODULE(_C, m) {
           return bytes;
         });
 
+  m.def("forward_saved_size",
+        [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state, CAKE_OPTION_PARAMS) {
+          cakeOptions_t const opts = CAKE_OPTIONS;
+          cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                      A_log, dt_bias, o, final_state);
+          size_t bytes = 0;
+          raise_on_failure(cakeForwardSavedSize(&opts, &args, &bytes));
+          return bytes;
+        });
+
+  // The saved set's bytes of a GDN forward on CUDA in saved mode, from shapes alone (for the
+  // fake implementation of cake::forward, whose tensors have no data): q [B, T, H, K],
+  // v [B, T, HV, V], and N + 1 = cu_seqlens' length when given.
+  m.def("gdn_cuda_saved_size_of_shapes",
+        [](std::vector<int64_t> q_shape, std::vector<int64_t> v_shape,
+           std::optional<int64_t> cu_seqlens_len, bool use_qk_l2norm) {
+          cakeOptions_t const opts = options(cakeGdn, 1.0, use_qk_l2norm, false, std::nullopt,
+                                             false, false, true);
+          cakeForwardArgs_t args{};
+          args.q = shape_only(cakeBfloat16, q_shape);
+          args.k = args.q;
+          args.v = shape_only(cakeBfloat16, v_shape);
+          std::vector<int64_t> row = {q_shape.size() > 0 ? q_shape[0] : 0,
+                                      q_shape.size() > 1 ? q_shape[1] : 0,
+                                      v_shape.size() > 2 ? v_shape[2] : 0};
+          args.g = shape_only(cakeFloat32, row);
+          args.beta = args.g;
+          if (cu_seqlens_len) args.cu_seqlens = shape_only(cakeInt32, {*cu_seqlens_len});
+          args.o = args.v;
+          size_t bytes = 0;
+          raise_on_failure(cakeForwardSavedSize(&opts, &args, &bytes));
+          return bytes;
+        });
+
   m.def("forward", [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state,
-                      CAKE_OPTION_PARAMS, OptionalArray workspace, uintptr_t stream) {
+                      CAKE_OPTION_PARAMS, OptionalArray saved, OptionalArray workspace,
+                      uintptr_t stream) {
     cakeOptions_t const opts = CAKE_OPTIONS;
     cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
                                                 A_log, dt_bias, o, final_state);
-    auto const [ws, ws_bytes] = workspace_of(workspace);
+    auto const [sv, sv_bytes] = buffer_of(saved);
+    auto const [ws, ws_bytes] = buffer_of(workspace);
     cakeResult_t result;
     {
       nb::gil_scoped_release release;
-      result = cakeForward(&opts, &args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+      result = cakeForward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
+                           reinterpret_cast<void*>(stream));
     }
     raise_on_failure(result);
   });
@@ -195,16 +262,19 @@ NB_MODULE(_C, m) {
   m.def("backward", [](CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht, OptionalArray dq,
                        OptionalArray dk, OptionalArray dv, OptionalArray dg, OptionalArray dbeta,
                        OptionalArray dh0, OptionalArray dA_log, OptionalArray ddt_bias,
-                       CAKE_OPTION_PARAMS, OptionalArray workspace, uintptr_t stream) {
+                       CAKE_OPTION_PARAMS, OptionalArray saved, OptionalArray workspace,
+                       uintptr_t stream) {
     cakeOptions_t const opts = CAKE_OPTIONS;
     cakeBackwardArgs_t const args =
         backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout, dht, dq,
                       dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
-    auto const [ws, ws_bytes] = workspace_of(workspace);
+    auto const [sv, sv_bytes] = buffer_of(saved);
+    auto const [ws, ws_bytes] = buffer_of(workspace);
     cakeResult_t result;
     {
       nb::gil_scoped_release release;
-      result = cakeBackward(&opts, &args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+      result = cakeBackward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
+                            reinterpret_cast<void*>(stream));
     }
     raise_on_failure(result);
   });

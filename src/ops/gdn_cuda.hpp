@@ -1,7 +1,7 @@
 // The GDN GPU path as the C entry points see it (src/ops/api.cpp calls these for CUDA tensors and
-// variant cakeGdn, after validate.hpp has checked every argument). Implemented in
-// src/ops/cuda/gdn_cuda.cpp when CAKE_CUDA=ON; otherwise src/ops/no_cuda/gdn_cuda.cpp raises
-// cakeNotImplemented.
+// variant cakeGdn, after validate.hpp has checked every argument, the saved buffer's size
+// included). Implemented in src/ops/cuda/gdn_cuda.cpp when CAKE_CUDA=ON; otherwise
+// src/ops/no_cuda/gdn_cuda.cpp raises cakeNotImplemented.
 #pragma once
 
 #include <cstddef>
@@ -10,13 +10,20 @@
 
 namespace cake::ops {
 
+// The bytes of the saved set (0 in recompute mode), from the shapes of q [B, T, H, K],
+// v [B, T, HV, V] and cu_seqlens [N + 1]: the same for a forward and its backward.
+size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
+                            cakeTensor_t const& v, cakeTensor_t const& cu_seqlens);
+
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options, cakeForwardArgs_t const& args);
-void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* workspace,
-                      size_t workspace_bytes, void* stream);
+// saved: the saved set to write in saved mode (nullptr in recompute mode).
+void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
+                      void* workspace, size_t workspace_bytes, void* stream);
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args);
+// saved: the forward's saved set in saved mode, read only (nullptr in recompute mode).
 void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
-                       void* workspace, size_t workspace_bytes, void* stream);
+                       void const* saved, void* workspace, size_t workspace_bytes, void* stream);
 
 }  // namespace cake::ops

@@ -65,6 +65,10 @@ void check_options(cakeOptions_t const* options) {
              static_cast<int>(options->variant));
   CAKE_CHECK(std::isfinite(options->scale), cakeInvalidArgument,
              "scale must be a finite number, got ", options->scale);
+  CAKE_CHECK(options->save_for_backward == 0 || options->save_for_backward == 1,
+             cakeInvalidArgument,
+             "options.save_for_backward must be 0 (recompute mode) or 1 (saved mode), got ",
+             options->save_for_backward);
   CAKE_CHECK(!options->allow_neg_eigval || options->use_beta_sigmoid, cakeInvalidArgument,
              "allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True");
   if (options->has_lower_bound) {
@@ -325,6 +329,22 @@ Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* a
     }
   }
   return d;
+}
+
+void validate_saved(cakeOptions_t const& options, void const* saved, size_t saved_bytes,
+                    size_t expected_bytes) {
+  CAKE_CHECK(saved != nullptr || saved_bytes == 0, cakeInvalidArgument,
+             "saved is NULL but saved_bytes = ", saved_bytes, " (pass 0 with a NULL buffer)");
+  if (options.save_for_backward == 0) {
+    CAKE_CHECK(saved == nullptr, cakeInvalidArgument,
+               "saved must be NULL in recompute mode (options.save_for_backward = 0), got a "
+               "buffer of ", saved_bytes, " bytes");
+    return;
+  }
+  CAKE_CHECK(saved_bytes >= expected_bytes, cakeInsufficientWorkspace,
+             "saved: expected at least ", expected_bytes,
+             " bytes (cakeForwardSavedSize) in saved mode (options.save_for_backward = 1), got ",
+             saved_bytes);
 }
 
 }  // namespace cake::ops

@@ -2,6 +2,7 @@
 // Every failure is a cake::Error naming the argument, what was expected and what came.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cake/cake.h"
@@ -22,5 +23,10 @@ struct Dims {
 
 Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args);
 Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args);
+
+// The saved-set buffer of cakeForward / cakeBackward against options.save_for_backward and
+// expected_bytes, the device's saved-size query for the validated call (0 on the CPU).
+void validate_saved(cakeOptions_t const& options, void const* saved, size_t saved_bytes,
+                    size_t expected_bytes);
 
 }  // namespace cake::ops

@@ -95,8 +95,8 @@ struct Problem {
     bwd.dh0 = view(dh0.data(), cakeFloat64, {N, HV, K, V});
   }
 
-  cakeResult_t forward() { return cakeForward(&options, &fwd, nullptr, 0, nullptr); }
-  cakeResult_t backward() { return cakeBackward(&options, &bwd, nullptr, 0, nullptr); }
+  cakeResult_t forward() { return cakeForward(&options, &fwd, nullptr, 0, nullptr, 0, nullptr); }
+  cakeResult_t backward() { return cakeBackward(&options, &bwd, nullptr, 0, nullptr, 0, nullptr); }
   cakeResult_t forward_size(size_t* bytes) {
     return cakeForwardWorkspaceSize(&options, &fwd, bytes);
   }
@@ -148,9 +148,9 @@ TEST(Validation, BaselineProblemIsValid) {
 
 TEST(Validation, NullOptions) {
   Problem p;
-  expect_error(cakeForward(nullptr, &p.fwd, nullptr, 0, nullptr), cakeInvalidArgument,
+  expect_error(cakeForward(nullptr, &p.fwd, nullptr, 0, nullptr, 0, nullptr), cakeInvalidArgument,
                {"options must not be NULL"});
-  expect_error(cakeBackward(nullptr, &p.bwd, nullptr, 0, nullptr), cakeInvalidArgument,
+  expect_error(cakeBackward(nullptr, &p.bwd, nullptr, 0, nullptr, 0, nullptr), cakeInvalidArgument,
                {"options must not be NULL"});
   size_t bytes = 0;
   expect_error(cakeForwardWorkspaceSize(nullptr, &p.fwd, &bytes), cakeInvalidArgument,
@@ -159,10 +159,10 @@ TEST(Validation, NullOptions) {
 
 TEST(Validation, NullArgsAndBytes) {
   Problem p;
-  expect_error(cakeForward(&p.options, nullptr, nullptr, 0, nullptr), cakeInvalidArgument,
-               {"args must not be NULL"});
-  expect_error(cakeBackward(&p.options, nullptr, nullptr, 0, nullptr), cakeInvalidArgument,
-               {"args must not be NULL"});
+  expect_error(cakeForward(&p.options, nullptr, nullptr, 0, nullptr, 0, nullptr),
+               cakeInvalidArgument, {"args must not be NULL"});
+  expect_error(cakeBackward(&p.options, nullptr, nullptr, 0, nullptr, 0, nullptr),
+               cakeInvalidArgument, {"args must not be NULL"});
   expect_error(p.forward_size(nullptr), cakeInvalidArgument, {"bytes must not be NULL"});
   expect_error(cakeBackwardWorkspaceSize(&p.options, &p.bwd, nullptr), cakeInvalidArgument,
                {"bytes must not be NULL"});
@@ -512,8 +512,187 @@ TEST(Validation, CudaTensorsInBuildWithoutCuda) {
     GTEST_SKIP() << "this build has CUDA";
   }
   EXPECT_NE(last_error().find("without CUDA"), std::string::npos) << last_error();
-  expect_error(cakeForward(&options, &args, nullptr, 0, nullptr), cakeNotImplemented,
+  expect_error(cakeForward(&options, &args, nullptr, 0, nullptr, 0, nullptr), cakeNotImplemented,
                {"without CUDA"});
+}
+
+// ------------------------------------------------------------------------------------------------
+// Saved and recompute modes (options.save_for_backward, the saved buffer)
+// ------------------------------------------------------------------------------------------------
+
+TEST(Validation, SaveForBackwardMustBeZeroOrOne) {
+  Problem p;
+  p.options.save_for_backward = 2;
+  expect_input_error(p, cakeInvalidArgument, {"options.save_for_backward", "0", "1", "got 2"});
+  size_t bytes = 123;
+  expect_error(cakeForwardSavedSize(&p.options, &p.fwd, &bytes), cakeInvalidArgument,
+               {"options.save_for_backward", "got 2"});
+  EXPECT_EQ(bytes, 123u);
+}
+
+TEST(Validation, SavedSizeIsZeroOnTheCpu) {
+  for (bool kda : {false, true}) {
+    for (int32_t save : {0, 1}) {
+      Problem p(kda);
+      p.options.save_for_backward = save;
+      size_t bytes = 123;
+      ASSERT_EQ(cakeForwardSavedSize(&p.options, &p.fwd, &bytes), cakeSuccess) << last_error();
+      EXPECT_EQ(bytes, 0u) << "the CPU reference always recomputes";
+      ASSERT_EQ(cakeForwardWorkspaceSize(&p.options, &p.fwd, &bytes), cakeSuccess);
+      EXPECT_EQ(bytes, 0u);
+    }
+  }
+  Problem p;
+  expect_error(cakeForwardSavedSize(&p.options, &p.fwd, nullptr), cakeInvalidArgument,
+               {"bytes must not be NULL"});
+  expect_error(cakeForwardSavedSize(nullptr, &p.fwd, nullptr), cakeInvalidArgument,
+               {"must not be NULL"});
+}
+
+TEST(Validation, RecomputeModeTakesNoSavedBuffer) {
+  Problem p;
+  double buffer[4] = {};
+  expect_error(cakeForward(&p.options, &p.fwd, buffer, sizeof buffer, nullptr, 0, nullptr),
+               cakeInvalidArgument,
+               {"saved must be NULL in recompute mode", "options.save_for_backward = 0", "32"});
+  expect_error(cakeBackward(&p.options, &p.bwd, buffer, sizeof buffer, nullptr, 0, nullptr),
+               cakeInvalidArgument, {"saved must be NULL in recompute mode"});
+  for (int64_t i = 0; i < Problem::B * Problem::T * Problem::HV * Problem::V; ++i) {
+    ASSERT_TRUE(std::isnan(p.o[i]));
+    ASSERT_TRUE(std::isnan(p.dv[i]));
+  }
+}
+
+TEST(Validation, NullSavedBufferWithBytes) {
+  for (int32_t save : {0, 1}) {
+    Problem p;
+    p.options.save_for_backward = save;
+    expect_error(cakeForward(&p.options, &p.fwd, nullptr, 64, nullptr, 0, nullptr),
+                 cakeInvalidArgument, {"saved is NULL but saved_bytes = 64"});
+    expect_error(cakeBackward(&p.options, &p.bwd, nullptr, 64, nullptr, 0, nullptr),
+                 cakeInvalidArgument, {"saved is NULL but saved_bytes = 64"});
+  }
+}
+
+// On the CPU both modes run the same reference: saved mode accepts a NULL (0-byte) saved set, or
+// any buffer, and gives the same results as recompute mode.
+TEST(Validation, SavedModeOnTheCpuEqualsRecomputeMode) {
+  for (bool kda : {false, true}) {
+    Problem recompute(kda);
+    ASSERT_EQ(recompute.forward(), cakeSuccess) << last_error();
+    ASSERT_EQ(recompute.backward(), cakeSuccess) << last_error();
+    Problem saved(kda);
+    saved.options.save_for_backward = 1;
+    ASSERT_EQ(saved.forward(), cakeSuccess) << last_error();
+    ASSERT_EQ(saved.backward(), cakeSuccess) << last_error();
+    double spare[8] = {};
+    EXPECT_EQ(cakeForward(&saved.options, &saved.fwd, spare, sizeof spare, nullptr, 0, nullptr),
+              cakeSuccess)
+        << last_error();
+    for (size_t i = 0; i < Problem::kCap; ++i) {
+      for (auto [a, b] : {std::pair{&recompute.o, &saved.o},
+                          {&recompute.ht, &saved.ht},
+                          {&recompute.dq, &saved.dq},
+                          {&recompute.dk, &saved.dk},
+                          {&recompute.dv, &saved.dv},
+                          {&recompute.dg, &saved.dg},
+                          {&recompute.dbeta, &saved.dbeta},
+                          {&recompute.dh0, &saved.dh0}}) {
+        double const x = (*a)[i], y = (*b)[i];
+        ASSERT_TRUE((std::isnan(x) && std::isnan(y)) || x == y) << "element " << i;
+      }
+    }
+  }
+}
+
+// A valid GDN problem on cuda:0 whose data are host placeholders: only the queries and the
+// argument checks that run before any device work may be called on it.
+struct CudaShapes {
+  static constexpr int64_t T = 130, H = 1, HV = 2, D = 128;
+  std::vector<uint16_t> qk = std::vector<uint16_t>(T * H * D);
+  std::vector<uint16_t> vo = std::vector<uint16_t>(T * HV * D);
+  std::vector<float> row = std::vector<float>(T * HV);
+  std::vector<int32_t> cu = {0, T};
+  cakeOptions_t options{};
+  cakeForwardArgs_t fwd{};
+  cakeBackwardArgs_t bwd{};
+
+  CudaShapes() {
+    options.struct_size = sizeof(cakeOptions_t);
+    options.variant = cakeGdn;
+    options.scale = 1.0 / std::sqrt(128.0);
+    options.use_qk_l2norm = 1;
+    fwd.q = view(qk.data(), cakeBfloat16, {1, T, H, D});
+    fwd.k = fwd.q;
+    fwd.v = view(vo.data(), cakeBfloat16, {1, T, HV, D});
+    fwd.g = view(row.data(), cakeFloat32, {1, T, HV});
+    fwd.beta = fwd.g;
+    fwd.cu_seqlens = view(cu.data(), cakeInt32, {2});
+    fwd.o = fwd.v;
+    for (auto* t : {&fwd.q, &fwd.k, &fwd.v, &fwd.g, &fwd.beta, &fwd.cu_seqlens, &fwd.o}) {
+      t->device_type = cakeCUDA;
+    }
+    bwd.q = fwd.q;
+    bwd.k = fwd.k;
+    bwd.v = fwd.v;
+    bwd.g = fwd.g;
+    bwd.beta = fwd.beta;
+    bwd.cu_seqlens = fwd.cu_seqlens;
+    bwd.dout = fwd.v;
+    bwd.dv = fwd.v;
+  }
+};
+
+TEST(Validation, SavedSetOnCudaTensors) {
+  CudaShapes c;
+  size_t bytes = 0;
+  if (cakeForwardSavedSize(&c.options, &c.fwd, &bytes) == cakeNotImplemented) {
+    GTEST_SKIP() << "this build has no CUDA: " << last_error();
+  }
+  EXPECT_EQ(bytes, 0u) << "recompute mode saves nothing";
+  size_t fws_recompute = 0, bws_recompute = 0;
+  ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws_recompute), cakeSuccess);
+  ASSERT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bws_recompute), cakeSuccess);
+
+  c.options.save_for_backward = 1;
+  size_t saved = 0, fws = 0, bws = 0;
+  ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved), cakeSuccess) << last_error();
+  ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws), cakeSuccess);
+  ASSERT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bws), cakeSuccess);
+  // The saved set as docs/design/gdn-hopper.md lists it, each region 256-byte aligned, no slack:
+  // normalised q and k (bf16 [BT, H, K]), G (fp32 [BT, HV]), W and Delta (bf16 [BT, HV, 128]), h
+  // (bf16 [num_slots = BT / 64 + N + 1 = 4, HV, 128, 128]) and T (fp32 [BT, HV, 64]).
+  auto const up = [](size_t n) { return (n + 255) / 256 * 256; };
+  size_t const bt = CudaShapes::T, hv = CudaShapes::HV, d = CudaShapes::D;
+  size_t const expected = up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * d * 2) * 2 +
+                          up(4 * hv * d * d * 2) + bt * hv * 64 * 4;
+  EXPECT_EQ(saved, expected);
+  // The forward's scratch loses the saved set (keeps U); the backward's loses the recompute.
+  EXPECT_LT(fws, fws_recompute);
+  EXPECT_LT(bws, bws_recompute);
+
+  // The buffer checks run before any device work (the data here are host placeholders).
+  expect_error(cakeForward(&c.options, &c.fwd, nullptr, 0, nullptr, 0, nullptr),
+               cakeInsufficientWorkspace,
+               {"saved: expected at least " + std::to_string(saved) + " bytes", "got 0"});
+  std::vector<char> host(saved + 256);
+  expect_error(cakeBackward(&c.options, &c.bwd, host.data(), saved - 1, nullptr, 0, nullptr),
+               cakeInsufficientWorkspace,
+               {"saved: expected at least " + std::to_string(saved), std::to_string(saved - 1)});
+  // Enough saved bytes, too little workspace: the workspace check names the workspace.
+  void* aligned = host.data() + (256 - reinterpret_cast<uintptr_t>(host.data()) % 256) % 256;
+  expect_error(cakeForward(&c.options, &c.fwd, aligned, saved, nullptr, 0, nullptr),
+               cakeInsufficientWorkspace, {"workspace: expected at least", std::to_string(fws)});
+  // A misaligned saved set: its layout would depend on its address.
+  std::vector<char> scratch(fws);
+  void* misaligned = static_cast<char*>(aligned) + 16;
+  expect_error(cakeForward(&c.options, &c.fwd, misaligned, saved, scratch.data(), fws, nullptr),
+               cakeInvalidArgument, {"saved must be 256-byte aligned"});
+
+  c.options.use_qk_l2norm = 0;
+  size_t saved_no_l2 = 0;
+  ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_no_l2), cakeSuccess);
+  EXPECT_EQ(saved_no_l2, saved - up(bt * d * 2) * 2) << "without use_qk_l2norm q, k are not saved";
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -364,11 +364,11 @@ bool run_case(Case const& c) {
   // FP64 reference on the CPU.
   std::vector<std::vector<double>> ref_f, ref_b;
   cakeForwardArgs_t const rf = p.forward_args(false, ref_f);
-  CAKE_OK(cakeForward(&p.options, &rf, nullptr, 0, nullptr));
+  CAKE_OK(cakeForward(&p.options, &rf, nullptr, 0, nullptr, 0, nullptr));
   cakeBackwardArgs_t const rb = p.backward_args(false, ref_b);
-  CAKE_OK(cakeBackward(&p.options, &rb, nullptr, 0, nullptr));
+  CAKE_OK(cakeBackward(&p.options, &rb, nullptr, 0, nullptr, 0, nullptr));
 
-  // GPU, with poisoned outputs and workspace.
+  // GPU in recompute mode, with poisoned outputs and workspace.
   std::vector<std::vector<double>> unused;
   cakeForwardArgs_t const gf = p.forward_args(true, unused);
   cakeBackwardArgs_t const gb = p.backward_args(true, unused);
@@ -380,10 +380,10 @@ bool run_case(Case const& c) {
   CUDA_OK(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 16)));
   for (Tensor* t : {&p.o, &p.ht, &p.dq, &p.dk, &p.dv, &p.dg, &p.dbeta, &p.dh0}) t->poison();
   CUDA_OK(cudaMemset(ws, 0xff, ws_bytes));
-  CAKE_OK(cakeForward(&p.options, &gf, ws, fws, nullptr));
+  CAKE_OK(cakeForward(&p.options, &gf, nullptr, 0, ws, fws, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaMemset(ws, 0xff, ws_bytes));
-  CAKE_OK(cakeBackward(&p.options, &gb, ws, bws, nullptr));
+  CAKE_OK(cakeBackward(&p.options, &gb, nullptr, 0, ws, bws, nullptr));
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaFree(ws));
 
@@ -428,20 +428,7 @@ void time_workload_a(bool once, bool small) {
   std::vector<std::vector<double>> unused;
   cakeForwardArgs_t const gf = p.forward_args(true, unused);
   cakeBackwardArgs_t const gb = p.backward_args(true, unused);
-  size_t fws = 0, bws = 0;
-  CAKE_OK(cakeForwardWorkspaceSize(&p.options, &gf, &fws));
-  CAKE_OK(cakeBackwardWorkspaceSize(&p.options, &gb, &bws));
-  void* ws = nullptr;
-  CUDA_OK(cudaMalloc(&ws, std::max(fws, bws)));
   for (Tensor* t : {&p.o, &p.dq, &p.dk, &p.dv, &p.dg, &p.dbeta}) t->poison();
-  if (once) {
-    CAKE_OK(cakeForward(&p.options, &gf, ws, fws, nullptr));
-    CAKE_OK(cakeBackward(&p.options, &gb, ws, bws, nullptr));
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaFree(ws));
-    p.release();
-    return;
-  }
   cudaEvent_t start, stop;
   CUDA_OK(cudaEventCreate(&start));
   CUDA_OK(cudaEventCreate(&stop));
@@ -461,17 +448,44 @@ void time_workload_a(bool once, bool small) {
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   };
-  float const f_ms = time([&] { CAKE_OK(cakeForward(&p.options, &gf, ws, fws, nullptr)); }, 5);
-  float const b_ms = time([&] { CAKE_OK(cakeBackward(&p.options, &gb, ws, bws, nullptr)); }, 3);
-  bool finite = true;
-  for (Tensor* t : {&p.dq, &p.dv, &p.dg}) {
-    for (double x : t->download())
-      if (!std::isfinite(x)) finite = false;
+  // Recompute mode (save_for_backward = 0), then saved mode: the backward skips the recompute.
+  for (int32_t save : {0, 1}) {
+    p.options.save_for_backward = save;
+    size_t fws = 0, bws = 0, saved_bytes = 0;
+    CAKE_OK(cakeForwardWorkspaceSize(&p.options, &gf, &fws));
+    CAKE_OK(cakeBackwardWorkspaceSize(&p.options, &gb, &bws));
+    CAKE_OK(cakeForwardSavedSize(&p.options, &gf, &saved_bytes));
+    void* ws = nullptr;
+    void* saved = nullptr;
+    CUDA_OK(cudaMalloc(&ws, std::max(fws, bws)));
+    if (saved_bytes > 0) CUDA_OK(cudaMalloc(&saved, saved_bytes));
+    auto forward = [&] {
+      CAKE_OK(cakeForward(&p.options, &gf, saved, saved_bytes, ws, fws, nullptr));
+    };
+    auto backward = [&] {
+      CAKE_OK(cakeBackward(&p.options, &gb, saved, saved_bytes, ws, bws, nullptr));
+    };
+    if (once) {
+      forward();
+      backward();
+      CUDA_OK(cudaDeviceSynchronize());
+    } else {
+      float const f_ms = time(forward, 5);
+      float const b_ms = time(backward, 3);
+      bool finite = true;
+      for (Tensor* t : {&p.dq, &p.dv, &p.dg}) {
+        for (double x : t->download())
+          if (!std::isfinite(x)) finite = false;
+      }
+      std::printf("workload A (docs 98304,65536,57344,40960; H=16 HV=48 K=V=128), %s mode: "
+                  "forward %.3f ms, backward %.3f ms (median), workspace fwd %.2f GB bwd %.2f GB, "
+                  "saved %.2f GB, outputs %s\n",
+                  save ? "saved" : "recompute", f_ms, b_ms, fws / 1e9, bws / 1e9,
+                  saved_bytes / 1e9, finite ? "finite" : "NOT FINITE");
+    }
+    CUDA_OK(cudaFree(ws));
+    if (saved != nullptr) CUDA_OK(cudaFree(saved));
   }
-  std::printf("workload A (docs 98304,65536,57344,40960; H=16 HV=48 K=V=128): forward %.3f ms, "
-              "backward %.3f ms (median), workspace fwd %.2f GB bwd %.2f GB, outputs %s\n",
-              f_ms, b_ms, fws / 1e9, bws / 1e9, finite ? "finite" : "NOT FINITE");
-  CUDA_OK(cudaFree(ws));
   p.release();
 }
 

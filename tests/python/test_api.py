@@ -523,6 +523,75 @@ def test_largest_head_dims(kda):
 
 
 # ---------------------------------------------------------------------------------------------
+# Saved and recompute modes (save_for_backward): the CPU reference always recomputes
+# ---------------------------------------------------------------------------------------------
+
+def test_save_modes_give_identical_results():
+    t, opts = make_case(1401, kda=False, cu=DOCS, initial_state=True, l2norm=True, gate=True)
+    results = []
+    for mode in ("saved", "recompute", None):
+        o, ht = call_cake(False, t, dict(opts, save_for_backward=mode))
+        do, dht = cotangents(o, ht, 1401)
+        results.append([o, ht, *gradients(o, ht, do, dht, leaves(t))])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("bad", ["save", "Saved", "", True, 1])
+def test_save_for_backward_bad_value(bad):
+    t, opts = make_case(1402, kda=False, cu=[0, 5, 12])
+    with pytest.raises(ValueError, match="save_for_backward must be 'saved' or 'recompute'"):
+        call_cake(False, t, dict(opts, save_for_backward=bad))
+    with pytest.raises(ValueError, match="save_for_backward must be 'saved' or 'recompute'"):
+        cake.set_default_save_for_backward(bad)
+
+
+def test_set_default_save_for_backward():
+    assert cake.set_default_save_for_backward("recompute") == "saved"
+    try:
+        with pytest.raises(ValueError, match="now 'recompute'"):
+            cake.set_default_save_for_backward("x")
+        t, opts = make_case(1403, kda=False, cu=[0, 5, 12])
+        call_cake(False, t, opts)
+    finally:
+        assert cake.set_default_save_for_backward("saved") == "recompute"
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+@pytest.mark.parametrize("save", [False, True], ids=["recompute", "saved"])
+def test_saved_blob_is_empty_on_the_cpu(kda, save):
+    # cake::forward's third output: the saved set, 0 bytes on the CPU in either mode, as the
+    # query says (C++ cakeForwardSavedSize) and as the fake implementation says from shapes.
+    t, _ = make_case(1404, kda=kda, cu=[0, 5, 12], initial_state=True, l2norm=True)
+    args = (*_op_args(kda, t, {}, lambda x: x.detach()), 0.3, True, True, False, None, False,
+            False, save)
+    o, ht, saved = cake.ops._forward(*args)
+    assert saved.dtype == torch.uint8 and saved.shape == (0,)
+    q, v, cu = args[1], args[3], args[7]
+    assert cake.ops._saved_bytes_of_shapes(int(kda), q, v, cu, True, save) == 0
+
+
+def test_saved_mode_needs_a_gradient(monkeypatch):
+    # Under no_grad, or with no input requiring grad, nothing is saved whatever the mode.
+    calls = []
+    forward = cake.ops._forward
+
+    def recording(*args):
+        calls.append(args[-1])
+        return forward(*args)
+
+    monkeypatch.setattr(cake.ops, "_forward", recording)
+    t, opts = make_case(1405, kda=False, cu=[0, 5, 12])
+    call_cake(False, t, dict(opts, save_for_backward="saved"))
+    with torch.no_grad():
+        call_cake(False, t, dict(opts, save_for_backward="saved"))
+    call_cake(False, {n: x.detach() for n, x in t.items()}, dict(opts, save_for_backward="saved"))
+    call_cake(False, t, dict(opts, save_for_backward="recompute"))
+    assert calls == [True, False, False, False]
+
+
+# ---------------------------------------------------------------------------------------------
 # torch.library contracts: schema, fake (meta) implementations, autograd, torch.compile
 # ---------------------------------------------------------------------------------------------
 
@@ -535,28 +604,32 @@ def _op_args(kda, t, opts, transform=lambda x: x.detach()):
 
 @pytest.mark.parametrize("kda", VARIANTS)
 @pytest.mark.parametrize("output_final_state", [True, False])
-def test_opcheck_forward(kda, output_final_state):
+@pytest.mark.parametrize("save_for_backward", [False, True], ids=["recompute", "saved"])
+def test_opcheck_forward(kda, output_final_state, save_for_backward):
     t, opts = make_case(1101, kda=kda, cu=[0, 5, 12], initial_state=True, gate=True,
                         dt_bias=True, l2norm=True)
     args = (*_op_args(kda, t, opts, lambda x: x), 0.3, output_final_state, True, True, None,
-            False, False)
+            False, False, save_for_backward)
     torch.library.opcheck(cake.ops._forward, args)
 
 
-def _backward_args(kda, t, transform, *, gate, beta_sigmoid):
+def _backward_args(kda, t, transform, *, gate, beta_sigmoid, saved=None):
     HV = t["v"].shape[2]
     gen = torch.Generator().manual_seed(1)
     dout = torch.randn(1, 12, HV, 8, dtype=torch.float64, generator=gen)
     dht = torch.randn(2, HV, 8, 8, dtype=torch.float64, generator=gen)
     return (*_op_args(kda, t, {}, transform), dout, dht, 0.3, True, gate, None, beta_sigmoid,
-            beta_sigmoid)
+            beta_sigmoid, saved)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
-def test_opcheck_backward(kda):
+@pytest.mark.parametrize("saved", [False, True], ids=["recompute", "saved"])
+def test_opcheck_backward(kda, saved):
+    # On the CPU the saved set of saved mode is an empty blob: the reference recomputes.
     t, _ = make_case(1102, kda=kda, cu=[0, 5, 12], initial_state=True, gate=True, dt_bias=True,
                      beta_sigmoid=True)
-    args = _backward_args(kda, t, lambda x: x.detach(), gate=True, beta_sigmoid=True)
+    blob = torch.empty(0, dtype=torch.uint8) if saved else None
+    args = _backward_args(kda, t, lambda x: x.detach(), gate=True, beta_sigmoid=True, saved=blob)
     torch.library.opcheck(cake.ops._backward, args)
 
 

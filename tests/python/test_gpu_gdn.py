@@ -20,6 +20,7 @@ pytestmark = [
 K = V = 128
 OPTIONS = dict(use_gate_in_kernel=False, lower_bound=None, use_beta_sigmoid=False,
                allow_neg_eigval=False)
+MODES = {"recompute": False, "saved": True}  # options.save_for_backward of each mode
 
 
 def make_inputs(docs, H, HV, *, seed, g_range=(-1.0, 0.0), beta_range=(0.05, 0.95),
@@ -60,8 +61,12 @@ def poisoned(t):
     return torch.full_like(t, float("nan"), device="cuda")
 
 
-def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None):
-    """Forward and backward through cake._C into NaN-poisoned buffers; returns every result."""
+def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute"):
+    """Forward and backward through cake._C into NaN-poisoned buffers; returns every result.
+
+    In saved mode the forward writes the saved set (a buffer poisoned with 0xFF bytes, so that a
+    region the backward reads but the forward never wrote shows) and the backward reads it.
+    """
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
     q = x["q"]
     T, HV, N = q.shape[1], x["v"].shape[2], x["cu_seqlens"].numel() - 1
@@ -71,18 +76,22 @@ def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None):
     ht = torch.full((N, HV, K, V), float("nan"), device="cuda")
     ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
            None)
-    opts = (ops.GDN, K ** -0.5, use_qk_l2norm, *OPTIONS.values())
+    opts = (ops.GDN, K ** -0.5, use_qk_l2norm, *OPTIONS.values(), MODES[mode])
     with torch.cuda.stream(stream):
+        saved = None
+        if MODES[mode]:
+            nbytes = _C.forward_saved_size(*ins, o, ht, *opts)
+            saved = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda")
         nbytes = _C.forward_workspace_size(*ins, o, ht, *opts)
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
-        _C.forward(*ins, o, ht, *opts, ws, stream.cuda_stream)
+        _C.forward(*ins, o, ht, *opts, saved, ws, stream.cuda_stream)
         grads = {"d" + n: poisoned(x[n]) for n in ("q", "k", "v", "g", "beta")}
         grads["dh0"] = poisoned(x["initial_state"]) if x["initial_state"] is not None else None
         bargs = (*ins, dout.cuda(), dht.cuda(), grads["dq"], grads["dk"], grads["dv"], grads["dg"],
                  grads["dbeta"], grads["dh0"], None, None)
         nbytes = _C.backward_workspace_size(*bargs, *opts)
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
-        _C.backward(*bargs, *opts, ws, stream.cuda_stream)
+        _C.backward(*bargs, *opts, saved, ws, stream.cuda_stream)
     stream.synchronize()
     out = {"o": o, "final_state": ht, **grads}
     return {n: t.cpu() for n, t in out.items() if t is not None}
@@ -118,14 +127,37 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", CASES)
-def test_accuracy(case):
+def test_accuracy(case, mode):
     docs, H, HV, kw, l2 = CASES[case]
     inputs, dout, dht = make_inputs(docs, H, HV, seed=hash(case) % 2**31, **kw)
     if not l2:
         inputs["q"] = torch.nn.functional.normalize(inputs["q"].float(), dim=-1).bfloat16()
         inputs["k"] = torch.nn.functional.normalize(inputs["k"].float(), dim=-1).bfloat16()
-    check_gate(run_gpu(inputs, dout, dht, l2), reference(inputs, dout, dht, l2), case)
+    check_gate(run_gpu(inputs, dout, dht, l2, mode=mode), reference(inputs, dout, dht, l2),
+               f"{case} {mode}")
+
+
+SAVE_CASES = {
+    # name: (docs, H, HV, use_qk_l2norm): chunk edges, GVA, with and without the saved q/k
+    "edges_gva3_l2norm": ([1, 63, 64, 65, 1000], 2, 6, True),
+    "no_l2norm": ([300, 129], 4, 4, False),
+    "one_short_document": ([17], 1, 1, True),
+}
+
+
+@pytest.mark.parametrize("case", SAVE_CASES)
+def test_saved_mode_equals_recompute_mode_bitwise(case):
+    """The saved set holds exactly what the backward's recompute produces, and the kernels are
+    deterministic: o, the final state and every gradient agree bit for bit."""
+    docs, H, HV, l2 = SAVE_CASES[case]
+    inputs, dout, dht = make_inputs(docs, H, HV, seed=23)
+    recompute = run_gpu(inputs, dout, dht, l2, mode="recompute")
+    saved = run_gpu(inputs, dout, dht, l2, mode="saved")
+    assert recompute.keys() == saved.keys()
+    for name, t in recompute.items():
+        assert torch.equal(t, saved[name]), f"{case}: {name} differs between saved and recompute"
 
 
 @pytest.mark.slow
@@ -134,15 +166,18 @@ def test_accuracy_one_long_document():
     check_gate(run_gpu(inputs, dout, dht, True), reference(inputs, dout, dht, True), "64K_doc")
 
 
-def test_deterministic_across_runs_and_streams():
+@pytest.mark.parametrize("mode", MODES)
+def test_deterministic_across_runs_and_streams(mode):
     inputs, dout, dht = make_inputs([1000, 2000, 77], 2, 6, seed=11)
-    results = [run_gpu(inputs, dout, dht, True, stream=torch.cuda.Stream()) for _ in range(3)]
+    results = [run_gpu(inputs, dout, dht, True, stream=torch.cuda.Stream(), mode=mode)
+               for _ in range(3)]
     for other in results[1:]:
         for name, t in results[0].items():
             assert torch.equal(t, other[name]), f"{name} differs between runs"
 
 
-def test_graph_capture_replays_eager_results():
+@pytest.mark.parametrize("mode", MODES)
+def test_graph_capture_replays_eager_results(mode):
     inputs, dout, dht = make_inputs([700, 300], 2, 4, seed=13)
     x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
          for n, t in inputs.items()}
@@ -155,7 +190,8 @@ def test_graph_capture_replays_eager_results():
                 t.grad = None
         o, ht = cake.chunk_gated_delta_rule(
             x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
-            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"])
+            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"],
+            save_for_backward=mode)
         torch.autograd.backward([o, ht], [dout, dht])
         return [o.detach().clone(), ht.detach().clone()] + [
             x[n].grad.clone() for n in ("q", "k", "v", "g", "beta", "initial_state")]
@@ -175,26 +211,109 @@ def test_graph_capture_replays_eager_results():
         assert torch.equal(a, b)
 
 
-def test_workspace_is_exact():
-    """The forward and backward write no byte past the queried workspace."""
+GUARD = 4096  # bytes after each buffer that no call may touch
+
+
+def guarded(nbytes):
+    """A buffer of nbytes followed by GUARD bytes of 0xA5: (the whole, the first nbytes or None)."""
+    whole = torch.full((nbytes + GUARD,), 0xA5, dtype=torch.uint8, device="cuda")
+    return whole, whole[:nbytes] if nbytes else None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_buffers_are_exact(mode):
+    """The forward and backward write no byte past the queried workspace and saved set, and a
+    buffer one byte short is refused with a message naming it."""
     inputs, dout, dht = make_inputs([129, 64], 2, 4, seed=17)
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
     ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
            None)
     o = torch.empty(1, 193, 4, V, dtype=torch.bfloat16, device="cuda")
     ht = torch.empty(2, 4, K, V, device="cuda")
-    opts = (ops.GDN, K ** -0.5, True, *OPTIONS.values())
+    opts = (ops.GDN, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
+    stream = torch.cuda.current_stream().cuda_stream
+    saved_bytes = _C.forward_saved_size(*ins, o, ht, *opts)
+    assert (saved_bytes > 0) == MODES[mode]
+    saved_whole, saved = guarded(saved_bytes)
+    if not MODES[mode]:
+        saved = None  # recompute mode takes no saved buffer
     nbytes = _C.forward_workspace_size(*ins, o, ht, *opts)
-    guard = 4096
-    ws = torch.full((nbytes + guard,), 0xA5, dtype=torch.uint8, device="cuda")
-    _C.forward(*ins, o, ht, *opts, ws[:nbytes] if nbytes else None,
-               torch.cuda.current_stream().cuda_stream)
+    ws_whole, ws = guarded(nbytes)
+    _C.forward(*ins, o, ht, *opts, saved, ws, stream)
     torch.cuda.synchronize()
-    assert (ws[nbytes:] == 0xA5).all(), "the forward wrote past its workspace"
+    assert (ws_whole[nbytes:] == 0xA5).all(), "the forward wrote past its workspace"
+    assert (saved_whole[saved_bytes:] == 0xA5).all(), "the forward wrote past its saved set"
     if nbytes:
         with pytest.raises(ValueError, match="workspace"):
-            _C.forward(*ins, o, ht, *opts, ws[: nbytes - 1],
-                       torch.cuda.current_stream().cuda_stream)
+            _C.forward(*ins, o, ht, *opts, saved, ws[: nbytes - 1], stream)
+    if saved_bytes:
+        with pytest.raises(ValueError, match="saved: expected at least"):
+            _C.forward(*ins, o, ht, *opts, saved[: saved_bytes - 1], ws, stream)
+
+    grads = [torch.empty_like(x[n]) for n in ("q", "k", "v", "g", "beta", "initial_state")]
+    bargs = (*ins, dout.cuda(), dht.cuda(), *grads, None, None)
+    saved_before = saved_whole.clone()
+    nbytes = _C.backward_workspace_size(*bargs, *opts)
+    ws_whole, ws = guarded(nbytes)
+    _C.backward(*bargs, *opts, saved, ws, stream)
+    torch.cuda.synchronize()
+    assert (ws_whole[nbytes:] == 0xA5).all(), "the backward wrote past its workspace"
+    assert torch.equal(saved_whole, saved_before), "the backward wrote to the saved set"
+    if nbytes:
+        with pytest.raises(ValueError, match="workspace"):
+            _C.backward(*bargs, *opts, saved, ws[: nbytes - 1], stream)
+    if saved_bytes:
+        with pytest.raises(ValueError, match="saved: expected at least"):
+            _C.backward(*bargs, *opts, saved[: saved_bytes - 1], ws, stream)
+
+
+def test_saved_size_query_matches_the_forward():
+    """The query (C ABI, real tensors), the shape-only query of the fake implementation and the
+    blob cake::forward returns agree; the workspace of each call shrinks in saved mode."""
+    inputs, _, _ = make_inputs([129, 64, 1], 2, 6, seed=19)
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    for l2 in (True, False):
+        args = (ops.GDN, x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"],
+                x["cu_seqlens"], None, None, K ** -0.5, True, l2, False, None, False, False)
+        o, ht, blob = ops._forward(*args, True)
+        _, _, empty = ops._forward(*args, False)
+        assert empty.numel() == 0
+        ins = (*args[1:10], o, ht)
+        opts = (ops.GDN, K ** -0.5, l2, *OPTIONS.values())
+        queried = _C.forward_saved_size(*ins, *opts, True)
+        assert blob.dtype == torch.uint8 and blob.numel() == queried > 0
+        assert _C.forward_saved_size(*ins, *opts, False) == 0
+        assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
+                                          True) == queried
+        assert (_C.forward_workspace_size(*ins, *opts, True)
+                < _C.forward_workspace_size(*ins, *opts, False))
+
+
+def test_saved_mode_through_autograd_and_compile():
+    """The public function in both modes: identical o and gradients, eager and under
+    torch.compile (the fake implementation gives the saved blob's size from shapes)."""
+    inputs, dout, dht = make_inputs([300, 65], 2, 4, seed=29)
+    x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
+         for n, t in inputs.items()}
+    names = ("q", "k", "v", "g", "beta", "initial_state")
+
+    def step(fn, mode):
+        for n in names:
+            x[n].grad = None
+        o, ht = fn(*(x[n] for n in names), x["cu_seqlens"], mode)
+        torch.autograd.backward([o, ht], [dout.cuda(), dht.cuda()])
+        return [o.detach(), ht.detach()] + [x[n].grad.clone() for n in names]
+
+    def gdn(q, k, v, g, beta, h0, cu, mode):
+        return cake.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0,
+                                           output_final_state=True, use_qk_l2norm_in_kernel=True,
+                                           cu_seqlens=cu, save_for_backward=mode)
+
+    want = step(gdn, "recompute")
+    compiled = torch.compile(gdn, backend="aot_eager", fullgraph=True)
+    for fn in (gdn, compiled):
+        for a, b in zip(want, step(fn, "saved")):
+            assert torch.equal(a, b)
 
 
 def test_cuda_errors_are_clear():

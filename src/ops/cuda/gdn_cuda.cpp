@@ -1,11 +1,15 @@
-// The GDN GPU path: validated arguments -> Problem -> workspace layout -> the stages in order.
+// The GDN GPU path: validated arguments -> Problem -> buffer layout -> the stages in order.
 //
 // Forward:  [qk_norm] -> intra_fwd (G, T, W, U) -> state_fwd (h per chunk, Delta, final state)
 //           -> output_fwd (o)
-// Backward (recompute mode: nothing is saved by the forward):
-//           [qk_norm] -> intra_fwd (+ T) -> state_fwd (h, Delta) -> dv_local_bwd (dDelta intra)
-//           -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq, dk partial, dW, dG partial)
-//           -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head sums, L2-norm backward)
+// Backward: the forward's stages give it the saved set (normalised q/k, G, T, W, h, Delta), then
+//           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
+//           dk partial, dW, dG partial) -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head
+//           sums, L2-norm backward).
+// Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
+// intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward writes the saved set
+// (intra_fwd also stores T) into the caller's saved buffer and the backward reads it from there.
+// The same kernels write the same values either way, so the modes agree bitwise.
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
@@ -133,25 +137,52 @@ void run_forward_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs cons
   check_cuda(kernels::state_fwd::launch(sp, stream), "state_fwd launch");
 }
 
-// The buffers of one call, carved from the caller's workspace after checking it holds the bytes
-// that the size query (the same layout function) asked for.
-cuda::GdnBuffers bind_workspace(Problem const& p, bool l2, bool backward, void* workspace,
-                                size_t workspace_bytes) {
-  size_t const need = cuda::carve_gdn_workspace(p, l2, backward, nullptr).bytes;
-  CAKE_CHECK(workspace_bytes >= need, cakeInsufficientWorkspace, "workspace: expected at least ",
-             need, " bytes, got ", workspace_bytes);
-  return cuda::carve_gdn_workspace(p, l2, backward, workspace);
+using cuda::Pass;
+
+bool saved_mode(cakeOptions_t const& options) {
+  return options.save_for_backward != 0;
+}
+
+// The layout's sizes for a call (null bases: counting only).
+cuda::GdnBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
+  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, saved_mode(options),
+                                 nullptr, nullptr);
+}
+
+// The buffers of one call, carved from the caller's saved buffer (its size checked by
+// validate_saved against the same layout's count) and workspace, after checking the workspace
+// holds the bytes that the size query (the same layout function) asked for and that the saved
+// buffer is aligned as the layout assumes.
+cuda::GdnBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pass pass,
+                              void* saved, void* workspace, size_t workspace_bytes) {
+  cuda::GdnBuffers const count = count_buffers(options, p, pass);
+  CAKE_CHECK(workspace_bytes >= count.workspace_bytes, cakeInsufficientWorkspace,
+             "workspace: expected at least ", count.workspace_bytes, " bytes, got ",
+             workspace_bytes);
+  CAKE_CHECK(count.saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % cuda::kSavedAlign == 0,
+             cakeInvalidArgument, "saved must be ", cuda::kSavedAlign,
+             "-byte aligned (the saved set's layout does not depend on its address), got address ",
+             saved);
+  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, saved_mode(options), saved,
+                                 workspace);
 }
 
 }  // namespace
 
+size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
+                            cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
+  // The forward's count: the backward carves the saved set in the same order (layout function).
+  return count_buffers(options, make_problem(options, q, v, cu_seqlens), Pass::kForward)
+      .saved_bytes;
+}
+
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return cuda::carve_gdn_workspace(p, options.use_qk_l2norm != 0, false, nullptr).bytes;
+  return count_buffers(options, p, Pass::kForward).workspace_bytes;
 }
 
-void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
+void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
                       void* workspace, size_t workspace_bytes, void* stream_ptr) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
   bool const l2 = options.use_qk_l2norm != 0;
@@ -159,14 +190,16 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("k", args.k, 16);
   check_aligned("v", args.v, 16);
   check_aligned("o", args.o, 4);
-  auto const b = bind_workspace(p, l2, false, workspace, workspace_bytes);
+  auto const b = bind_buffers(options, p, Pass::kForward, saved, workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
+  // In saved mode intra_fwd also stores T, which only the backward reads.
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  run_forward_stages(p, l2, in, b, ptr<float>(args.final_state), false, stream, &q_used, &k_used);
+  run_forward_stages(p, l2, in, b, ptr<float>(args.final_state), saved_mode(options), stream,
+                     &q_used, &k_used);
   if (p.num_tokens == 0) return;
 
   kernels::output_fwd::Params op;
@@ -183,11 +216,12 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return cuda::carve_gdn_workspace(p, options.use_qk_l2norm != 0, true, nullptr).bytes;
+  return count_buffers(options, p, Pass::kBackward).workspace_bytes;
 }
 
 void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
-                       void* workspace, size_t workspace_bytes, void* stream_ptr) {
+                       void const* saved, void* workspace, size_t workspace_bytes,
+                       void* stream_ptr) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
   bool const l2 = options.use_qk_l2norm != 0;
   check_aligned("q", args.q, 16);
@@ -197,14 +231,19 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dq", args.dq, 4);
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
-  auto const b = bind_workspace(p, l2, true, workspace, workspace_bytes);
+  // The carve hands out mutable pointers; in saved mode the backward only passes the saved set's
+  // regions to kernel inputs (const parameters) and writes dW to its own workspace region.
+  auto const b = bind_buffers(options, p, Pass::kBackward, const_cast<void*>(saved), workspace,
+                              workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
-  ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
-  bf16 const* q_used = nullptr;
-  bf16 const* k_used = nullptr;
-  run_forward_stages(p, l2, in, b, nullptr, true, stream, &q_used, &k_used);
+  bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
+  bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
+  if (!saved_mode(options)) {
+    ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
+    run_forward_stages(p, l2, in, b, nullptr, true, stream, &q_used, &k_used);
+  }
 
   if (p.num_tokens > 0) {
     kernels::dv_local_bwd::Params lp;
@@ -231,8 +270,9 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_cuda(kernels::state_bwd::launch(sp, stream), "state_bwd launch");
   if (p.num_tokens == 0) return;
 
-  // W is dead once state_bwd has run: its buffer takes dW.
-  bf16* const dw = b.w;
+  // dW: W's own buffer in recompute mode (W is dead once state_bwd has run), else a workspace
+  // region (the layout decides).
+  bf16* const dw = b.dw;
   kernels::dqk_bwd::Params qp;
   qp.problem = p;
   qp.q = q_used;

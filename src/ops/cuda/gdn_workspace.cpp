@@ -7,14 +7,19 @@ namespace cake::ops::cuda {
 namespace {
 
 constexpr size_t kAlign = 256;
+static_assert(kSavedAlign == kAlign, "saved regions are aligned as workspace regions");
 
-// Hands out 256-byte-aligned regions one after another from base (or from 0 when counting). The
-// caller's base need not be aligned: the carver starts at the first aligned byte, and the size it
-// reports includes that slack, so the same bytes suffice for any base.
+// Hands out 256-byte-aligned regions one after another from base (or from 0 when counting).
+// Relocatable (the workspace): the caller's base need not be aligned; the carver starts at the
+// first aligned byte, and the size it reports includes that slack, so the same bytes suffice for
+// any base. Fixed (the saved set): the base is aligned (the caller checks), so offsets from the
+// base, and hence the saved set's contents, are the same wherever it lies; no slack.
 class Carver {
  public:
-  explicit Carver(void* base) : base_(static_cast<char*>(base)) {
-    if (base_ != nullptr) {
+  enum Base { kRelocatable, kFixed };
+
+  Carver(void* base, Base kind) : base_(static_cast<char*>(base)), slack_(kind == kRelocatable) {
+    if (base_ != nullptr && slack_) {
       auto const addr = reinterpret_cast<uintptr_t>(base_);
       base_ += (kAlign - addr % kAlign) % kAlign;
     }
@@ -27,43 +32,55 @@ class Carver {
     offset_ += static_cast<size_t>(count) * sizeof(T);
     return ptr;
   }
-  size_t bytes() const { return offset_ + kAlign; }
+  size_t bytes() const { return offset_ + (slack_ ? kAlign : 0); }
 
  private:
   char* base_;
+  bool slack_;
   size_t offset_ = 0;
 };
 
 }  // namespace
 
-GdnBuffers carve_gdn_workspace(kernels::Problem const& p, bool use_qk_l2norm, bool backward,
-                               void* base) {
+GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
+                             bool saved_mode, void* saved, void* workspace) {
   using kernels::kChunk;
   using kernels::kHeadDim;
-  Carver carver(base);
+  using bf16 = __nv_bfloat16;
+  Carver saved_arena(saved_mode ? saved : nullptr, Carver::kFixed);
+  Carver scratch(workspace, Carver::kRelocatable);
+  Carver& saved_set = saved_mode ? saved_arena : scratch;
+  bool const backward = pass == Pass::kBackward;
   GdnBuffers b;
   int64_t const bt = p.num_tokens;
   int64_t const qk_rows = bt * p.num_qk_heads;
   int64_t const v_rows = bt * p.num_v_heads;
   int64_t const states = p.num_slots * p.num_v_heads * kHeadDim * kHeadDim;
+
+  // The saved set, in one order for forward and backward: both carve the same offsets.
   if (use_qk_l2norm) {
-    b.q_norm = carver.take<__nv_bfloat16>(qk_rows * kHeadDim);
-    b.k_norm = carver.take<__nv_bfloat16>(qk_rows * kHeadDim);
+    b.q_norm = saved_set.take<bf16>(qk_rows * kHeadDim);
+    b.k_norm = saved_set.take<bf16>(qk_rows * kHeadDim);
   }
-  b.gcum = carver.take<float>(v_rows);
-  b.w = carver.take<__nv_bfloat16>(v_rows * kHeadDim);
-  b.u = carver.take<__nv_bfloat16>(v_rows * kHeadDim);
-  b.v_new = carver.take<__nv_bfloat16>(v_rows * kHeadDim);
-  b.h = carver.take<__nv_bfloat16>(states);
+  b.gcum = saved_set.take<float>(v_rows);
+  b.w = saved_set.take<bf16>(v_rows * kHeadDim);
+  b.v_new = saved_set.take<bf16>(v_rows * kHeadDim);
+  b.h = saved_set.take<bf16>(states);
+  if (backward || saved_mode) b.tmat = saved_set.take<float>(v_rows * kChunk);
+
+  // Scratch of the forward stages: they run in the forward, and in a recompute-mode backward.
+  if (!backward || !saved_mode) b.u = scratch.take<bf16>(v_rows * kHeadDim);
+
   if (backward) {
-    b.tmat = carver.take<float>(v_rows * kChunk);
-    b.dv_new = carver.take<float>(v_rows * kHeadDim);
-    b.dh = carver.take<__nv_bfloat16>(states);
-    b.dq_hv = carver.take<float>(v_rows * kHeadDim);
-    b.dk_hv = carver.take<float>(v_rows * kHeadDim);
-    b.dg_part = carver.take<float>(v_rows);
+    b.dw = saved_mode ? scratch.take<bf16>(v_rows * kHeadDim) : b.w;
+    b.dv_new = scratch.take<float>(v_rows * kHeadDim);
+    b.dh = scratch.take<bf16>(states);
+    b.dq_hv = scratch.take<float>(v_rows * kHeadDim);
+    b.dk_hv = scratch.take<float>(v_rows * kHeadDim);
+    b.dg_part = scratch.take<float>(v_rows);
   }
-  b.bytes = carver.bytes();
+  b.saved_bytes = saved_mode ? saved_arena.bytes() : 0;
+  b.workspace_bytes = scratch.bytes();
   return b;
 }
 

@@ -13,16 +13,22 @@ namespace {
 }
 }  // namespace
 
+size_t gdn_cuda_saved_bytes(cakeOptions_t const&, cakeTensor_t const&, cakeTensor_t const&,
+                            cakeTensor_t const&) {
+  unavailable();
+}
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const&, cakeForwardArgs_t const&) {
   unavailable();
 }
-void gdn_cuda_forward(cakeOptions_t const&, cakeForwardArgs_t const&, void*, size_t, void*) {
+void gdn_cuda_forward(cakeOptions_t const&, cakeForwardArgs_t const&, void*, void*, size_t,
+                      void*) {
   unavailable();
 }
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const&, cakeBackwardArgs_t const&) {
   unavailable();
 }
-void gdn_cuda_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, void*, size_t, void*) {
+void gdn_cuda_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, void const*, void*, size_t,
+                       void*) {
   unavailable();
 }
 
