@@ -28,7 +28,7 @@ typedef enum {
   cakeSuccess = 0,
   cakeInvalidArgument = 1,       /* a shape, dtype, device, layout or value is wrong */
   cakeNotSupported = 2,          /* valid, but outside what this build supports (e.g. head dim) */
-  cakeInsufficientWorkspace = 3, /* the workspace is smaller than the size query returned */
+  cakeInsufficientWorkspace = 3, /* the workspace or saved set is smaller than its size query */
   cakeCudaError = 4,             /* a CUDA call failed */
   cakeInternalError = 5,         /* a bug in cake */
   cakeNotImplemented = 6,        /* this device has no implementation of the call yet */
@@ -115,7 +115,8 @@ typedef struct {
  * Workspace: the exact bytes of device scratch memory the call needs (0 on the CPU, which computes
  * in host memory of its own); its contents are dead once the call's work has run.
  * Saved: the exact bytes of the saved set that cakeForward writes and cakeBackward reads (0 in
- * recompute mode and on the CPU). The backward's arguments give the same size as the forward's. */
+ * recompute mode and on the CPU); cakeBackward checks its saved_bytes against the same size,
+ * computed from its own arguments (same shapes, same options). */
 cakeResult_t cakeForwardWorkspaceSize(const cakeOptions_t* options, const cakeForwardArgs_t* args,
                                       size_t* bytes);
 cakeResult_t cakeBackwardWorkspaceSize(const cakeOptions_t* options,
@@ -123,12 +124,13 @@ cakeResult_t cakeBackwardWorkspaceSize(const cakeOptions_t* options,
 cakeResult_t cakeForwardSavedSize(const cakeOptions_t* options, const cakeForwardArgs_t* args,
                                   size_t* bytes);
 
-/* Forward: o (and final_state when given); in saved mode also the saved set. saved holds at least
- * the cakeForwardSavedSize bytes (NULL with saved_bytes = 0 when that is 0, always in recompute
- * mode) and is 256-byte aligned (cudaMalloc's and torch's allocations are): the saved set is then
- * independent of its address and may be moved as a whole. The workspace holds at least the queried
- * bytes; stream is a cudaStream_t for CUDA tensors and ignored for CPU tensors. A saved or workspace
- * buffer smaller than its query fails with cakeInsufficientWorkspace. */
+/* Forward: o (and final_state when given); in saved mode also the saved set. In saved mode, saved
+ * holds at least the cakeForwardSavedSize bytes (NULL with saved_bytes = 0 when that is 0, as on
+ * the CPU) and is 256-byte aligned (cudaMalloc's and torch's allocations are), so that the saved
+ * set does not depend on its address and may be moved as a whole; in recompute mode saved is NULL
+ * with saved_bytes = 0. The workspace holds at least the queried bytes. A saved set or workspace
+ * smaller than its query fails with cakeInsufficientWorkspace. stream is a cudaStream_t for CUDA
+ * tensors and ignored for CPU tensors. */
 cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args, void* saved,
                          size_t saved_bytes, void* workspace, size_t workspace_bytes,
                          void* stream);

@@ -591,6 +591,42 @@ def test_saved_mode_needs_a_gradient(monkeypatch):
     assert calls == [True, False, False, False]
 
 
+def test_saved_buffer_plumbing():
+    # cake._C takes the saved set as an optional uint8 tensor; recompute mode refuses one.
+    from cake import _C
+
+    t, _ = make_case(1406, kda=False, cu=[0, 5, 12])
+    x = {n: t[n].detach() for n in leaf_names(t)}
+    ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], None, t["cu_seqlens"], None, None)
+    o = torch.empty(1, 12, 2, 8, dtype=torch.float64)
+    opts = (0, 0.3, False, False, None, False, False)
+    blob = torch.empty(64, dtype=torch.uint8)
+    assert _C.forward_saved_size(*ins, o, None, *opts, True) == 0
+    assert _C.forward_saved_size(*ins, o, None, *opts, False) == 0
+    with pytest.raises(ValueError, match="saved must be NULL in recompute mode"):
+        _C.forward(*ins, o, None, *opts, False, blob, None, 0)
+    _C.forward(*ins, o, None, *opts, True, blob, None, 0)
+    _C.forward(*ins, o, None, *opts, True, None, None, 0)
+
+
+def test_shape_only_saved_size_query():
+    # The query the fake implementation uses; it needs a CUDA build, not a GPU. Layout as in
+    # docs/design/gdn-hopper.md: q, k normalised; G; W; Delta; h per chunk (130 // 64 + 1 + 1 = 4
+    # slots); T; each region 256-byte aligned.
+    from cake import _C
+
+    try:
+        nbytes = _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 128], [1, 130, 2, 128], 2, True)
+    except NotImplementedError as e:
+        assert "without CUDA" in str(e)
+        return
+    up = lambda n: -(-n // 256) * 256  # noqa: E731
+    assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + 2 * up(130 * 2 * 128 * 2)
+                      + up(4 * 2 * 128 * 128 * 2) + 130 * 2 * 64 * 4)
+    with pytest.raises(ValueError, match="K = V = 128"):
+        _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 64], [1, 130, 2, 64], None, True)
+
+
 # ---------------------------------------------------------------------------------------------
 # torch.library contracts: schema, fake (meta) implementations, autograd, torch.compile
 # ---------------------------------------------------------------------------------------------
