@@ -20,16 +20,17 @@ from . import _C
 GDN, KDA = 0, 1
 
 SAVE_MODES = ("saved", "recompute")
-_default_save_for_backward = "saved"
+# "recompute" until the saved mode has passed the GPU tests on an H200 (docs/design/gdn-hopper.md).
+_default_save_for_backward = "recompute"
 
 
 def set_default_save_for_backward(mode: str) -> str:
     """Sets the mode that ``save_for_backward=None`` means; returns the previous default.
 
-    "saved" (the initial default): the forward keeps what the backward needs, so the backward
+    "saved": the forward keeps what the backward needs, so the backward
     skips recomputing the forward's stages (faster; the saved set is held from forward to
-    backward, about 1.3 KB per token and value head on CUDA). "recompute": nothing is kept; the
-    backward recomputes (less activation memory). Results are bitwise identical either way.
+    backward, about 1.3 KB per token and value head on CUDA). "recompute" (the initial default):
+    nothing is kept; the backward recomputes (less activation memory). Results are bitwise identical either way.
     """
     global _default_save_for_backward
     previous, _default_save_for_backward = _default_save_for_backward, _save_mode(mode)
