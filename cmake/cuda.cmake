@@ -7,7 +7,7 @@ find_package(CUDAToolkit REQUIRED)
 # already, so the dialect is set on it rather than through CMAKE_CUDA_STANDARD.
 set_target_properties(cake_lib PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                           CUDA_EXTENSIONS OFF)
-# Hopper only: wgmma/TMA-capable sm_90a, nothing else (style.md §5.5).
+# Hopper only: wgmma/TMA-capable sm_90a, nothing else (shared/docs/style.md §5.11).
 set_target_properties(cake_lib PROPERTIES CUDA_ARCHITECTURES OFF)
 
 file(GLOB CAKE_CUDA_OPS_SOURCES CONFIGURE_DEPENDS src/ops/cuda/*.cpp)
@@ -16,11 +16,6 @@ target_sources(cake_lib PRIVATE ${CAKE_CUDA_OPS_SOURCES} ${CAKE_KERNEL_SOURCES})
 target_compile_options(cake_lib PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
                              -lineinfo -Xptxas=-warn-spills>)
-# -Wall -Wextra from CMakeLists.txt are host-compiler flags: pass them to nvcc's host side only.
-get_target_property(_cake_opts cake_lib COMPILE_OPTIONS)
-list(REMOVE_ITEM _cake_opts -Wall -Wextra)
-set_property(TARGET cake_lib PROPERTY COMPILE_OPTIONS ${_cake_opts})
-target_compile_options(cake_lib PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
 # The static runtime: the Python module then loads wherever torch runs, with no libcudart search.
 target_link_libraries(cake_lib PUBLIC CUDA::cudart_static)
 

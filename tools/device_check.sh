@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine without network (the device tool): build cake with CUDA for this Python, run the
-# GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (README "Benchmarks").
+# GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -8,7 +8,9 @@
  *   q, k   [B, T, H, K]        v, o  [B, T, HV, V]        beta  [B, T, HV]
  *   g      GDN: [B, T, HV]     KDA: [B, T, HV, K]         (natural-log decay per token)
  *   initial_state, final_state   [N, HV, K, V]  (N = B, or the number of documents of cu_seqlens)
- *   cu_seqlens [N + 1] int32/int64: packed documents; requires B = 1.
+ *   cu_seqlens [N + 1] int32/int64: packed documents; requires B = 1. Its contents (start 0,
+ *   non-decreasing, end T) are checked for CPU tensors; on the device they are not read by the
+ *   host (that would synchronise), so invalid device offsets give undefined results.
  * Value head hv reads q/k head hv / (HV / H).
  *
  * CPU tensors run the FP64 reference (any float dtype in, computed in FP64, written in the output

@@ -101,7 +101,8 @@ def _forward(
     outputs = (o, final_state if output_final_state else None)
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
                allow_neg_eigval, save_for_backward)
-    saved = _saved_blob(_C.forward_saved_size(*inputs, *outputs, *options), q)
+    saved = _saved_blob(_C.forward_saved_size(*inputs, *outputs, *options)
+                        if save_for_backward else 0, q)
     workspace = _workspace(_C.forward_workspace_size(*inputs, *outputs, *options), q)
     _C.forward(*inputs, *outputs, *options, saved if save_for_backward else None, workspace,
                _stream(q))
@@ -134,8 +135,8 @@ def _forward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, d
     return o, final_state, _saved_blob(nbytes, q)
 
 
-def _like(t: Optional[Tensor], wanted: bool) -> Optional[Tensor]:
-    return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted and t is not None else None
+def _like(t: Optional[Tensor]) -> Optional[Tensor]:
+    return torch.empty_like(t, memory_format=torch.contiguous_format) if t is not None else None
 
 
 @torch.library.custom_op("cake::backward", mutates_args=())
@@ -151,7 +152,7 @@ def _backward(
     saved: the forward's saved set (saved mode), or None (recompute mode).
     """
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
-    grads = [_like(t, True) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
+    grads = [_like(t) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
                allow_neg_eigval, saved is not None)
     nbytes = _C.backward_workspace_size(*inputs, dout, dht, *grads, *options)
@@ -163,7 +164,7 @@ def _backward(
 def _backward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
                    dht, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
                    allow_neg_eigval, saved):
-    return [_like(t, True) if t is not None else q.new_empty(0)
+    return [_like(t) if t is not None else q.new_empty(0)
             for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
 
 
@@ -199,6 +200,11 @@ def _backward_rule(ctx, dout, dfinal_state, dsaved):
 _forward.register_autograd(_backward_rule, setup_context=_setup_context)
 
 
+def default_scale(q: Tensor) -> float:
+    """K^-1/2; an invalid q gets a placeholder so that the C++ validation names q's problem."""
+    return q.shape[-1] ** -0.5 if q.dim() == 4 and q.shape[-1] > 0 else 1.0
+
+
 def _check_state_v_first(initial_state: Tensor, q: Tensor, v: Tensor,
                          cu_seqlens: Optional[Tensor]) -> None:
     """The shape check of initial_state in the layout the caller passes, [N, HV, V, K]."""
@@ -226,8 +232,7 @@ def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, 
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
     if scale is None:
-        # An invalid q keeps a placeholder scale; the C++ validation then names q's problem.
-        scale = q.shape[-1] ** -0.5 if q.dim() == 4 and q.shape[-1] > 0 else 1.0
+        scale = default_scale(q)
     if state_v_first and initial_state is not None:
         _check_state_v_first(initial_state, q, v, cu_seqlens)
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]

@@ -55,6 +55,10 @@ cakeDtype_t dtype_of(nb::dlpack::dtype dt, char const* name) {
                             .c_str());
 }
 
+// Stands for the data of a tensor that is present but has no data pointer (no elements, or a
+// shape-only query): non-NULL marks it present, and it is aligned as the kernels require.
+alignas(256) char placeholder[256];
+
 cakeTensor_t view(OptionalArray const& a, char const* name) {
   cakeTensor_t t{};
   if (!a) return t;
@@ -76,7 +80,7 @@ cakeTensor_t view(OptionalArray const& a, char const* name) {
     t.strides[d] = a->stride(d);
   }
   // A tensor with no elements may come without a data pointer; keep "present" meaning present.
-  if (t.data == nullptr) t.data = &t;
+  if (t.data == nullptr) t.data = placeholder;
   return t;
 }
 
@@ -159,7 +163,6 @@ std::pair<void*, size_t> buffer_of(OptionalArray const& buffer) {
 // from shapes alone: they read shapes, dtypes and options, never data, so data is a placeholder
 // (non-NULL marks the tensor present; aligned as the kernels require).
 cakeTensor_t shape_only(cakeDtype_t dtype, std::vector<int64_t> const& shape) {
-  alignas(256) static char placeholder[256];
   cakeTensor_t t{};
   if (shape.size() > CAKE_MAX_DIMS) {
     throw nb::value_error(("a shape has " + std::to_string(shape.size()) +

@@ -18,7 +18,7 @@ namespace {
 struct Prepared {
   ref::Shape shape;
   std::vector<double> q, k, v, g, beta, h0;
-  std::vector<double> q_raw, k_raw, q_rstd, k_rstd;  // with use_qk_l2norm
+  std::vector<double> q_rstd, k_rstd;  // with use_qk_l2norm: 1 / ||x|| per token and head
   std::vector<double> g_raw;                         // with use_gate_in_kernel
   ref::GateParams gate;
   std::vector<double> beta_raw;  // with use_beta_sigmoid
@@ -52,10 +52,8 @@ Prepared prepare(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor
   p.shape.cu_seqlens = document_offsets(cu_seqlens, d);
 
   if (options.use_qk_l2norm) {
-    p.q_raw = to_double(q);
-    p.k_raw = to_double(k);
-    ref::l2norm_forward(p.q_raw, d.head_dim_k, p.q, p.q_rstd);
-    ref::l2norm_forward(p.k_raw, d.head_dim_k, p.k, p.k_rstd);
+    ref::l2norm_forward(to_double(q), d.head_dim_k, p.q, p.q_rstd);
+    ref::l2norm_forward(to_double(k), d.head_dim_k, p.k, p.k_rstd);
   } else {
     p.q = to_double(q);
     p.k = to_double(k);

@@ -526,7 +526,9 @@ def test_largest_head_dims(kda):
 # Saved and recompute modes (save_for_backward): the CPU reference always recomputes
 # ---------------------------------------------------------------------------------------------
 
-def test_save_modes_give_identical_results():
+def test_cpu_accepts_every_save_mode():
+    # The CPU reference always recomputes, so the mode only has to be accepted and change nothing
+    # (the GPU claim, saved == recompute bitwise, is tests/python/test_gpu_gdn.py's).
     t, opts = make_case(1401, kda=False, cu=DOCS, initial_state=True, l2norm=True, gate=True)
     results = []
     for mode in ("saved", "recompute", None):
@@ -619,7 +621,7 @@ def test_shape_only_saved_size_query():
         nbytes = _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 128], [1, 130, 2, 128], 2, True)
     except NotImplementedError as e:
         assert "without CUDA" in str(e)
-        return
+        pytest.skip("needs a build with CUDA (CAKE_CUDA=ON); no GPU needed")
     up = lambda n: -(-n // 256) * 256  # noqa: E731
     assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + 2 * up(130 * 2 * 128 * 2)
                       + up(4 * 2 * 128 * 128 * 2) + 130 * 2 * 64 * 4)

@@ -1,10 +1,12 @@
 """GDN on the GPU against the FP64 reference (cake's own CPU path on the same inputs, upcast).
 
-Accuracy gate (shared/bench/workloads.json): for o and every gradient, relative RMS error <= 1e-2
+Accuracy gate (bench/workloads.json): for o and every gradient, relative RMS error <= 1e-2
 and max-abs error <= 2e-2 x max|ref|, all finite. Outputs and gradients are written into buffers
 poisoned with NaN, through cake._C directly, so that an element the kernels never write fails.
 Skipped where there is no CUDA device.
 """
+
+import zlib
 
 import pytest
 import torch
@@ -131,7 +133,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_accuracy(case, mode):
     docs, H, HV, kw, l2 = CASES[case]
-    inputs, dout, dht = make_inputs(docs, H, HV, seed=hash(case) % 2**31, **kw)
+    inputs, dout, dht = make_inputs(docs, H, HV, seed=zlib.crc32(case.encode()), **kw)
     if not l2:
         inputs["q"] = torch.nn.functional.normalize(inputs["q"].float(), dim=-1).bfloat16()
         inputs["k"] = torch.nn.functional.normalize(inputs["k"].float(), dim=-1).bfloat16()

@@ -385,7 +385,7 @@ def _run(variant: int, name: str, q, k, v, g, beta, ctx, *, scale, initial_state
         if not isinstance(x, Tensor):
             raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(x).__name__}")
     if scale is None:
-        scale = q.shape[-1] ** -0.5
+        scale = single.default_scale(q)
     if state_v_first and initial_state is not None:
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
     tensors = (q, k, v, g, beta, initial_state, A_log, dt_bias)
