@@ -178,6 +178,15 @@ def test_deterministic_across_runs_and_streams(mode):
             assert torch.equal(t, other[name]), f"{name} differs between runs"
 
 
+def test_int64_offsets_equal_int32_offsets():
+    """FLA's callers pass int64 cu_seqlens (torch's default integer type); the kernels read both."""
+    inputs, dout, dht = make_inputs([1000, 65, 1], 2, 6, seed=19)
+    as_int32 = run_gpu(inputs, dout, dht, True)
+    as_int64 = run_gpu(dict(inputs, cu_seqlens=inputs["cu_seqlens"].long()), dout, dht, True)
+    for name, t in as_int32.items():
+        assert torch.equal(t, as_int64[name]), f"{name} differs with int64 offsets"
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_graph_capture_replays_eager_results(mode):
     inputs, dout, dht = make_inputs([700, 300], 2, 4, seed=13)
