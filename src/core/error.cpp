@@ -7,9 +7,9 @@ namespace cake {
 
 namespace {
 thread_local std::string last_error;
-}
 
 void set_last_error(std::string message) { last_error = std::move(message); }
+}  // namespace
 
 cakeResult_t guard(void (*body)(void*), void* context) {
   try {

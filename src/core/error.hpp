@@ -37,8 +37,6 @@ cakeResult_t guard(F&& f) {
   return guard([](void* c) { (*static_cast<F*>(c))(); }, &f);
 }
 
-void set_last_error(std::string message);
-
 }  // namespace cake
 
 // Throws cake::Error(code, message) unless cond holds. The message should name the argument,

@@ -126,12 +126,16 @@ char const* dtype_name(cakeDtype_t dtype) {
   return "unknown dtype";
 }
 
-std::string shape_string(cakeTensor_t const& t) {
+std::string shape_string(std::vector<int64_t> const& shape) {
   std::ostringstream os;
   os << "[";
-  for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << t.shape[d];
+  for (size_t d = 0; d < shape.size(); ++d) os << (d ? ", " : "") << shape[d];
   os << "]";
   return os.str();
+}
+
+std::string shape_string(cakeTensor_t const& t) {
+  return shape_string(std::vector<int64_t>(t.shape, t.shape + t.ndim));
 }
 
 std::string device_string(cakeTensor_t const& t) {

@@ -14,7 +14,8 @@ inline bool present(cakeTensor_t const& t) { return t.data != nullptr; }
 
 bool is_float(cakeDtype_t dtype);
 char const* dtype_name(cakeDtype_t dtype);   // "bfloat16", ...
-std::string shape_string(cakeTensor_t const& t);  // "[1, 128, 4, 64]"
+std::string shape_string(cakeTensor_t const& t);          // "[1, 128, 4, 64]"
+std::string shape_string(std::vector<int64_t> const& shape);
 std::string device_string(cakeTensor_t const& t);  // "cpu", "cuda:0"
 int64_t numel(cakeTensor_t const& t);
 bool is_contiguous(cakeTensor_t const& t);

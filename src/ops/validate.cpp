@@ -13,18 +13,12 @@ namespace cake::ops {
 
 namespace {
 
-std::string shape_string(std::vector<int64_t> const& shape) {
-  std::string s = "[";
-  for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
-  return s + "]";
-}
-
 void check_shape(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& expected,
                  char const* meaning) {
   bool same = t.ndim == static_cast<int>(expected.size());
   for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == expected[d];
   CAKE_CHECK(same, cakeInvalidArgument, name, " must have shape ", meaning, " = ",
-             shape_string(expected), ", got ", cake::shape_string(t));
+             cake::shape_string(expected), ", got ", cake::shape_string(t));
 }
 
 void check_present(char const* name, cakeTensor_t const& t) {
