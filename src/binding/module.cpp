@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cake/cake.h"
+#include "core/tensor.hpp"
 
 namespace nb = nanobind;
 void bind_kcp(nanobind::module_& m);
@@ -163,24 +164,29 @@ std::pair<void*, size_t> buffer_of(OptionalArray const& buffer) {
 // from shapes alone: they read shapes, dtypes and options, never data, so data is a placeholder
 // (non-NULL marks the tensor present; aligned as the kernels require).
 cakeTensor_t shape_only(cakeDtype_t dtype, std::vector<int64_t> const& shape) {
-  cakeTensor_t t{};
   if (shape.size() > CAKE_MAX_DIMS) {
     throw nb::value_error(("a shape has " + std::to_string(shape.size()) +
                            " dimensions; cake's tensors have at most " +
                            std::to_string(CAKE_MAX_DIMS))
                               .c_str());
   }
-  t.data = placeholder;
-  t.dtype = dtype;
-  t.device_type = cakeCUDA;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = stride;
-    stride *= shape[d];
-  }
-  return t;
+  return cake::dense_view(placeholder, dtype, cakeCUDA, shape);
+}
+
+// A byte query of the forward (workspace or saved set) as a Python function of the forward's
+// arguments.
+using ForwardQuery = cakeResult_t (*)(cakeOptions_t const*, cakeForwardArgs_t const*, size_t*);
+
+template <ForwardQuery kQuery>
+auto forward_query() {
+  return [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state, CAKE_OPTION_PARAMS) {
+    cakeOptions_t const opts = CAKE_OPTIONS;
+    cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                A_log, dt_bias, o, final_state);
+    size_t bytes = 0;
+    raise_on_failure(kQuery(&opts, &args, &bytes));
+    return bytes;
+  };
 }
 
 }  // namespace
@@ -188,25 +194,8 @@ cakeTensor_t shape_only(cakeDtype_t dtype, std::vector<int64_t> const& shape) {
 NB_MODULE(_C, m) {
   m.doc() = "cake's C ABI over DLPack tensors; use the functions of the cake package instead.";
 
-  m.def("forward_workspace_size",
-        [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state, CAKE_OPTION_PARAMS) {
-          cakeOptions_t const opts = CAKE_OPTIONS;
-          cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
-                                                      A_log, dt_bias, o, final_state);
-          size_t bytes = 0;
-          raise_on_failure(cakeForwardWorkspaceSize(&opts, &args, &bytes));
-          return bytes;
-        });
-
-  m.def("forward_saved_size",
-        [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state, CAKE_OPTION_PARAMS) {
-          cakeOptions_t const opts = CAKE_OPTIONS;
-          cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
-                                                      A_log, dt_bias, o, final_state);
-          size_t bytes = 0;
-          raise_on_failure(cakeForwardSavedSize(&opts, &args, &bytes));
-          return bytes;
-        });
+  m.def("forward_workspace_size", forward_query<cakeForwardWorkspaceSize>());
+  m.def("forward_saved_size", forward_query<cakeForwardSavedSize>());
 
   // The saved set's bytes of a GDN forward on CUDA in saved mode, from shapes alone (for the
   // fake implementation of cake::forward, whose tensors have no data): q [B, T, H, K],

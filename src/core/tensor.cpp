@@ -150,6 +150,22 @@ int64_t numel(cakeTensor_t const& t) {
   return n;
 }
 
+cakeTensor_t dense_view(void* data, cakeDtype_t dtype, int32_t device_type,
+                        std::vector<int64_t> const& shape) {
+  cakeTensor_t t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.device_type = device_type;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return t;
+}
+
 bool is_contiguous(cakeTensor_t const& t) {
   if (numel(t) == 0) return true;  // no element to misplace; torch gives such tensors any strides
   int64_t expected = 1;

@@ -18,6 +18,10 @@ std::string shape_string(cakeTensor_t const& t);          // "[1, 128, 4, 64]"
 std::string shape_string(std::vector<int64_t> const& shape);
 std::string device_string(cakeTensor_t const& t);  // "cpu", "cuda:0"
 int64_t numel(cakeTensor_t const& t);
+
+// A dense row-major view of data with the given shape (at most CAKE_MAX_DIMS dimensions).
+cakeTensor_t dense_view(void* data, cakeDtype_t dtype, int32_t device_type,
+                        std::vector<int64_t> const& shape);
 bool is_contiguous(cakeTensor_t const& t);
 
 // Reads a CPU tensor into a dense row-major FP64 array (strides honoured).

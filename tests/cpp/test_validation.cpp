@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cake/cake.h"
+#include "core/tensor.hpp"
 
 namespace {
 
@@ -18,19 +19,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A dense row-major CPU view of data with the given shape.
 cakeTensor_t view(void* data, cakeDtype_t dtype, std::vector<int64_t> const& shape) {
-  cakeTensor_t t{};
-  t.data = data;
-  t.dtype = dtype;
-  t.device_type = cakeCPU;
-  t.device_id = 0;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = stride;
-    stride *= shape[d];
-  }
-  return t;
+  return cake::dense_view(data, dtype, cakeCPU, shape);
 }
 
 std::string last_error() { return cakeGetLastError(); }

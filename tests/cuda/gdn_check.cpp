@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cake/cake.h"
+#include "core/tensor.hpp"
 
 namespace {
 
@@ -135,19 +136,9 @@ struct Tensor {
     dev = nullptr;
   }
   cakeTensor_t view(bool on_device, void* host_data = nullptr) const {
-    cakeTensor_t t{};
-    t.data = on_device ? dev : host_data;
-    t.dtype = on_device ? dtype : (dtype == cakeInt32 ? cakeInt32 : cakeFloat64);
-    t.device_type = on_device ? cakeCUDA : cakeCPU;
-    t.device_id = 0;
-    t.ndim = static_cast<int32_t>(shape.size());
-    int64_t stride = 1;
-    for (int d = t.ndim - 1; d >= 0; --d) {
-      t.shape[d] = shape[d];
-      t.strides[d] = stride;
-      stride *= shape[d];
-    }
-    return t;
+    return cake::dense_view(on_device ? dev : host_data,
+                            on_device ? dtype : (dtype == cakeInt32 ? cakeInt32 : cakeFloat64),
+                            on_device ? cakeCUDA : cakeCPU, shape);
   }
 };
 
