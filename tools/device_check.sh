@@ -2,6 +2,8 @@
 # On a GPU machine without network (the device tool): build cake with CUDA for this Python, run the
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
+# CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "profile"
+# adds Nsight Compute on one forward + backward of workload M (tools/profile_gdn.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/out}"
@@ -26,11 +28,29 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tm
 export PYTHONPATH=/tmp/cake:/tmp/site
 export CAKE_COMMIT="${CAKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
-python3 -m cake.demo 2>&1 | tee "$OUT/demo.log"
-# One process per test function: a failure that breaks the CUDA context cannot hide the others.
-for t in $(python3 -m pytest -q --collect-only tests/python/test_gpu_gdn.py -m "not slow" 2>/dev/null \
-           | grep "::" | sed 's/\[.*//' | sort -u); do
-  python3 -m pytest -q -rs "$t" 2>&1 | tail -25
-done | tee "$OUT/gpu_tests.log"
-python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" 2>&1 | tee "$OUT/accuracy.log"
-python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 | tee "$OUT/bench.log"
+stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
+
+if [[ $stages == *" demo "* ]]; then
+  python3 -m cake.demo 2>&1 | tee "$OUT/demo.log"
+fi
+if [[ $stages == *" tests "* ]]; then
+  # One process per test function: a failure that breaks the CUDA context cannot hide the others.
+  for t in $(python3 -m pytest -q --collect-only tests/python/test_gpu_gdn.py -m "not slow" \
+             2>/dev/null | grep "::" | sed 's/\[.*//' | sort -u); do
+    python3 -m pytest -q -rs "$t" 2>&1 | tail -25
+  done | tee "$OUT/gpu_tests.log"
+fi
+if [[ $stages == *" profile "* ]]; then
+  kernels='regex:^(qk_norm|intra_fwd|state_fwd|output_fwd|dv_local_bwd|state_bwd|dqk_bwd|wy_bwd|qk_grad)'
+  ncu --clock-control none -k "$kernels" --launch-skip 12 --launch-count 12 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    python3 tools/profile_gdn.py --workload M > "$OUT/ncu.txt" 2>&1
+  tail -5 "$OUT/ncu.txt"
+fi
+if [[ $stages == *" accuracy "* ]]; then
+  python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" 2>&1 | tee "$OUT/accuracy.log"
+fi
+if [[ $stages == *" bench "* ]]; then
+  python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 | tee "$OUT/bench.log"
+fi
