@@ -219,4 +219,32 @@ __device__ __forceinline__ void block_gemm(A const& a, B const& b, Epi const& ep
   block_gemm2<kM, kN, kKd, 0, kMi, kNi, kWarps>(a, b, a, b, epi);
 }
 
+// A warp's accumulator tile of 16 kMi rows x 8 kNi columns at (m0, n0), in the mma fragment
+// layout (acc[mi][ni][0..1]: row m0 + 16 mi + group, columns n0 + 8 ni + 2 quad + {0, 1};
+// acc[mi][ni][2..3]: the same columns of row + 8). Operations on tiles that stay in registers
+// across a loop (a state walk's fp32 state).
+template <int kMi, int kNi, class F>
+__device__ __forceinline__ void for_each_acc_pair(int m0, int n0, float (&acc)[kMi][kNi][4],
+                                                  F const& f) {
+  int const lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+      int const r = m0 + 16 * mi + lane / 4;
+      int const c = n0 + 8 * ni + 2 * (lane % 4);
+      f(r, c, acc[mi][ni][0], acc[mi][ni][1]);
+      f(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
+    }
+}
+
+// dst[r * ld + c] = bf16(acc) for every element of the tile (bf16x2 stores).
+template <int kMi, int kNi>
+__device__ __forceinline__ void store_acc_bf16(int m0, int n0, float (&acc)[kMi][kNi][4],
+                                               __nv_bfloat16* dst, int ld) {
+  for_each_acc_pair<kMi, kNi>(m0, n0, acc, [&](int r, int c, float& c0, float& c1) {
+    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(c0, c1);
+  });
+}
+
 }  // namespace cake::kernels
