@@ -2,8 +2,10 @@
 # On a GPU machine without network (the device tool): build cake with CUDA for this Python, run the
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
-# CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "profile"
-# adds Nsight Compute on one forward + backward of workload M (tools/profile_gdn.py).
+# CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
+# the C++ GPU check first and stops on failure; "profile" adds Nsight Compute on one forward +
+# backward of workload M (tools/profile_gdn.py). Without a build there when tools/stage_device.sh
+# has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/out}"
@@ -20,15 +22,32 @@ if [ -f .whl/libz3.so.4.15.xz ]; then
     .whl/libz3.so.4.15.xz
   export LD_LIBRARY_PATH="/tmp/z3lib:${LD_LIBRARY_PATH:-}"
 fi
-# The build uses the carried nanobind and scikit-build-core (the versions of
-# tools/requirements-dev.txt), not whatever the machine's image holds.
-export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/cake \
-  -Ccmake.define.CAKE_CUDA=ON -Cbuild-dir=build/device . 2>&1 | tail -30
-export PYTHONPATH=/tmp/cake:/tmp/site
+if [ -d .devpkg/cake ]; then
+  # Staged here by tools/stage_device.sh (module and check program built for this Python).
+  export PYTHONPATH="$PWD/.devpkg:/tmp/site"
+  check=.devpkg/cake_cuda_check
+else
+  # The build uses the carried nanobind and scikit-build-core (the versions of
+  # tools/requirements-dev.txt), not whatever the machine's image holds.
+  export PYTHONPATH=/tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/cake \
+    -Ccmake.define.CAKE_CUDA=ON -Cbuild-dir=build/device . 2>&1 | tail -30
+  export PYTHONPATH=/tmp/cake:/tmp/site
+  check=build/device/cake_cuda_check
+fi
 export CAKE_COMMIT="${CAKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
 stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
+
+if [[ $stages == *" check "* ]]; then
+  # The C++ GPU check (all accuracy cases, saved == recompute, workload A timings); the run
+  # stops here when it fails. Then each kernel's time at workload A under Nsight Compute.
+  "$check" 2>&1 | tee "$OUT/check.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "cake_cuda_check failed"; exit 1; }
+  timeout 120 ncu --clock-control none --section SpeedOfLight "$check" --once > "$OUT/ncu_a.txt" 2>&1
+  grep -E "_kernel\(|Duration" "$OUT/ncu_a.txt" | sed 's/(.*Params)//' | paste - - \
+    | awk '{print $1, $(NF-1), $NF}' | tee "$OUT/kernels_a.txt"
+fi
 
 if [[ $stages == *" demo "* ]]; then
   python3 -m cake.demo 2>&1 | tee "$OUT/demo.log"

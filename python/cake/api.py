@@ -59,8 +59,9 @@ def chunk_gated_delta_rule(
             about 1.3 KB per token and value head on CUDA), so the backward skips recomputing the
             forward's stages. ``"recompute"``: nothing is kept and the backward recomputes, for
             the least activation memory. Results are bitwise identical. ``None``: the default of
-            ``cake.set_default_save_for_backward`` (initially ``"recompute"``: the saved mode has
-            not yet run on a GPU). Nothing is saved when
+            ``cake.set_default_save_for_backward`` (initially ``"recompute"``, so that the
+            activation memory stays that of flash-linear-attention, which keeps only its inputs
+            and the chunk inverses). Nothing is saved when
             no gradient is needed or on the CPU (the reference always recomputes). Inside
             ``torch.utils.checkpoint`` the saved set is dropped and rebuilt with the other saved
             tensors, so ``"saved"`` costs only the checkpointed layer's transient memory there.

@@ -26,20 +26,23 @@ inline constexpr int kLdT = kChunk + 8;  // bf16 copy of T: 144-byte rows, ldmat
 inline constexpr int kBlock = 16;        // diagonal blocks of the triangular solve
 inline constexpr int kLdY = kBlock + 1;
 
+// About 74 KB: three CTAs per SM (bf16(T) takes L's place once the solve is done).
 struct SharedStorage {
   __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end); then beta e^G K
   __nv_bfloat16 v[kChunk * kLdBf16];  // [64 x 128] values; then beta V
-  float l[kChunk * kLd64];            // [64 x 64]  L
+  union {
+    float l[kChunk * kLd64];          // [64 x 64]  L, read by the solve only
+    __nv_bfloat16 tb[kChunk * kLdT];  // [64 x 64]  bf16(T), the operand of W and U
+  };
   float t[kChunk * kLd64];            // [64 x 64]  T = (I + L)^-1
-  __nv_bfloat16 tb[kChunk * kLdT];    // [64 x 64]  bf16(T), the operand of W and U
   float y[3 * kBlock * kLdY];         // [3 x 16 x 16] Y_ab of one block distance
   float gcum[kChunk];                 // G
   float beta[kChunk];
   float beta_eg[kChunk];              // beta_i e^{G_i}
 };
-static_assert(sizeof(SharedStorage) <= 227 * 1024, "intra_fwd shared memory exceeds 227 KB");
+static_assert(sizeof(SharedStorage) <= 75 * 1024, "intra_fwd must fit three CTAs per SM");
 
-__global__ void __launch_bounds__(kThreads) intra_fwd_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kThreads, 3) intra_fwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);

@@ -64,9 +64,10 @@ __global__ void __launch_bounds__(kThreads, 2) state_fwd_kernel(__grid_constant_
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-  int const n = blockIdx.x;
-  int const hv = blockIdx.y;
-  int const v0 = blockIdx.z * kSliceV;
+  WalkRef const walk = walk_of_block(p.problem, blockIdx.x, kHeadDim / kSliceV);
+  int const n = walk.n;
+  int const hv = walk.hv;
+  int const v0 = walk.slice * kSliceV;
   int const HV = p.problem.num_v_heads;
   int const h = hv / p.problem.group_size();
   int const tid = threadIdx.x;
