@@ -78,9 +78,9 @@ def make_inputs(docs, H, HV, seed=0):
     return (q, k, v, g, beta), cu, do
 
 
-def make_step(fn, op, inputs, cu, do):
-    """A closure running one `op` of `fn` on leaf copies of the inputs."""
-    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+def make_step(fn, op, leaves, cu, do):
+    """A closure running one `op` of `fn` on the leaf inputs (shared by every arm; the gradients
+    are dropped after each call, so that no arm holds memory while another one runs)."""
 
     def forward():
         o, _ = fn(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
@@ -97,6 +97,8 @@ def make_step(fn, op, inputs, cu, do):
             checkpoint(forward, use_reentrant=False).backward(do)
         else:
             raise ValueError(op)
+        for t in leaves:
+            t.grad = None
     return run
 
 
@@ -155,8 +157,9 @@ def main():
     for wl in args.workloads:
         docs, H, HV = spec[wl]["docs"], spec[wl]["heads_qk"], spec[wl]["heads_v"]
         inputs, cu, do = make_inputs(docs, H, HV)
+        leaves = [t.requires_grad_() for t in inputs]
         for op in args.ops:
-            steps = {n: make_step(a[0], op, inputs, cu, do) for n, a in arms.items()}
+            steps = {n: make_step(a[0], op, leaves, cu, do) for n, a in arms.items()}
             per_group = measure(steps, args.groups, args.iters, l2)
             cake_ms = statistics.median(per_group["cake"])
             for name, medians in per_group.items():
