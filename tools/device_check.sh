@@ -2,6 +2,9 @@
 # On a GPU machine without network (the device tool): build cake with CUDA for this Python, run the
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
+# Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, gpu_tests.log,
+# accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool returns at most 8 files).
+# CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
 # the C++ GPU check first and stops on failure; "profile" adds Nsight Compute on one forward +
 # backward of workload M (tools/profile_gdn.py). Without a build there when tools/stage_device.sh
@@ -10,7 +13,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+# FLA's Triton autotuning takes ~2 minutes per new head configuration; its results (small JSON
+# files in Triton's cache) travel between sessions: .tritoncache/autotune.tar.gz here (copied from
+# a run's $OUT), unpacked before and packed again after the stages.
+if [ -f .tritoncache/autotune.tar.gz ]; then
+  mkdir -p "$HOME/.triton/cache" && tar -xzf .tritoncache/autotune.tar.gz -C "$HOME/.triton/cache"
+fi
+pack_autotune() {
+  (cd "$HOME/.triton/cache" 2>/dev/null && find . -name "*.autotune.json" -print0 \
+     | tar --null -czf "$OUT/autotune.tar.gz" -T - 2>/dev/null) || true
+}
+trap pack_autotune EXIT
+trap 'exit 143' TERM  # a timeout's SIGTERM still packs (through the EXIT trap)
 
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
@@ -42,15 +57,15 @@ stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
 if [[ $stages == *" check "* ]]; then
   # The C++ GPU check (all accuracy cases, saved == recompute, workload A timings); the run
   # stops here when it fails. Then each kernel's time at workload A under Nsight Compute.
-  "$check" 2>&1 | tee "$OUT/check.log"
+  "$check" 2>&1
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "cake_cuda_check failed"; exit 1; }
   timeout 120 ncu --clock-control none --section SpeedOfLight "$check" --once > "$OUT/ncu_a.txt" 2>&1
   grep -E "_kernel\(|Duration" "$OUT/ncu_a.txt" | sed 's/(.*Params)//' | paste - - \
-    | awk '{print $1, $(NF-1), $NF}' | tee "$OUT/kernels_a.txt"
+    | awk '{print $1, $(NF-1), $NF}'
 fi
 
 if [[ $stages == *" demo "* ]]; then
-  python3 -m cake.demo 2>&1 | tee "$OUT/demo.log"
+  python3 -m cake.demo 2>&1
 fi
 if [[ $stages == *" tests "* ]]; then
   # One process per test function: a failure that breaks the CUDA context cannot hide the others.
@@ -68,8 +83,8 @@ if [[ $stages == *" profile "* ]]; then
   tail -5 "$OUT/ncu.txt"
 fi
 if [[ $stages == *" accuracy "* ]]; then
-  python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" 2>&1 | tee "$OUT/accuracy.log"
+  python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} 2>&1
 fi
 if [[ $stages == *" bench "* ]]; then
-  python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 | tee "$OUT/bench.log"
+  python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1
 fi
