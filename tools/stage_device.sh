@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
 # Stages what a device run needs without building there: the package `cake` with the CUDA module
-# built here for Python 3.12 (build/py312, a CAKE_CUDA=ON build against that Python), and the C++
-# GPU check. The device tool carries .devpkg (ignored by git); there: PYTHONPATH=.devpkg.
+# built here for the GPU machine's Python 3.12 (build/py312, a CAKE_CUDA=ON build against that
+# Python), and the C++ GPU check. The device tool carries .devpkg (ignored by git); there:
+# PYTHONPATH=.devpkg (tools/device_check.sh does it). The first run configures build/py312 through
+# scikit-build-core with the pinned nanobind (network needed once; PY312 names the interpreter,
+# default python3.12); later runs rebuild it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ ! -f build/py312/build.ninja ]; then
+  venv=build/py312-venv
+  "${PY312:-python3.12}" -m venv "$venv"
+  "$venv/bin/pip" install -q nanobind==3.1.0 scikit-build-core==1.1.2 ninja cmake
+  PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --no-deps \
+    --target build/py312-site -Ccmake.define.CAKE_CUDA=ON -Cbuild-dir=build/py312 .
+fi
 cmake --build build/py312 -j 8 >/dev/null
 rm -rf .devpkg && mkdir -p .devpkg
 cp -r python/cake .devpkg/cake
