@@ -126,6 +126,9 @@ CASES = {
     "beta_bf16": ([500], 2, 4, dict(beta_dtype=torch.bfloat16), True),
     "workload_N": ([2049, 3001, 3142], 2, 6, {}, True),
     "workload_A_scaled": ([6144, 4096, 3584, 2560], 1, 3, {}, True),
+    # many short documents (lengths 1..115, each twice) and one long: 41 documents, more than the
+    # 32 that the state walks rank longest first
+    "many_short_one_long": ([1 + 6 * (i % 20) for i in range(40)] + [3000], 2, 4, {}, True),
 }
 
 
