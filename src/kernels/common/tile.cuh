@@ -17,37 +17,21 @@ namespace cake::kernels {
 inline constexpr int kLdBf16 = 136;
 inline constexpr int kLd64 = 68;
 
-// dst[r][c] = src[r * row_stride + c] for r < kRows, c < kCols (bf16, 16-byte cp.async copies,
-// all in flight at once). Asynchronous: the caller waits (cp_async_wait) and then syncs the block.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_bf16_async(__nv_bfloat16* dst, int ld,
-                                                     __nv_bfloat16 const* src, int64_t row_stride,
-                                                     int valid) {
-  static_assert(kCols % 8 == 0, "bf16 tiles are copied in 8-element (16-byte) vectors");
-  constexpr int kVecs = kCols / 8;
+// dst[r][c] = src[r * row_stride + c] for r < kRows, c < kCols, for bf16 or fp32 tiles, in
+// 16-byte cp.async copies, all in flight at once. Asynchronous: the caller waits (cp_async_wait)
+// and then syncs the block.
+template <int kRows, int kCols, int kThreads, class T>
+__device__ __forceinline__ void load_tile_async(T* dst, int ld, T const* src, int64_t row_stride,
+                                                int valid) {
+  constexpr int kPerVec = 16 / sizeof(T);
+  static_assert(kCols % kPerVec == 0, "tiles are copied in 16-byte vectors");
+  constexpr int kVecs = kCols / kPerVec;
   static_assert(kRows * kVecs % kThreads == 0, "the tile must split evenly over the threads");
 #pragma unroll
   for (int it = 0; it < kRows * kVecs / kThreads; ++it) {
     int const idx = it * kThreads + threadIdx.x;
     int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 8;
-    bool const ok = r < valid;
-    cp_async_16(dst + r * ld + c, src + (ok ? r * row_stride + c : 0), ok);
-  }
-}
-
-// dst[r][c] = src[r * row_stride + c] (fp32, 16-byte cp.async copies); asynchronous as above.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_f32_async(float* dst, int ld, float const* src,
-                                                    int64_t row_stride, int valid) {
-  static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
-  constexpr int kVecs = kCols / 4;
-  static_assert(kRows * kVecs % kThreads == 0, "the tile must split evenly over the threads");
-#pragma unroll
-  for (int it = 0; it < kRows * kVecs / kThreads; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 4;
+    int const c = (idx % kVecs) * kPerVec;
     bool const ok = r < valid;
     cp_async_16(dst + r * ld + c, src + (ok ? r * row_stride + c : 0), ok);
   }

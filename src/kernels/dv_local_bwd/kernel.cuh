@@ -40,11 +40,11 @@ __global__ void __launch_bounds__(kThreads) dv_local_bwd_kernel(__grid_constant_
   float const scale = p.problem.scale;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
 
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+  load_tile_async<kChunk, kHeadDim, kThreads>(
       s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
   cp_async_commit();
   if (tid < kChunk) s.gcum[tid] = p.gcum[(c.t0 + (tid < len ? tid : len - 1)) * HV + hv];

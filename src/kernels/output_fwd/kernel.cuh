@@ -44,13 +44,13 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
   float const scale = p.problem.scale;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
 
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(
+  load_tile_async<kChunk, kHeadDim, kThreads>(
       s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
-  load_tile_bf16_async<kHeadDim, kHeadDim, kThreads>(
+  load_tile_async<kHeadDim, kHeadDim, kThreads>(
       s.h, kLdBf16, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim);
   cp_async_commit();
   if (tid < kChunk) {

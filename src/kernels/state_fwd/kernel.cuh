@@ -48,11 +48,11 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   int const H = p.problem.num_qk_heads;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(t.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(t.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim,
                                                    v_stride, len);
-  load_tile_bf16_async<kChunk, kSliceV, kThreads>(
+  load_tile_async<kChunk, kSliceV, kThreads>(
       t.u, kLdSlice, p.u + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
   int const tid = threadIdx.x;
   if (tid < kChunk)  // zero past the end

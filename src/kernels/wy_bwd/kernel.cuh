@@ -78,11 +78,11 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   int64_t const row0 = c.t0 * HV + hv;  // (token t0, head hv) in [BT, HV]
   float* const dk_in = reinterpret_cast<float*>(s.v);
 
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                                    int64_t{H} * kHeadDim, len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + row0 * kHeadDim, v_stride,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + row0 * kHeadDim, v_stride,
                                                    len);
-  load_tile_bf16_async<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim,
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim,
                                                    v_stride, len);
   cp_async_commit();
   load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(s.du, kLdBf16, p.dv_new + row0 * kHeadDim,
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   __syncthreads();  // dT, K K^T, dY complete: v and du are dead
 
   float* const dk = p.dk_hv + row0 * kHeadDim;
-  load_tile_f32_async<kChunk, kHeadDim, kThreads>(dk_in, kLdF, dk, v_stride, len);
+  load_tile_async<kChunk, kHeadDim, kThreads>(dk_in, kLdF, dk, v_stride, len);
   cp_async_commit();
 
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
