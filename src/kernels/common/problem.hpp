@@ -72,41 +72,4 @@ CAKE_HD bool find_chunk(Problem const& p, int64_t slot, ChunkRef& c) {
   return true;
 }
 
-#if defined(__CUDACC__)
-// One CTA of a state walk: document n, value head hv, V slice `slice` of num_slices.
-struct WalkRef {
-  int32_t n;
-  int32_t hv;
-  int32_t slice;
-};
-
-// The walk of linear block `block` (a 1-D grid of N x HV x num_slices CTAs): slices fastest, so
-// that the CTAs reading the same K and W tiles run side by side (L2 reuse), then value heads, then
-// documents longest first, so that the walks that set the kernel's length start in the first wave
-// (longest-processing-time order). The ranking runs in each warp (one document per lane) for up
-// to 32 documents; more documents keep their order (many documents are short, and their order
-// matters less). Every thread of the CTA must call it.
-__device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block, int num_slices) {
-  WalkRef w;
-  w.slice = static_cast<int32_t>(block % num_slices);
-  w.hv = static_cast<int32_t>(block / num_slices % p.num_v_heads);
-  int32_t const rank = static_cast<int32_t>(block / num_slices / p.num_v_heads);
-  int32_t const N = p.num_seqs;
-  if (N > 32) {
-    w.n = rank;
-    return w;
-  }
-  int const lane = threadIdx.x % 32;
-  long long const len = lane < N ? p.seq_begin(lane + 1) - p.seq_begin(lane) : -1;
-  int32_t mine = 0;  // documents before this lane's: longer, or as long with a lower index
-  for (int o = 0; o < N; ++o) {
-    long long const other = __shfl_sync(0xffffffffu, len, o);
-    mine += other > len || (other == len && o < lane);
-  }
-  unsigned const hit = __ballot_sync(0xffffffffu, lane < N && mine == rank);
-  w.n = __ffs(hit) - 1;
-  return w;
-}
-#endif
-
 }  // namespace cake::kernels

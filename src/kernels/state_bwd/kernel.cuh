@@ -16,6 +16,7 @@
 
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/tile.cuh"
+#include "kernels/common/walk.cuh"
 #include "kernels/state_bwd/params.hpp"
 
 namespace cake::kernels::state_bwd {
@@ -72,7 +73,6 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x, kHeadDim / kSliceV);
-  int const n = walk.n;
   int const hv = walk.hv;
   int const v0 = walk.slice * kSliceV;
   int const HV = p.problem.num_v_heads;
@@ -80,44 +80,33 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
   int const tid = threadIdx.x;
   int const warp = tid / 32;
   float const scale = p.problem.scale;
-  int64_t const begin = p.problem.seq_begin(n);
-  int64_t const seq_len = p.problem.seq_begin(n + 1) - begin;
-  int64_t const slot0 = p.problem.slot_base(n);
-  int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim + v0;
+  WalkSpan const span = walk_span(p.problem, walk);
+  int64_t const state_offset = (int64_t{walk.n} * HV + hv) * kHeadDim * kHeadDim + v0;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
-  auto const chunk_len = [&](int64_t j) {
-    return static_cast<int>(seq_len - j * kChunk < kChunk ? seq_len - j * kChunk : kChunk);
-  };
 
   // This warp's rows of dS': rows 16 warp .. + 15, all 64 columns of the slice.
   int const row0 = warp * 16;
-  float ds[1][kSliceV / 8][4];
-  for_each_acc_pair<1, kSliceV / 8>(row0, 0, ds, [&](int r, int c, float& c0, float& c1) {
-    float2 const init = p.dht != nullptr
-                            ? *reinterpret_cast<float2 const*>(p.dht + state_offset + r * kHeadDim + c)
-                            : make_float2(0.f, 0.f);
-    c0 = init.x;
-    c1 = init.y;
-  });
+  StateRows<kSliceV> ds;
+  load_state_rows<kSliceV>(ds, row0, p.dht, state_offset);
 
-  int64_t const num_chunks = (seq_len + kChunk - 1) / kChunk;
+  int64_t const num_chunks = span.num_chunks();
   if (num_chunks > 0)
-    load_chunk(s.tiles[(num_chunks - 1) % 2], p, begin + (num_chunks - 1) * kChunk,
-               chunk_len(num_chunks - 1), h, hv, v0);
+    load_chunk(s.tiles[(num_chunks - 1) % 2], p, span.begin + (num_chunks - 1) * kChunk,
+               span.chunk_len(num_chunks - 1), h, hv, v0);
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
     ChunkTiles& t = s.tiles[j % 2];
-    int64_t const t0 = begin + j * kChunk;
-    int const len = chunk_len(j);
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
 
     // dS' (gradient of this chunk's end state) -> bf16 operand. dsb's last reader (K dS' of chunk
     // j + 1) finished before that chunk's second barrier.
     store_acc_bf16<1, kSliceV / 8>(row0, 0, ds, s.dsb, kLdSlice);
     cp_async_wait<0>();
     __syncthreads();  // chunk j's tiles and bf16(dS') visible; chunk j + 1's tiles no longer read
-    if (j > 0) load_chunk(s.tiles[(j - 1) % 2], p, t0 - kChunk, chunk_len(j - 1), h, hv, v0);
+    if (j > 0) load_chunk(s.tiles[(j - 1) % 2], p, t0 - kChunk, span.chunk_len(j - 1), h, hv, v0);
 
     // bf16(dS') -> dh[slot] in 16-byte vectors
-    __nv_bfloat16* const dh_out = p.dh + ((slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;
+    __nv_bfloat16* const dh_out = p.dh + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;
     for (int idx = tid; idx < kHeadDim * kSliceV / 8; idx += kThreads) {
       int const r = idx / (kSliceV / 8);
       int const c = (idx % (kSliceV / 8)) * 8;
@@ -161,11 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
                                               row0, 0, ds);
   }
 
-  if (p.dh0 != nullptr) {
-    for_each_acc_pair<1, kSliceV / 8>(row0, 0, ds, [&](int r, int c, float& c0, float& c1) {
-      *reinterpret_cast<float2*>(p.dh0 + state_offset + r * kHeadDim + c) = make_float2(c0, c1);
-    });
-  }
+  if (p.dh0 != nullptr) store_state_rows<kSliceV>(ds, row0, p.dh0, state_offset);
 #endif
 }
 

@@ -17,6 +17,7 @@
 
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/tile.cuh"
+#include "kernels/common/walk.cuh"
 #include "kernels/state_fwd/params.hpp"
 
 namespace cake::kernels::state_fwd {
@@ -65,39 +66,27 @@ __global__ void __launch_bounds__(kThreads, 2) state_fwd_kernel(__grid_constant_
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x, kHeadDim / kSliceV);
-  int const n = walk.n;
   int const hv = walk.hv;
   int const v0 = walk.slice * kSliceV;
   int const HV = p.problem.num_v_heads;
   int const h = hv / p.problem.group_size();
   int const tid = threadIdx.x;
   int const warp = tid / 32;
-  int64_t const begin = p.problem.seq_begin(n);
-  int64_t const seq_len = p.problem.seq_begin(n + 1) - begin;
-  int64_t const slot0 = p.problem.slot_base(n);
-  int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim + v0;
+  WalkSpan const span = walk_span(p.problem, walk);
+  int64_t const state_offset = (int64_t{walk.n} * HV + hv) * kHeadDim * kHeadDim + v0;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
-  auto const chunk_len = [&](int64_t j) {
-    return static_cast<int>(seq_len - j * kChunk < kChunk ? seq_len - j * kChunk : kChunk);
-  };
 
   // This warp's rows of the state: rows 16 warp .. + 15, all 64 columns of the slice.
   int const row0 = warp * 16;
-  float state[1][kSliceV / 8][4];
-  for_each_acc_pair<1, kSliceV / 8>(row0, 0, state, [&](int r, int c, float& c0, float& c1) {
-    float2 const init = p.h0 != nullptr
-                            ? *reinterpret_cast<float2 const*>(p.h0 + state_offset + r * kHeadDim + c)
-                            : make_float2(0.f, 0.f);
-    c0 = init.x;
-    c1 = init.y;
-  });
+  StateRows<kSliceV> state;
+  load_state_rows<kSliceV>(state, row0, p.h0, state_offset);
 
-  int64_t const num_chunks = (seq_len + kChunk - 1) / kChunk;
-  if (num_chunks > 0) load_chunk(s.tiles[0], p, begin, chunk_len(0), h, hv, v0);
+  int64_t const num_chunks = span.num_chunks();
+  if (num_chunks > 0) load_chunk(s.tiles[0], p, span.begin, span.chunk_len(0), h, hv, v0);
   for (int64_t j = 0; j < num_chunks; ++j) {
     ChunkTiles& t = s.tiles[j % 2];
-    int64_t const t0 = begin + j * kChunk;
-    int const len = chunk_len(j);
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
 
     // h (the chunk's start state) -> bf16 operand. hb's last reader (W h of chunk j - 1) finished
     // before that chunk's second barrier.
@@ -105,10 +94,10 @@ __global__ void __launch_bounds__(kThreads, 2) state_fwd_kernel(__grid_constant_
     cp_async_wait<0>();
     __syncthreads();  // chunk j's tiles and bf16(h) visible; chunk j - 1's tiles no longer read
     if (j + 1 < num_chunks)
-      load_chunk(s.tiles[(j + 1) % 2], p, t0 + kChunk, chunk_len(j + 1), h, hv, v0);
+      load_chunk(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv, v0);
 
     // bf16(h) -> h[slot] in 16-byte vectors (read by the output stage and the backward)
-    __nv_bfloat16* const h_out = p.h + ((slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;
+    __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim + v0;
     for (int idx = tid; idx < kHeadDim * kSliceV / 8; idx += kThreads) {
       int const r = idx / (kSliceV / 8);
       int const c = (idx % (kSliceV / 8)) * 8;
@@ -143,11 +132,7 @@ __global__ void __launch_bounds__(kThreads, 2) state_fwd_kernel(__grid_constant_
                                           state);
   }
 
-  if (p.ht != nullptr) {
-    for_each_acc_pair<1, kSliceV / 8>(row0, 0, state, [&](int r, int c, float& c0, float& c1) {
-      *reinterpret_cast<float2*>(p.ht + state_offset + r * kHeadDim + c) = make_float2(c0, c1);
-    });
-  }
+  if (p.ht != nullptr) store_state_rows<kSliceV>(state, row0, p.ht, state_offset);
 #endif
 }
 

@@ -1,0 +1,96 @@
+// What the two state walks (state_fwd, state_bwd) share: which (document, value head, V slice)
+// a CTA walks and in what order, the span of its document, and the rows of the fp32 state slice
+// that each warp keeps in registers across the walk.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/gemm.cuh"
+#include "kernels/common/problem.hpp"
+
+namespace cake::kernels {
+
+// One CTA of a state walk: document n, value head hv, V slice `slice` of num_slices.
+struct WalkRef {
+  int32_t n;
+  int32_t hv;
+  int32_t slice;
+};
+
+// The walk of linear block `block` (a 1-D grid of N x HV x num_slices CTAs): slices fastest, so
+// that the CTAs reading the same K and W tiles run side by side (L2 reuse), then value heads, then
+// documents longest first, so that the walks that set the kernel's length start in the first wave
+// (longest-processing-time order). The ranking runs in each warp (one document per lane) for up
+// to 32 documents; more documents keep their order (many documents are short, and their order
+// matters less). Every thread of the CTA must call it.
+__device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block, int num_slices) {
+  WalkRef w;
+  w.slice = static_cast<int32_t>(block % num_slices);
+  w.hv = static_cast<int32_t>(block / num_slices % p.num_v_heads);
+  int32_t const rank = static_cast<int32_t>(block / num_slices / p.num_v_heads);
+  int32_t const N = p.num_seqs;
+  if (N > 32) {
+    w.n = rank;
+    return w;
+  }
+  int const lane = threadIdx.x % 32;
+  long long const len = lane < N ? p.seq_begin(lane + 1) - p.seq_begin(lane) : -1;
+  int32_t mine = 0;  // documents before this lane's: longer, or as long with a lower index
+  for (int o = 0; o < N; ++o) {
+    long long const other = __shfl_sync(0xffffffffu, len, o);
+    mine += other > len || (other == len && o < lane);
+  }
+  unsigned const hit = __ballot_sync(0xffffffffu, lane < N && mine == rank);
+  w.n = __ffs(hit) - 1;
+  return w;
+}
+
+// The document of one walk: its tokens and chunks.
+struct WalkSpan {
+  int64_t begin;         // first token
+  int64_t seq_len;       // tokens
+  int64_t slot0;         // slot of chunk 0 (per-chunk buffers)
+
+  __device__ __forceinline__ int64_t num_chunks() const { return (seq_len + kChunk - 1) / kChunk; }
+  __device__ __forceinline__ int chunk_len(int64_t j) const {
+    return static_cast<int>(seq_len - j * kChunk < kChunk ? seq_len - j * kChunk : kChunk);
+  }
+};
+
+__device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w) {
+  WalkSpan span;
+  span.begin = p.seq_begin(w.n);
+  span.seq_len = p.seq_begin(w.n + 1) - span.begin;
+  span.slot0 = p.slot_base(w.n);
+  return span;
+}
+
+// The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols
+// columns, in the mma accumulator layout (gemm.cuh), so that a warp product accumulates onto it.
+template <int kCols>
+using StateRows = float[1][kCols / 8][4];
+
+// rows <- the fp32 [K, V] state slice at states + offset (element (0, 0) of the slice), or zeros
+// when states is nullptr; row0 = 16 x this warp's index.
+template <int kCols>
+__device__ __forceinline__ void load_state_rows(StateRows<kCols>& rows, int row0,
+                                                float const* states, int64_t offset) {
+  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+    float2 const x = states != nullptr
+                         ? *reinterpret_cast<float2 const*>(states + offset + r * kHeadDim + c)
+                         : make_float2(0.f, 0.f);
+    c0 = x.x;
+    c1 = x.y;
+  });
+}
+
+// The fp32 [K, V] state slice at states + offset <- rows.
+template <int kCols>
+__device__ __forceinline__ void store_state_rows(StateRows<kCols>& rows, int row0, float* states,
+                                                 int64_t offset) {
+  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+    *reinterpret_cast<float2*>(states + offset + r * kHeadDim + c) = make_float2(c0, c1);
+  });
+}
+
+}  // namespace cake::kernels
