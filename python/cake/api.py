@@ -135,12 +135,9 @@ def chunk_kda(
         raise TypeError(f"chunk_kda got unexpected arguments {sorted(kwargs)}")
     if return_intermediate_states:
         raise NotImplementedError("return_intermediate_states is not supported by cake")
-    if safe_gate and use_gate_in_kernel:
-        if lower_bound is None:
-            raise ValueError("lower_bound must be given when safe_gate=True and "
-                             "use_gate_in_kernel=True")
-        if not -5 <= lower_bound < 0:
-            raise ValueError(f"lower_bound must be in the safe range [-5, 0), got {lower_bound}")
+    errors = ops.safe_gate_errors(safe_gate, use_gate_in_kernel, lower_bound)
+    if errors:
+        raise ValueError(errors[0])
     return ops.run(
         ops.KDA, q, k, v, g, beta, scale=scale, initial_state=initial_state,
         output_final_state=output_final_state, cu_seqlens=cu_seqlens, A_log=A_log,

@@ -25,6 +25,20 @@ SAVE_MODES = ("saved", "recompute")
 _default_save_for_backward = "recompute"
 
 
+def safe_gate_errors(safe_gate: bool, use_gate_in_kernel: bool,
+                     lower_bound: Optional[float]) -> list[str]:
+    """FLA's promise check of KDA's safe_gate=True with the gate computed in the op: a lower bound
+    in [-5, 0). The messages (none or one), for the single-rank op to raise and the
+    context-parallel op to agree on across ranks."""
+    if not (safe_gate and use_gate_in_kernel):
+        return []
+    if lower_bound is None:
+        return ["lower_bound must be given when safe_gate=True and use_gate_in_kernel=True"]
+    if not -5 <= lower_bound < 0:
+        return [f"lower_bound must be in the safe range [-5, 0), got {lower_bound}"]
+    return []
+
+
 def set_default_save_for_backward(mode: str) -> str:
     """Sets the mode that ``save_for_backward=None`` means; returns the previous default.
 

@@ -488,12 +488,7 @@ def chunk_kda_kcp(
         raise TypeError(f"chunk_kda_kcp got unexpected arguments {sorted(kwargs)}")
     if return_intermediate_states:
         errors.append("return_intermediate_states is not supported by cake")
-    if safe_gate and use_gate_in_kernel:
-        if lower_bound is None:
-            errors.append("lower_bound must be given when safe_gate=True and "
-                          "use_gate_in_kernel=True")
-        elif not -5 <= lower_bound < 0:
-            errors.append(f"lower_bound must be in the safe range [-5, 0), got {lower_bound}")
+    errors += single.safe_gate_errors(safe_gate, use_gate_in_kernel, lower_bound)
     return _run(single.KDA, "chunk_kda_kcp", q, k, v, g, beta, ctx, scale=scale,
                 initial_state=initial_state, output_final_state=output_final_state,
                 use_qk_l2norm=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
