@@ -105,6 +105,17 @@ def cotangents(o, ht, seed):
     return do, dht
 
 
+def assert_same_results(out, out2, t, t2, seed):
+    """Two calls (o, final_state) on the input dicts t and t2 agree bitwise: outputs, and the
+    gradients of every input under the same random cotangents."""
+    (o, ht), (o2, ht2) = out, out2
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)
+    do, dht = cotangents(o, ht, seed)
+    for name, a, b in zip(leaf_names(t), gradients(o, ht, do, dht, leaves(t)),
+                          gradients(o2, ht2, do, dht, leaves(t2))):
+        assert torch.equal(a, b), name
+
+
 def gradients(o, ht, do, dht, inputs):
     """d/d(inputs) of <o, do> + <ht, dht>; a None gradient (input not used) becomes zeros."""
     loss = (o.double() * do).sum()

@@ -8,8 +8,9 @@ import torch
 
 import cake
 import reference
-from conftest import (assert_rel, call_cake, call_reference, check_against_reference,
-                      cotangents, gradients, leaf_names, leaves, make_case)
+from conftest import (assert_rel, assert_same_results, call_cake, call_reference,
+                      check_against_reference, cotangents, gradients, leaf_names, leaves,
+                      make_case)
 
 VARIANTS = [pytest.param(False, id="gdn"), pytest.param(True, id="kda")]
 DOCS = [0, 30, 71, 100]  # three documents, one crossing a chunk boundary
@@ -435,13 +436,7 @@ def test_non_contiguous_inputs(kda):
             x.detach().repeat_interleave(2)[::2]
         views[name] = buf.requires_grad_()
     assert not views["q"].is_contiguous()
-    o, ht = call_cake(kda, t, opts)
-    o2, ht2 = call_cake(kda, views, opts)
-    assert torch.equal(o, o2) and torch.equal(ht, ht2)
-    do, dht = cotangents(o, ht, 703)
-    for name, a, b in zip(leaf_names(t), gradients(o, ht, do, dht, leaves(t)),
-                          gradients(o2, ht2, do, dht, leaves(views))):
-        assert torch.equal(a, b), name
+    assert_same_results(call_cake(kda, t, opts), call_cake(kda, views, opts), t, views, 703)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
@@ -704,13 +699,7 @@ def test_compile_aot_eager(kda):
         return call_cake(kda, dict(zip(names, xs), cu_seqlens=t["cu_seqlens"]), opts)
 
     compiled = torch.compile(fn, backend="aot_eager", fullgraph=True)
-    o, ht = fn(*leaves(t))
-    o2, ht2 = compiled(*leaves(t))
-    assert torch.equal(o, o2) and torch.equal(ht, ht2)
-    do, dht = cotangents(o, ht, 1104)
-    for name, a, b in zip(names, gradients(o, ht, do, dht, leaves(t)),
-                          gradients(o2, ht2, do, dht, leaves(t))):
-        assert torch.equal(a, b), name
+    assert_same_results(fn(*leaves(t)), compiled(*leaves(t)), t, t, 1104)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,13 +745,7 @@ def test_inputs_at_offsets_in_larger_buffers(kda):
         big[index] = x
         sliced[name] = big[index].requires_grad_()
         assert sliced[name].storage_offset() > 0
-    o, ht = call_cake(kda, t, opts)
-    o2, ht2 = call_cake(kda, sliced, opts)
-    assert torch.equal(o, o2) and torch.equal(ht, ht2)
-    do, dht = cotangents(o, ht, 1202)
-    for name, a, b in zip(leaf_names(t), gradients(o, ht, do, dht, leaves(t)),
-                          gradients(o2, ht2, do, dht, leaves(sliced))):
-        assert torch.equal(a, b), name
+    assert_same_results(call_cake(kda, t, opts), call_cake(kda, sliced, opts), t, sliced, 1202)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)

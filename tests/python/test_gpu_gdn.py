@@ -44,6 +44,12 @@ def make_inputs(docs, H, HV, *, seed, g_range=(-1.0, 0.0), beta_range=(0.05, 0.9
     return dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=h0, cu_seqlens=cu), dout, dht
 
 
+def unit_norm_qk(inputs):
+    """q and k normalised in place, as the op expects of its callers without the in-kernel norm."""
+    for name in ("q", "k"):
+        inputs[name] = torch.nn.functional.normalize(inputs[name].float(), dim=-1).bfloat16()
+
+
 def reference(inputs, dout, dht, use_qk_l2norm):
     """o, final_state and every gradient from the FP64 CPU reference on the upcast inputs."""
     x = {name: None if t is None else t.double().requires_grad_(t.is_floating_point())
@@ -138,8 +144,7 @@ def test_accuracy(case, mode):
     docs, H, HV, kw, l2 = CASES[case]
     inputs, dout, dht = make_inputs(docs, H, HV, seed=zlib.crc32(case.encode()), **kw)
     if not l2:
-        inputs["q"] = torch.nn.functional.normalize(inputs["q"].float(), dim=-1).bfloat16()
-        inputs["k"] = torch.nn.functional.normalize(inputs["k"].float(), dim=-1).bfloat16()
+        unit_norm_qk(inputs)
     check_gate(run_gpu(inputs, dout, dht, l2, mode=mode), reference(inputs, dout, dht, l2),
                f"{case} {mode}")
 
@@ -158,9 +163,8 @@ def test_saved_mode_equals_recompute_mode_bitwise(case):
     deterministic: o, the final state and every gradient agree bit for bit."""
     docs, H, HV, l2 = SAVE_CASES[case]
     inputs, dout, dht = make_inputs(docs, H, HV, seed=23)
-    if not l2:  # unit-norm q and k, as the op expects of its callers without the in-kernel norm
-        inputs["q"] = torch.nn.functional.normalize(inputs["q"].float(), dim=-1).bfloat16()
-        inputs["k"] = torch.nn.functional.normalize(inputs["k"].float(), dim=-1).bfloat16()
+    if not l2:
+        unit_norm_qk(inputs)
     recompute = run_gpu(inputs, dout, dht, l2, mode="recompute")
     saved = run_gpu(inputs, dout, dht, l2, mode="saved")
     assert recompute.keys() == saved.keys()
