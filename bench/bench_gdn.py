@@ -87,8 +87,6 @@ def make_step(fn, op, leaves, cu, do):
         return o
 
     def run():
-        for t in leaves:
-            t.grad = None
         if op == "fwd":
             forward()
         elif op == "fwd+bwd":
