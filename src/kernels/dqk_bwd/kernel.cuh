@@ -79,17 +79,17 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
   int64_t const state = (slot * HV + hv) * kHeadDim * kHeadDim;
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                                   qk_stride, len);
+                                              qk_stride, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                                   qk_stride, len);
+                                              qk_stride, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(
       s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(
       s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
   load_tile_async<kHeadDim, kHeadDim, kThreads>(s.h, kLdBf16, p.h + state, kHeadDim,
-                                                     kHeadDim);
+                                                kHeadDim);
   load_tile_async<kHeadDim, kHeadDim, kThreads>(s.dh, kLdBf16, p.dh + state, kHeadDim,
-                                                     kHeadDim);
+                                                kHeadDim);
   cp_async_commit();
   load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(
       s.ddelta, kLdBf16, p.dv_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);

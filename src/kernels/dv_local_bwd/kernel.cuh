@@ -41,9 +41,9 @@ __global__ void __launch_bounds__(kThreads) dv_local_bwd_kernel(__grid_constant_
   int64_t const v_stride = int64_t{HV} * kHeadDim;
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(
       s.dout, kLdBf16, p.dout + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
   cp_async_commit();

@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, 3) intra_fwd_kernel(__grid_constant_
   int const tid = threadIdx.x;
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(
       s.v, kLdBf16, p.v + (c.t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len);
   cp_async_commit();

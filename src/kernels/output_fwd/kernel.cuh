@@ -45,9 +45,9 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
   int64_t const v_stride = int64_t{HV} * kHeadDim;
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(
       s.delta, kLdBf16, p.v_new + (c.t0 * HV + hv) * kHeadDim, v_stride, len);
   load_tile_async<kHeadDim, kHeadDim, kThreads>(

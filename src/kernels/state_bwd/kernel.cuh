@@ -53,11 +53,11 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   int64_t const qk_stride = int64_t{H} * kHeadDim;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   load_tile_async<kChunk, kHeadDim, kThreads>(t.qw, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
-                                                   qk_stride, len);
+                                              qk_stride, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(
       t.qw + kChunk * kLdBf16, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim, v_stride, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                                   qk_stride, len);
+                                              qk_stride, len);
   load_tile_async<kChunk, kSliceV, kThreads>(
       t.rhs, kLdSlice, p.dout + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
   load_tile_async<kChunk, kSliceV, kThreads>(

@@ -50,9 +50,9 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(t.w, kLdBf16, p.w + (t0 * HV + hv) * kHeadDim,
-                                                   v_stride, len);
+                                              v_stride, len);
   load_tile_async<kChunk, kSliceV, kThreads>(
       t.u, kLdSlice, p.u + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
   int const tid = threadIdx.x;

@@ -79,11 +79,11 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   float* const dk_in = reinterpret_cast<float*>(s.v);
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                                   int64_t{H} * kHeadDim, len);
+                                              int64_t{H} * kHeadDim, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + row0 * kHeadDim, v_stride,
-                                                   len);
+                                              len);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.dw, kLdBf16, p.dw + row0 * kHeadDim,
-                                                   v_stride, len);
+                                              v_stride, len);
   cp_async_commit();
   load_tile_f32_to_bf16<kChunk, kHeadDim, kThreads>(s.du, kLdBf16, p.dv_new + row0 * kHeadDim,
                                                     v_stride, len);
