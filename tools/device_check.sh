@@ -2,8 +2,8 @@
 # On a GPU machine without network (the device tool): build cake with CUDA for this Python, run the
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
-# Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, gpu_tests.log,
-# accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool returns at most 8 files).
+# Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, ncu.txt,
+# gpu_tests.log, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool returns at most 8).
 # CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
 # the C++ GPU check first and stops on failure; "profile" adds Nsight Compute on one forward +
@@ -57,8 +57,7 @@ stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
 if [[ $stages == *" check "* ]]; then
   # The C++ GPU check (all accuracy cases, saved == recompute, workload A timings); the run
   # stops here when it fails. Then each kernel's time at workload A under Nsight Compute.
-  "$check" 2>&1
-  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "cake_cuda_check failed"; exit 1; }
+  "$check" 2>&1 || { echo "cake_cuda_check failed"; exit 1; }
   timeout 120 ncu --clock-control none --section SpeedOfLight "$check" --once > "$OUT/ncu_a.txt" 2>&1
   grep -E "_kernel\(|Duration" "$OUT/ncu_a.txt" | sed 's/(.*Params)//' | paste - - \
     | awk '{print $1, $(NF-1), $NF}'
