@@ -6,6 +6,7 @@ Warm-up runs once first (module load, allocator), then the profiled step runs on
 """
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "bench"))
-from bench_gdn import make_inputs  # noqa: E402
+from bench_gdn import make_inputs, make_step  # noqa: E402
 
 import cake  # noqa: E402
 
@@ -26,12 +27,11 @@ def main():
     args = parser.parse_args()
     spec = json.loads((HERE.parent / "bench" / "workloads.json").read_text())["gdn"]["single_gpu"]
     w = spec[args.workload]
-    (q, k, v, g, beta), cu, do = make_inputs(w["docs"], w["heads_qk"], w["heads_v"])
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, g, beta)]
+    inputs, cu, do = make_inputs(w["docs"], w["heads_qk"], w["heads_v"])
+    gdn = functools.partial(cake.chunk_gated_delta_rule, save_for_backward=args.save_for_backward)
+    step = make_step(gdn, "fwd+bwd", [t.requires_grad_() for t in inputs], cu, do)
     for _ in range(2):
-        o, _ = cake.chunk_gated_delta_rule(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
-                                           save_for_backward=args.save_for_backward)
-        o.backward(do)
+        step()
     torch.cuda.synchronize()
 
 
