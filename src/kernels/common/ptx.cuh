@@ -20,6 +20,28 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], uint32_t const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// D = A B + D on the tensor cores in tf32: one warp, A 16x8 (row), B 8x8 (col), D 16x8 fp32.
+// Fragment ownership (lane = 4 * group + quad):
+//   a[0]: A[group][quad]      a[1]: A[group+8][quad]
+//   a[2]: A[group][quad+4]    a[3]: A[group+8][quad+4]
+//   b[0]: B[quad][group]    b[1]: B[quad+4][group]
+//   d: as for mma_m16n8k16_bf16
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (&a)[4],
+                                                 uint32_t const (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// x rounded to tf32 (nearest, ties away), as the bits of an fp32 with the low 13 mantissa bits 0.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
 // Asynchronous 16-byte copy global -> shared (L2 only); valid == false writes 16 zero bytes and
 // reads nothing (src must still be a mapped address).
 __device__ __forceinline__ void cp_async_16(void* smem, void const* gmem, bool valid) {

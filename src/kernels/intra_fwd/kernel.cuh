@@ -6,15 +6,21 @@
 //   W    = T diag(beta) (K e^G)                                            [64 x 128] bf16 out
 //   U    = T diag(beta) V                                                  [64 x 128] bf16 out
 // KK^T, W and U run on the tensor cores (bf16 operands, fp32 accumulation; T is rounded to bf16
-// as an operand, as FLA does). The solve is fp32 on the CUDA cores: 16x16 diagonal blocks by
-// substitution (one warp each, no barrier), then the off-diagonal blocks in 3 dependent levels.
+// as an operand, as FLA does). The solve: 16x16 diagonal blocks by substitution in fp32 (one warp
+// each, no barrier), then two pairwise merges (16 -> 32 -> 64) as 3xTF32 tensor-core products
+// (about fp32 accuracy, as FLA's ieee-precision merges), two barriers in all. The earlier form,
+// three levels of fp32 CUDA-core dot products with index arithmetic per element, was half of the
+// kernel's instructions (the kernel is issue-bound: IPC 1.9, perf-notes.md).
 // e^{G_i - G_j} is formed pair by pair (i >= j), so it never exceeds 1, whatever the gates
 // (g = -20 per token only underflows to 0).
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "kernels/common/gemm.cuh"
+#include "kernels/common/gemm_tf32x3.cuh"
 #include "kernels/common/tile.cuh"
 #include "kernels/intra_fwd/params.hpp"
 
@@ -24,7 +30,8 @@ inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kLdT = kChunk + 8;  // bf16 copy of T: 144-byte rows, ldmatrix conflict-free
 inline constexpr int kBlock = 16;        // diagonal blocks of the triangular solve
-inline constexpr int kLdY = kBlock + 1;
+inline constexpr int kScratchRows = 32;  // per merging warp: Y = L_10 T_00, up to 32 x 8
+inline constexpr int kLdScratch = 8;
 
 // About 74 KB: three CTAs per SM (bf16(T) takes L's place once the solve is done).
 struct SharedStorage {
@@ -35,7 +42,7 @@ struct SharedStorage {
     __nv_bfloat16 tb[kChunk * kLdT];  // [64 x 64]  bf16(T), the operand of W and U
   };
   float t[kChunk * kLd64];            // [64 x 64]  T = (I + L)^-1
-  float y[3 * kBlock * kLdY];         // [3 x 16 x 16] Y_ab of one block distance
+  float y[4 * kScratchRows * kLdScratch];  // [4 warps x 32 x 8] Y of the merges
   float gcum[kChunk];                 // G
   float beta[kChunk];
   float beta_eg[kChunk];              // beta_i e^{G_i}
@@ -96,10 +103,13 @@ __global__ void __launch_bounds__(kThreads, 3) intra_fwd_kernel(__grid_constant_
     *v2 = __floats2bfloat162_rn(s.beta[r] * vf.x, s.beta[r] * vf.y);
   }
 
-  // T = (I + L)^-1 in 16x16 blocks (fp32, CUDA cores). Diagonal blocks: warp a < 4 solves
-  // T_aa = (I + L_aa)^-1, lane j < 16 walking column j down by forward substitution in registers
-  // (no barrier). Off-diagonal blocks by distance d = a - b = 1, 2, 3:
-  //   Y_ab = sum_{m=b}^{a-1} L_am T_mb,   T_ab = -T_aa Y_ab.
+  // T = (I + L)^-1 in 16x16 blocks, merged pairwise (L is strictly lower, so I + L is unit lower):
+  //   diagonal blocks T_aa = (I + L_aa)^-1: warp a < 4, lane j < 16 walks column j down by forward
+  //   substitution in registers (fp32, no barrier); warps 4-7 zero the blocks above the diagonal;
+  //   merge to 32x32:  T_10 = -T_11 (L_10 T_00)  for the 16-blocks (1, 0) and (3, 2);
+  //   merge to 64x64:  T_10 = -T_11 (L_10 T_00)  for the 32-blocks.
+  // The merges are warp products on the tensor cores in 3xTF32 (about fp32 accuracy), 8 columns
+  // per warp: the columns of a merged block are independent, so no warp waits for another.
   {
     constexpr int kB = kBlock;
     int const warp = tid / 32;
@@ -116,41 +126,49 @@ __global__ void __launch_bounds__(kThreads, 3) intra_fwd_kernel(__grid_constant_
       }
 #pragma unroll
       for (int i = 0; i < kB; ++i) s.t[(a0 + i) * kLd64 + a0 + lane] = col[i];
-    }
-    // blocks above the diagonal are zero
-    for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
-      int const i = idx / kChunk;
-      int const j = idx % kChunk;
-      if (i / kB < j / kB) s.t[i * kLd64 + j] = 0.f;
-    }
-    __syncthreads();
-    for (int d = 1; d < kChunk / kB; ++d) {
-      int const num_blocks = kChunk / kB - d;  // blocks (a, b = a - d), a = d .. 3
-      for (int idx = tid; idx < num_blocks * kB * kB; idx += kThreads) {
-        int const blk = idx / (kB * kB);
-        int const i = (idx / kB) % kB;
-        int const j = idx % kB;
-        int const a0 = (blk + d) * kB;
-        int const b0 = blk * kB;
-        float acc = 0.f;
-        for (int m = b0; m < a0; ++m) acc += s.l[(a0 + i) * kLd64 + m] * s.t[m * kLd64 + b0 + j];
-        s.y[(blk * kB + i) * kLdY + j] = acc;
+    } else if (warp >= kChunk / kB) {  // warps 4-7 (idle in the substitution): zero the upper blocks
+      for (int idx = tid - kThreads / 2; idx < kChunk * kChunk; idx += kThreads / 2) {
+        int const i = idx / kChunk;
+        int const j = idx % kChunk;
+        if (i / kB < j / kB) s.t[i * kLd64 + j] = 0.f;
       }
-      __syncthreads();
-      for (int idx = tid; idx < num_blocks * kB * kB; idx += kThreads) {
-        int const blk = idx / (kB * kB);
-        int const i = (idx / kB) % kB;
-        int const j = idx % kB;
-        int const a0 = (blk + d) * kB;
-        int const b0 = blk * kB;
-        float acc = 0.f;
+    }
+    __syncthreads();  // diagonal blocks and zeros visible
+    int const g = lane / 4;
+    int const q = lane % 4;
+    // One merge T_10[:, n0 .. n0 + 8) = -T_11 (L_10 T_00[:, n0 .. n0 + 8)) of two kM-blocks at row
+    // and column offset r0 (upper-left block), by one warp; Y goes through the warp's scratch.
+    auto const merge = [&](auto m_tiles, int r0, int n0) {
+      constexpr int kMt = decltype(m_tiles)::value;
+      constexpr int kM = 16 * kMt;
+      float* const scratch = s.y + warp * kScratchRows * kLdScratch;
+      float y[kMt][4] = {};
+      warp_mma_f32x3<kMt, kM>(s.l + (r0 + kM) * kLd64 + r0, kLd64, s.t + r0 * kLd64 + n0, kLd64,
+                              y);
 #pragma unroll
-        for (int m = 0; m < kB; ++m)
-          acc -= s.t[(a0 + i) * kLd64 + a0 + m] * s.y[(blk * kB + m) * kLdY + j];
-        s.t[(a0 + i) * kLd64 + b0 + j] = acc;
+      for (int mt = 0; mt < kMt; ++mt) {
+        *reinterpret_cast<float2*>(scratch + (16 * mt + g) * kLdScratch + 2 * q) =
+            make_float2(y[mt][0], y[mt][1]);
+        *reinterpret_cast<float2*>(scratch + (16 * mt + g + 8) * kLdScratch + 2 * q) =
+            make_float2(y[mt][2], y[mt][3]);
       }
-      __syncthreads();
+      __syncwarp();
+      float t[kMt][4] = {};
+      warp_mma_f32x3<kMt, kM>(s.t + (r0 + kM) * kLd64 + r0 + kM, kLd64, scratch, kLdScratch, t);
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+        float* const row = s.t + (r0 + kM + 16 * mt + g) * kLd64 + n0 + 2 * q;
+        *reinterpret_cast<float2*>(row) = make_float2(-t[mt][0], -t[mt][1]);
+        *reinterpret_cast<float2*>(row + 8 * kLd64) = make_float2(-t[mt][2], -t[mt][3]);
+      }
+    };
+    if (warp < 4) {  // 16-blocks (1, 0) and (3, 2): warp w merges pair w / 2, columns 8 (w % 2)
+      int const r0 = (warp / 2) * 2 * kB;
+      merge(std::integral_constant<int, 1>{}, r0, r0 + (warp % 2) * 8);
     }
+    __syncthreads();  // 32x32 inverses complete
+    if (warp < 4) merge(std::integral_constant<int, 2>{}, 0, warp * 8);  // 32-block (1, 0)
+    __syncthreads();  // T complete
     for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
       int const i = idx / kChunk;
       int const j = idx % kChunk;
