@@ -1,8 +1,8 @@
 // Output stage (F6 of fla_reference.md §2.2): one CTA per (chunk, value head).
 //   A = causal(scale (Q K^T)_ij e^{G_i - G_j})   (i >= j)          [64 x 64]  fp32 in shared memory
-//   O = scale (Q e^G) h + A Delta                                   [64 x 128] -> o (bf16)
-// The two products of O are one tensor-core product over the concatenated reduction
-// [Q e^G | A] x [h ; Delta] (length 128 + 64).
+//   O = scale e^G (Q h) + A Delta                                   [64 x 128] -> o (bf16)
+// The two products of O accumulate in the same registers: Q h first, scaled per row in fp32,
+// then A Delta on top.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,7 +18,7 @@ inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kLdA = kChunk + 8;  // bf16 A: 144-byte rows, ldmatrix conflict-free
 
 struct SharedStorage {
-  __nv_bfloat16 q[kChunk * kLdBf16];      // [64 x 128] q; then scale e^G q
+  __nv_bfloat16 q[kChunk * kLdBf16];      // [64 x 128]
   __nv_bfloat16 k[kChunk * kLdBf16];      // [64 x 128]
   __nv_bfloat16 delta[kChunk * kLdBf16];  // [64 x 128]
   __nv_bfloat16 h[kHeadDim * kLdBf16];    // [128 x 128]
@@ -69,21 +69,20 @@ __global__ void __launch_bounds__(kThreads) output_fwd_kernel(__grid_constant__ 
             i >= j ? scale * c0 * __expf(gi - s.gcum[j]) : 0.f,
             i >= j + 1 ? scale * c1 * __expf(gi - s.gcum[j + 1]) : 0.f);
       });
-  __syncthreads();  // A complete; q free to be rescaled
-  for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
-    int const r = idx / (kHeadDim / 2);
-    int const col = (idx % (kHeadDim / 2)) * 2;
-    auto* q2 = reinterpret_cast<__nv_bfloat162*>(s.q + r * kLdBf16 + col);
-    float2 const qf = __bfloat1622float2(*q2);
-    *q2 = __floats2bfloat162_rn(s.q_scale[r] * qf.x, s.q_scale[r] * qf.y);
-  }
-  __syncthreads();
+  __syncthreads();  // A complete
 
-  // O = (scale e^G Q) h + A Delta
+  // O = scale e^{G_i} (Q h)_i + A Delta: the row scale goes onto the fp32 product (as FLA does),
+  // not onto q before it is rounded to bf16 again
   __nv_bfloat16* const o = p.o + (c.t0 * HV + hv) * kHeadDim;
-  block_gemm2<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
-      RowMajor{s.q, kLdBf16}, RowMajor{s.h, kLdBf16}, RowMajor{s.a, kLdA},
-      RowMajor{s.delta, kLdBf16}, [&](int i, int col, float c0, float c1) {
+  block_gemm_mid<kChunk, kHeadDim, kHeadDim, kChunk, 2, 4, kWarps>(
+      RowMajor{s.q, kLdBf16}, RowMajor{s.h, kLdBf16},
+      [&](int i, int, float& c0, float& c1) {
+        c0 *= s.q_scale[i];
+        c1 *= s.q_scale[i];
+        return 0.f;
+      },
+      nullptr, RowMajor{s.a, kLdA}, RowMajor{s.delta, kLdBf16},
+      [&](int i, int col, float c0, float c1) {
         if (i < len)
           *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) =
               __floats2bfloat162_rn(c0, c1);
