@@ -1,15 +1,17 @@
 // The GDN GPU path: validated arguments -> Problem -> buffer layout -> the stages in order.
 //
-// Forward:  [qk_norm] -> intra_fwd (G, T, W, U) -> state_fwd (h per chunk, Delta, final state)
-//           -> output_fwd (o)
-// Backward: the forward's stages give it the saved set (normalised q/k, G, T, W, h, Delta), then
+// Forward:  [qk_norm] -> intra_fwd (G, T, W, U) -> state_output_fwd (o and the final state, one
+//           walk; in saved mode also h per chunk and Delta)
+// Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
+//           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
 //           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
 //           dk partial, dW, dG partial) -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head
 //           sums, L2-norm backward).
 // Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
 // intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward writes the saved set
-// (intra_fwd also stores T) into the caller's saved buffer and the backward reads it from there.
-// The same kernels write the same values either way, so the modes agree bitwise.
+// (intra_fwd also stores T, the walk h and Delta) into the caller's saved buffer and the backward
+// reads it from there. state_fwd and state_output_fwd compute h and Delta with the same operations
+// in the same order, so the modes agree bitwise.
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
@@ -19,11 +21,11 @@
 #include "kernels/dqk_bwd/launch.hpp"
 #include "kernels/dv_local_bwd/launch.hpp"
 #include "kernels/intra_fwd/launch.hpp"
-#include "kernels/output_fwd/launch.hpp"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
 #include "kernels/state_bwd/launch.hpp"
 #include "kernels/state_fwd/launch.hpp"
+#include "kernels/state_output_fwd/launch.hpp"
 #include "kernels/wy_bwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
 #include "ops/gdn_cuda.hpp"
@@ -83,8 +85,8 @@ bool empty(Problem const& p) {
   return p.num_seqs == 0 || p.num_v_heads == 0;
 }
 
-// The forward stages shared by forward and backward; q_used/k_used receive the q, k the chunk
-// stages read (normalised copies with use_qk_l2norm).
+// The chunk-parallel forward stages shared by forward and backward (its recompute); q_used/k_used
+// receive the q, k the later stages read (normalised copies with use_qk_l2norm).
 struct ForwardInputs {
   cakeTensor_t const* q;
   cakeTensor_t const* k;
@@ -94,9 +96,9 @@ struct ForwardInputs {
   cakeTensor_t const* initial_state;
 };
 
-void run_forward_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
-                        ops::cuda::GdnBuffers const& b, float* final_state, bool need_tmat,
-                        cudaStream_t stream, bf16 const** q_used, bf16 const** k_used) {
+void run_intra_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
+                      ops::cuda::GdnBuffers const& b, bool need_tmat, cudaStream_t stream,
+                      bf16 const** q_used, bf16 const** k_used) {
   *q_used = ptr<bf16 const>(*in.q);
   *k_used = ptr<bf16 const>(*in.k);
   if (use_qk_l2norm) {
@@ -123,18 +125,6 @@ void run_forward_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs cons
   ip.u = b.u;
   ip.tmat = need_tmat ? b.tmat : nullptr;
   check_cuda(kernels::intra_fwd::launch(ip, stream), "intra_fwd launch");
-
-  kernels::state_fwd::Params sp;
-  sp.problem = p;
-  sp.k = *k_used;
-  sp.w = b.w;
-  sp.u = b.u;
-  sp.gcum = b.gcum;
-  sp.h0 = ptr<float const>(*in.initial_state);
-  sp.h = b.h;
-  sp.v_new = b.v_new;
-  sp.ht = final_state;
-  check_cuda(kernels::state_fwd::launch(sp, stream), "state_fwd launch");
 }
 
 using cuda::Pass;
@@ -198,19 +188,22 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  run_forward_stages(p, l2, in, b, ptr<float>(args.final_state), saved_mode(options), stream,
-                     &q_used, &k_used);
-  if (p.num_tokens == 0) return;
+  run_intra_stages(p, l2, in, b, saved_mode(options), stream, &q_used, &k_used);
 
-  kernels::output_fwd::Params op;
-  op.problem = p;
-  op.q = q_used;
-  op.k = k_used;
-  op.v_new = b.v_new;
-  op.gcum = b.gcum;
-  op.h = b.h;
-  op.o = ptr<bf16>(args.o);
-  check_cuda(kernels::output_fwd::launch(op, stream), "output_fwd launch");
+  // The walk writes o and the final state; in saved mode also h and Delta for the backward.
+  kernels::state_output_fwd::Params wp;
+  wp.problem = p;
+  wp.q = q_used;
+  wp.k = k_used;
+  wp.w = b.w;
+  wp.u = b.u;
+  wp.gcum = b.gcum;
+  wp.h0 = ptr<float const>(args.initial_state);
+  wp.o = ptr<bf16>(args.o);
+  wp.ht = ptr<float>(args.final_state);
+  wp.h = saved_mode(options) ? b.h : nullptr;
+  wp.v_new = saved_mode(options) ? b.v_new : nullptr;
+  check_cuda(kernels::state_output_fwd::launch(wp, stream), "state_output_fwd launch");
 }
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
@@ -242,7 +235,17 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
   if (!saved_mode(options)) {
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
-    run_forward_stages(p, l2, in, b, nullptr, true, stream, &q_used, &k_used);
+    run_intra_stages(p, l2, in, b, true, stream, &q_used, &k_used);
+    kernels::state_fwd::Params fp;
+    fp.problem = p;
+    fp.k = k_used;
+    fp.w = b.w;
+    fp.u = b.u;
+    fp.gcum = b.gcum;
+    fp.h0 = ptr<float const>(args.initial_state);
+    fp.h = b.h;
+    fp.v_new = b.v_new;
+    check_cuda(kernels::state_fwd::launch(fp, stream), "state_fwd launch");
   }
 
   if (p.num_tokens > 0) {

@@ -64,8 +64,11 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   }
   b.gcum = saved_set.take<float>(v_rows);
   b.w = saved_set.take<bf16>(v_rows * kHeadDim);
-  b.v_new = saved_set.take<bf16>(v_rows * kHeadDim);
-  b.h = saved_set.take<bf16>(states);
+  // A forward that saves nothing writes neither h nor Delta (its walk uses them on chip).
+  if (backward || saved_mode) {
+    b.v_new = saved_set.take<bf16>(v_rows * kHeadDim);
+    b.h = saved_set.take<bf16>(states);
+  }
   if (backward || saved_mode) b.tmat = saved_set.take<float>(v_rows * kChunk);
 
   // Scratch of the forward stages: they run in the forward, and in a recompute-mode backward.
