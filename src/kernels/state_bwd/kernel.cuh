@@ -2,18 +2,14 @@
 // 64-column V slice), walking the chunks from the last to the first with dS' (the gradient of the
 // chunk's END state, [128 x 64] fp32, in registers) starting from dht. Per chunk:
 //   store bf16(dS') to dh[slot]
-//   A      = causal(scale (Q K^T)_ij e^{G_i - G_j})  (i >= j)              [64 x 64]
-//   dDelta = e^{G_last - G_i} (K dS') + A^T dO                            [64 x 64] fp32 -> dv_new
+//   dDelta = A^T dO + (K e^{G_last - G}) dS'                           [64 x 64] fp32
 //   dS'    = e^{G_last} dS' + scale (Q e^G)^T dO - W^T dDelta   (gradient of the start state)
-// The last product is one tensor-core product over [Q | W]^T x [scale e^G dO ; -dDelta].
+// The second product is one tensor-core product over [scale (Q e^G) | -W]^T x [dO ; dDelta].
 // After the first chunk dS' is dh0.
 //
 // As in the forward walk (state_fwd/kernel.cuh): the state stays in registers (each warp owns 16
-// rows), and the previous chunk's tiles load (cp.async, double buffer) while this chunk computes.
-// The intra-chunk part A^T dO is taken here, from the Q, K and dO tiles the walk holds anyway,
-// rather than by a chunk-parallel kernel that wrote it (fp32) for the walk to read back: 12.8 GB
-// less traffic at workload A and one kernel less. It costs a third barrier per chunk (A is
-// complete before A^T dO). The tiles of a chunk take ~78 KB, so one CTA of 8 warps holds an SM.
+// rows), the previous chunk's tiles load (cp.async, double buffer) while this chunk computes, and a
+// chunk costs two barriers. The tiles of a chunk take ~86 KB, so one CTA of 8 warps holds an SM.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,23 +25,22 @@ inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kSliceV = 64;
 inline constexpr int kLdSlice = kSliceV + 8;   // bf16 slice rows: 144 bytes, ldmatrix conflict-free
-inline constexpr int kLdA = kChunk + 8;       // bf16 A: 144-byte rows, ldmatrix conflict-free
+inline constexpr int kLdSliceF = kSliceV + 4;  // fp32 slice rows
 
 // One chunk's operands; two of them alternate (the previous chunk loads while this one computes).
 struct ChunkTiles {
   __nv_bfloat16 qw[2 * kChunk * kLdBf16];    // [128 x 128] rows 0-63: Q, rows 64-127: W
   __nv_bfloat16 k[kChunk * kLdBf16];         // [64 x 128]
-  __nv_bfloat16 dout[kChunk * kLdSlice];     // [64 x 64] dO slice
-  __nv_bfloat16 rhs[2 * kChunk * kLdSlice];  // [128 x 64] rows 0-63: scale e^G dO;
+  __nv_bfloat16 rhs[2 * kChunk * kLdSlice];  // [128 x 64] rows 0-63: dO -> scale e^G dO;
                                              //           rows 64-127: -dDelta
+  float dv_new[kChunk * kLdSliceF];          // [64 x 64] A^T dO from dv_local_bwd
   float gcum[kChunk];
 };
 
-// About 184 KB: one CTA per SM.
+// About 191 KB: one CTA per SM.
 struct SharedStorage {
   ChunkTiles tiles[2];
   __nv_bfloat16 dsb[kHeadDim * kLdSlice];  // [128 x 64] bf16(dS'), operand of (K e) dS'
-  __nv_bfloat16 a[kChunk * kLdA];          // [64 x 64] bf16(A)
 };
 static_assert(kHeadDim % kSliceV == 0, "V must split into whole slices");
 static_assert(kWarps * 16 == kHeadDim, "each warp owns 16 rows of dS'");
@@ -64,7 +59,9 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
                                               qk_stride, len);
   load_tile_async<kChunk, kSliceV, kThreads>(
-      t.dout, kLdSlice, p.dout + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+      t.rhs, kLdSlice, p.dout + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
+  load_tile_async<kChunk, kSliceV, kThreads>(
+      t.dv_new, kLdSliceF, p.dv_new + (t0 * HV + hv) * kHeadDim + v0, v_stride, len);
   int const tid = threadIdx.x;
   if (tid < kChunk)  // rows past the end repeat G of the last token
     cp_async_4(&t.gcum[tid], p.gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
@@ -105,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
     // j + 1) finished before that chunk's second barrier.
     store_acc_bf16<1, kSliceV / 8>(row0, 0, ds, s.dsb, kLdSlice);
     cp_async_wait<0>();
-    __syncthreads();  // chunk j's tiles and bf16(dS') visible; chunk j + 1's tiles and A free
+    __syncthreads();  // chunk j's tiles and bf16(dS') visible; chunk j + 1's tiles no longer read
     if (j > 0) load_chunk(s.tiles[(j - 1) % 2], p, t0 - kChunk, span.chunk_len(j - 1), h, hv, v0);
 
     // bf16(dS') -> dh[slot] in 16-byte vectors
@@ -118,41 +115,28 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
     }
     float const g_last = t.gcum[len - 1];
 
-    // rhs rows 0-63 <- scale e^{G_i} dO (rows past the end are zero)
+    // rhs rows 0-63: dO <- scale e^{G_i} dO, in place (rows past the end are zero)
     for (int idx = tid; idx < kChunk * kSliceV / 2; idx += kThreads) {
       int const r = idx / (kSliceV / 2);
       int const col = (idx % (kSliceV / 2)) * 2;
       float const qs = scale * __expf(t.gcum[r]);
-      float2 const f = __bfloat1622float2(
-          *reinterpret_cast<__nv_bfloat162 const*>(t.dout + r * kLdSlice + col));
-      *reinterpret_cast<__nv_bfloat162*>(t.rhs + r * kLdSlice + col) =
-          __floats2bfloat162_rn(qs * f.x, qs * f.y);
+      auto* const d2 = reinterpret_cast<__nv_bfloat162*>(t.rhs + r * kLdSlice + col);
+      float2 const f = __bfloat1622float2(*d2);
+      *d2 = __floats2bfloat162_rn(qs * f.x, qs * f.y);
     }
-    // A = causal(scale (Q K^T) e^{G_i - G_j})
-    block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-        RowMajor{t.qw, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jj, float c0, float c1) {
-          float const gi = t.gcum[i];
-          *reinterpret_cast<__nv_bfloat162*>(s.a + i * kLdA + jj) = __floats2bfloat162_rn(
-              i >= jj ? scale * c0 * __expf(gi - t.gcum[jj]) : 0.f,
-              i >= jj + 1 ? scale * c1 * __expf(gi - t.gcum[jj + 1]) : 0.f);
-        });
-    __syncthreads();  // A complete
-
-    // dDelta = e^{G_last - G_i} (K dS') + A^T dO -> dv_new; rhs rows 64-127 <- -dDelta
+    // dDelta = A^T dO + e^{G_last - G_i} (K dS'); rhs rows 64-127 <- -dDelta
     float* const dd = p.dv_new + (t0 * HV + hv) * kHeadDim + v0;
-    block_gemm_mid<kChunk, kSliceV, kHeadDim, kChunk, 1, 4, kWarps>(
-        RowMajor{t.k, kLdBf16}, RowMajor{s.dsb, kLdSlice},
-        [&](int i, int, float& c0, float& c1) {
-          float const decay = i < len ? __expf(g_last - t.gcum[i]) : 0.f;
-          c0 *= decay;
-          c1 *= decay;
-          return 0.f;
-        },
-        nullptr, ColMajor{s.a, kLdA}, RowMajor{t.dout, kLdSlice},
-        [&](int i, int col, float c0, float c1) {
-          if (i < len) *reinterpret_cast<float2*>(dd + i * v_stride + col) = make_float2(c0, c1);
+    block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
+        RowMajor{t.k, kLdBf16}, RowMajor{s.dsb, kLdSlice}, [&](int i, int col, float c0, float c1) {
+          float2 val = make_float2(0.f, 0.f);
+          if (i < len) {
+            float const decay = __expf(g_last - t.gcum[i]);
+            float2 const intra = *reinterpret_cast<float2 const*>(t.dv_new + i * kLdSliceF + col);
+            val = make_float2(intra.x + decay * c0, intra.y + decay * c1);
+            *reinterpret_cast<float2*>(dd + i * v_stride + col) = val;
+          }
           *reinterpret_cast<__nv_bfloat162*>(t.rhs + (kChunk + i) * kLdSlice + col) =
-              __floats2bfloat162_rn(-c0, -c1);
+              __floats2bfloat162_rn(-val.x, -val.y);
         });
     __syncthreads();  // rhs complete
 

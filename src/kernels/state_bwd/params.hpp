@@ -16,7 +16,7 @@ struct Params {
   __nv_bfloat16 const* dout = nullptr;  // [BT, HV, V]
   float const* dht = nullptr;           // [N, HV, K, V] or nullptr (zero)
   __nv_bfloat16* dh = nullptr;          // [num_slots, HV, K, V] out: dS' of each chunk's end state
-  float* dv_new = nullptr;              // [BT, HV, V] out: dDelta
+  float* dv_new = nullptr;              // [BT, HV, V] in: A^T dO; out: the whole dDelta
   float* dh0 = nullptr;                 // [N, HV, K, V] out or nullptr
 };
 

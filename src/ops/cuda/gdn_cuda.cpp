@@ -4,8 +4,9 @@
 //           walk; in saved mode also h per chunk and Delta)
 // Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
 //           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
-//           state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq, dk partial, dW, dG partial)
-//           -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head sums, L2-norm backward).
+//           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
+//           dk partial, dW, dG partial) -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head
+//           sums, L2-norm backward).
 // Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
 // intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward writes the saved set
 // (intra_fwd also stores T, the walk h and Delta) into the caller's saved buffer and the backward
@@ -18,6 +19,7 @@
 
 #include "core/error.hpp"
 #include "kernels/dqk_bwd/launch.hpp"
+#include "kernels/dv_local_bwd/launch.hpp"
 #include "kernels/intra_fwd/launch.hpp"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
@@ -244,6 +246,17 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
     fp.h = b.h;
     fp.v_new = b.v_new;
     check_cuda(kernels::state_fwd::launch(fp, stream), "state_fwd launch");
+  }
+
+  if (p.num_tokens > 0) {
+    kernels::dv_local_bwd::Params lp;
+    lp.problem = p;
+    lp.q = q_used;
+    lp.k = k_used;
+    lp.gcum = b.gcum;
+    lp.dout = ptr<bf16 const>(args.dout);
+    lp.dv_new = b.dv_new;
+    check_cuda(kernels::dv_local_bwd::launch(lp, stream), "dv_local_bwd launch");
   }
 
   kernels::state_bwd::Params sp;

@@ -38,7 +38,7 @@ struct GdnBuffers {
   __nv_bfloat16* dw = nullptr;      // [BT, HV, K]  dW, backward only: aliases w in recompute mode
                                     //              (W is dead after state_bwd); its own region in
                                     //              saved mode (the saved set is read only)
-  float* dv_new = nullptr;          // [BT, HV, V]  dDelta
+  float* dv_new = nullptr;          // [BT, HV, V]  dDelta (first its intra-chunk part)
   __nv_bfloat16* dh = nullptr;      // [num_slots, HV, K, V] gradients of chunk-end states
   float* dq_hv = nullptr;           // [BT, HV, K]
   float* dk_hv = nullptr;           // [BT, HV, K]
