@@ -16,8 +16,9 @@
 // (not two slices as state_fwd): Q, K and W tiles are read once per chunk instead of twice, and
 // the CTA needs 197 KB of shared memory (double-buffered Q, K, W, U), so one CTA per SM; 16 warps
 // (each owns a [16 x 64] block of the state: 32 registers per thread) keep the tensor cores fed.
-// A chunk costs two barriers: O's first term Q h is taken right after h is shared (bf16), with
-// W h, so that h's shared copy is free again when the next chunk writes it.
+// A chunk costs two barriers: O's first term Q h is taken right after h is shared (bf16), in one
+// loop with W h (h's fragments read once for both: the walk is bound by shared-memory operand
+// traffic), so that h's shared copy is free again when the next chunk writes it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -127,33 +128,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     float const g_last = t.gcum[len - 1];
 
-    // O's first term, scale e^{G_i} (Q h)_i, on this warp's tile: the row scale goes onto the
-    // fp32 product (as FLA does), not onto q before another bf16 rounding
+    // Q h and W h on this warp's tile, with h's fragments read once for both
     float o_acc[1][kOutNi][4] = {};
-    warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{s.hb, kLdBf16}, o_m0, o_n0,
-                                       o_acc);
+    float wh[1][kOutNi][4] = {};
+    warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.w, kLdBf16},
+                                                RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, wh);
+    // O's first term scale e^{G_i} (Q h)_i: the row scale goes onto the fp32 product (as FLA
+    // does), not onto q before another bf16 rounding
     for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int, float& c0, float& c1) {
       float const q_scale = scale * __expf(t.gcum[i]);
       c0 *= q_scale;
       c1 *= q_scale;
     });
-
     // Delta = U - W h: delta <- bf16(Delta), t.u <- bf16(e^{G_last - G} Delta) in place
     __nv_bfloat16* const v_new =
         p.v_new != nullptr ? p.v_new + (t0 * HV + hv) * kHeadDim : nullptr;
-    block_gemm<kChunk, kHeadDim, kHeadDim, 1, 4, kWarps>(
-        RowMajor{t.w, kLdBf16}, RowMajor{s.hb, kLdBf16}, [&](int i, int col, float c0, float c1) {
-          auto* const u2 = reinterpret_cast<__nv_bfloat162*>(t.u + i * kLdBf16 + col);
-          float2 const u = __bfloat1622float2(*u2);
-          float const d0 = u.x - c0;
-          float const d1 = u.y - c1;
-          float const decay = i < len ? __expf(g_last - t.gcum[i]) : 0.f;
-          __nv_bfloat162 const d = __floats2bfloat162_rn(d0, d1);
-          *reinterpret_cast<__nv_bfloat162*>(s.delta + i * kLdBf16 + col) = d;
-          if (v_new != nullptr && i < len)
-            *reinterpret_cast<__nv_bfloat162*>(v_new + i * v_stride + col) = d;
-          *u2 = __floats2bfloat162_rn(decay * d0, decay * d1);
-        });
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, wh, [&](int i, int col, float& c0, float& c1) {
+      auto* const u2 = reinterpret_cast<__nv_bfloat162*>(t.u + i * kLdBf16 + col);
+      float2 const u = __bfloat1622float2(*u2);
+      float const d0 = u.x - c0;
+      float const d1 = u.y - c1;
+      float const decay = i < len ? __expf(g_last - t.gcum[i]) : 0.f;
+      __nv_bfloat162 const d = __floats2bfloat162_rn(d0, d1);
+      *reinterpret_cast<__nv_bfloat162*>(s.delta + i * kLdBf16 + col) = d;
+      if (v_new != nullptr && i < len)
+        *reinterpret_cast<__nv_bfloat162*>(v_new + i * v_stride + col) = d;
+      *u2 = __floats2bfloat162_rn(decay * d0, decay * d1);
+    });
     // A = causal(scale (Q K^T) e^{G_i - G_j})
     block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
         RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
