@@ -164,6 +164,40 @@ __device__ __forceinline__ float sum_parts(float const* parts, int i) {
   return sum;
 }
 
+// mid(i, j, c_j, c_j+1) -> float on every pair of the warp tile acc at (m0, n0) (column tile
+// tile_n of a kM-row output); with row_parts != nullptr the values it returns are summed per row
+// (in registers, then across the 4 lanes that share a row) and stored to row_parts[tile_n kM + i],
+// each slot by exactly one lane. The hook between the two products of block_gemm_mid.
+template <int kM, int kMi, int kNi, class Mid>
+__device__ __forceinline__ void apply_mid(int m0, int n0, int tile_n, Mid const& mid,
+                                          float* row_parts, float (&acc)[kMi][kNi][4]) {
+  int const lane = threadIdx.x % 32;
+  int const group = lane / 4;
+  int const quad = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi) {
+    int const r = m0 + 16 * mi + group;
+    float sum_lo = 0.f;
+    float sum_hi = 0.f;
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni) {
+      int const c = n0 + 8 * ni + 2 * quad;
+      sum_lo += mid(r, c, acc[mi][ni][0], acc[mi][ni][1]);
+      sum_hi += mid(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
+    }
+    if (row_parts != nullptr) {
+      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
+      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
+      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
+      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
+      if (quad == 0) {  // this tile's share of rows r and r + 8: its own slot, a plain store
+        row_parts[tile_n * kM + r] = sum_lo;
+        row_parts[tile_n * kM + r + 8] = sum_hi;
+      }
+    }
+  }
+}
+
 // C = mid(A1 B1) + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1) for
 // every pair of adjacent elements (j even). mid(i, j, float& c_j, float& c_j+1) -> float sees and
 // may rewrite each pair of the first product before the second is accumulated onto it (a row scale
@@ -197,28 +231,7 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
     warp_tile_mma<kKd1, kMi, kNi>(a1, b1, m0, n0, acc);
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      int const r = m0 + 16 * mi + group;
-      float sum_lo = 0.f;
-      float sum_hi = 0.f;
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni) {
-        int const c = n0 + 8 * ni + 2 * quad;
-        sum_lo += mid(r, c, acc[mi][ni][0], acc[mi][ni][1]);
-        sum_hi += mid(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
-      }
-      if (row_parts != nullptr) {
-        sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
-        sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
-        sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
-        sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
-        if (quad == 0) {  // this tile's share of rows r and r + 8: its own slot, a plain store
-          row_parts[tile_n * kM + r] = sum_lo;
-          row_parts[tile_n * kM + r + 8] = sum_hi;
-        }
-      }
-    }
+    apply_mid<kM>(m0, n0, tile_n, mid, row_parts, acc);
     if constexpr (kKd2 > 0) warp_tile_mma<kKd2, kMi, kNi>(a2, b2, m0, n0, acc);
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi)
@@ -275,6 +288,45 @@ __device__ __forceinline__ void store_acc_bf16(int m0, int n0, float (&acc)[kMi]
   for_each_acc_pair<kMi, kNi>(m0, n0, acc, [&](int r, int c, float& c0, float& c1) {
     *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(c0, c1);
   });
+}
+
+// Warp-owned output tiles: when kWarps warps cover a [kM x kN] output exactly once, warp w owns
+// tile w in block_gemm_mid's order (column tiles fastest), so its accumulator can stay in the
+// caller's registers across several products and loop iterations (a sum over value heads), with
+// block_gemm_mid's row-sum slots (column tile tile_n).
+struct WarpTile {
+  int m0;
+  int n0;
+  int tile_n;
+};
+
+template <int kM, int kN, int kMi, int kNi, int kWarps>
+__device__ __forceinline__ WarpTile owned_tile() {
+  static_assert(kM % (16 * kMi) == 0, "M must be a multiple of the warp tile rows (16 kMi)");
+  static_assert(kN % (8 * kNi) == 0, "N must be a multiple of the warp tile columns (8 kNi)");
+  constexpr int kTilesN = kN / (8 * kNi);
+  static_assert(kM / (16 * kMi) * kTilesN == kWarps, "one output tile per warp");
+  int const warp = threadIdx.x / 32;
+  return WarpTile{(warp / kTilesN) * 16 * kMi, (warp % kTilesN) * 8 * kNi, warp % kTilesN};
+}
+
+// acc += mid(A B) on the warp's own tile t of a kM-row output: A B into a fresh accumulator, then
+// mid and its row sums exactly as block_gemm_mid's first product (row_parts[t.tile_n kM + i]),
+// then added onto acc pair by pair. A product that mid must not see (block_gemm_mid's second) then
+// accumulates onto acc with warp_tile_mma.
+template <int kM, int kKd, int kMi, int kNi, class A, class B, class Mid>
+__device__ __forceinline__ void warp_tile_mma_mid_add(A const& a, B const& b, WarpTile const& t,
+                                                      Mid const& mid, float* row_parts,
+                                                      float (&acc)[kMi][kNi][4]) {
+  float term[kMi][kNi][4] = {};
+  warp_tile_mma<kKd, kMi, kNi>(a, b, t.m0, t.n0, term);
+  apply_mid<kM>(t.m0, t.n0, t.tile_n, mid, row_parts, term);
+#pragma unroll
+  for (int mi = 0; mi < kMi; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < kNi; ++ni)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] += term[mi][ni][r];
 }
 
 }  // namespace cake::kernels

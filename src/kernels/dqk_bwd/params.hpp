@@ -17,8 +17,8 @@ struct Params {
   __nv_bfloat16 const* h = nullptr;      // [num_slots, HV, K, V]  chunk-start states
   __nv_bfloat16 const* dh = nullptr;     // [num_slots, HV, K, V]  gradients of chunk-end states
   float const* dv_new = nullptr;         // [BT, HV, V]            dDelta
-  float* dq_hv = nullptr;                // [BT, HV, K] out: dq per value head (complete)
-  float* dk_hv = nullptr;                // [BT, HV, K] out: dk per value head (output/state terms)
+  float* dq_h = nullptr;                 // [BT, H, K]  out: dq, summed over the value heads
+  float* dk_h = nullptr;                 // [BT, H, K]  out: dk's output/state terms, likewise
   __nv_bfloat16* dw = nullptr;           // [BT, HV, K] out: dW = -dDelta h^T
   float* dg_part = nullptr;              // [BT, HV]    out: dG from the output and state terms
 };

@@ -1,5 +1,7 @@
-// q/k gradient reduction: dq[t, h] = sum over the value heads hv of q/k head h of dq_hv[t, hv]
-// (fp32, converted to bf16 once), then, with use_qk_l2norm, the norm's backward
+// q/k gradient reduction: dq[t, h] = dq_h[t, h] (dqk_bwd summed it over the value heads) and
+// dk[t, h] = dk_h[t, h] + sum over the value heads hv of q/k head h, in ascending order, of
+// dk_wy_hv[t, hv] (wy_bwd's WY terms), in fp32 and converted to bf16 once; with use_qk_l2norm
+// first the norm's backward
 //   dx = rstd (dy - <dy, y> y),  y = x rstd,  rstd = 1 / sqrt(sum x^2 + 1e-6)
 // recomputed from the caller's x. One warp per (token, q/k head) row; 4 elements per lane.
 #pragma once
@@ -14,22 +16,15 @@ namespace cake::kernels::qk_grad {
 inline constexpr int kThreads = 256;
 inline constexpr float kEps = 1e-6f;
 
-__device__ __forceinline__ void reduce_row(Params const& p, int64_t row, __nv_bfloat16 const* x,
-                                           float const* dx_hv, __nv_bfloat16* dx) {
+// This lane's 4 elements of a 128-element fp32 row.
+__device__ __forceinline__ float4 load_row4(float const* row) {
+  return reinterpret_cast<float4 const*>(row)[threadIdx.x % 32];
+}
+
+// dx = bf16(dy), through the L2 norm's backward with use_l2norm.
+__device__ __forceinline__ void finish_row(Params const& p, __nv_bfloat16 const* x, float4 dy,
+                                           __nv_bfloat16* dx) {
   int const lane = threadIdx.x % 32;
-  int64_t const t = row / p.num_qk_heads;
-  int const h = static_cast<int>(row % p.num_qk_heads);
-  int64_t const num_v_heads = int64_t{p.num_qk_heads} * p.group_size;
-  float4 dy = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int gi = 0; gi < p.group_size; ++gi) {
-    int64_t const hv = int64_t{h} * p.group_size + gi;
-    float4 const d =
-        reinterpret_cast<float4 const*>(dx_hv + (t * num_v_heads + hv) * kHeadDim)[lane];
-    dy.x += d.x;
-    dy.y += d.y;
-    dy.z += d.z;
-    dy.w += d.w;
-  }
   if (p.use_l2norm) {
     float2 const a = __bfloat1622float2(reinterpret_cast<__nv_bfloat162 const*>(x)[2 * lane]);
     float2 const b = __bfloat1622float2(reinterpret_cast<__nv_bfloat162 const*>(x)[2 * lane + 1]);
@@ -49,8 +44,21 @@ __device__ __forceinline__ void reduce_row(Params const& p, int64_t row, __nv_bf
 __global__ void __launch_bounds__(kThreads) qk_grad_kernel(__grid_constant__ Params const p) {
   int64_t const row = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
   if (row >= p.num_tokens * p.num_qk_heads) return;
-  if (p.dq != nullptr) reduce_row(p, row, p.q + row * kHeadDim, p.dq_hv, p.dq + row * kHeadDim);
-  if (p.dk != nullptr) reduce_row(p, row, p.k + row * kHeadDim, p.dk_hv, p.dk + row * kHeadDim);
+  if (p.dq != nullptr) {
+    finish_row(p, p.q + row * kHeadDim, load_row4(p.dq_h + row * kHeadDim), p.dq + row * kHeadDim);
+  }
+  if (p.dk != nullptr) {
+    // row = t H + h, and value head h G + gi of token t is row G + gi of [BT, HV]
+    float4 dy = load_row4(p.dk_h + row * kHeadDim);
+    for (int gi = 0; gi < p.group_size; ++gi) {
+      float4 const d = load_row4(p.dk_wy_hv + (row * p.group_size + gi) * kHeadDim);
+      dy.x += d.x;
+      dy.y += d.y;
+      dy.z += d.z;
+      dy.w += d.w;
+    }
+    finish_row(p, p.k + row * kHeadDim, dy, p.dk + row * kHeadDim);
+  }
 }
 
 }  // namespace cake::kernels::qk_grad

@@ -2,12 +2,15 @@
 // one CTA per (chunk, value head). With X = diag(beta) (K e^G), Y = diag(beta) V, W = T X, U = T Y:
 //   dT   = dW X^T + dU Y^T                       [64 x 64]
 //   dX   = T^T dW,  dY = T^T dU                  [64 x 128]
-//   dv   = beta dY;   dk += beta e^G dX
+//   dv   = beta dY
 //   dL   = -T^T dT T^T  (strictly lower),  M_ij = dL_ij e^{G_i - G_j},  R_ij = M_ij <k_i, k_j>
-//   dk_i += sum_j (beta_i M_ij + beta_j M_ji) k_j
+//   dk^WY_i = beta_i e^{G_i} dX_i + sum_j (beta_i M_ij + beta_j M_ji) k_j   [64 x 128] fp32
 //   dbeta_i = <dY_i, v_i> + e^{G_i} <dX_i, k_i> + sum_j R_ij
 //   dG_i  = dG_part_i + beta_i e^{G_i} <dX_i, k_i> + beta_i sum_j R_ij - sum_j beta_j R_ji
 //   dg_t  = sum_{r >= t in the chunk} dG_r       (the cumsum's backward)
+// dk^WY, this value head's WY terms of dk, is stored on its own (fp32 per value head); qk_grad
+// adds the value heads' terms onto dqk_bwd's dk (output/state terms, already summed over the
+// value heads), so no read-modify-write of a per-value-head dk.
 // Products on the tensor cores (bf16 operands, fp32 accumulation, as FLA's bf16 dL products).
 // Bitwise deterministic (a product promise): no atomics. The row sums <dY, v>, e^G <dX, k> and
 // the row and column sums of R go to one slot per column tile (per 8-row group for R's column
@@ -25,7 +28,6 @@ namespace cake::kernels::wy_bwd {
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kLdS = kChunk + 8;    // bf16 64x64 tiles: 144-byte rows, no ldmatrix conflicts
-inline constexpr int kLdF = kHeadDim + 4;  // fp32 64x128 tile
 // Warp tiles of the dY and dX products (2 x 4 mma tiles of 16 x 8) and the row-sum partials they
 // leave per row: one per column tile.
 inline constexpr int kDotMi = 2;
@@ -37,12 +39,12 @@ inline constexpr int kRParts = kChunk / 8;
 
 // About 111 KB, so that two CTAs share an SM and one's loads overlap the other's products (the
 // per-slot partials of the sums, kept for determinism, added 5 KB; 2 KB are left under the
-// limit). Buffers are reused once dead: v and du (adjacent) take dk_in after dY; dt takes M after
-// dT T^T; dt_tt takes sym_ij = beta_i M_ij + beta_j M_ji after dL.
+// limit). Buffers are reused once dead: dt takes M after dT T^T; dt_tt takes
+// sym_ij = beta_i M_ij + beta_j M_ji after dL. v and du are dead after dY.
 struct SharedStorage {
   __nv_bfloat16 k[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 dw[kChunk * kLdBf16];   // [64 x 128]
-  __nv_bfloat16 v[kChunk * kLdBf16];    // [64 x 128]; then with du: dk_in fp32 [64 x 128]
+  __nv_bfloat16 v[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 du[kChunk * kLdBf16];   // [64 x 128]
   __nv_bfloat16 t[kChunk * kLdS];       // [64 x 64] bf16(T)
   __nv_bfloat16 dt[kChunk * kLdS];      // [64 x 64] bf16(dT); then bf16(M)
@@ -58,8 +60,6 @@ struct SharedStorage {
   float dgc[kChunk];                    // dG_i
 };
 static_assert(sizeof(SharedStorage) <= 113 * 1024, "wy_bwd must fit two CTAs per SM");
-static_assert(kChunk * kLdF * sizeof(float) <= 2 * kChunk * kLdBf16 * sizeof(__nv_bfloat16),
-              "dk_in must fit in the v and du tiles it replaces");
 
 __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -76,7 +76,6 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
   int const lane = tid % 32;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   int64_t const row0 = c.t0 * HV + hv;  // (token t0, head hv) in [BT, HV]
-  float* const dk_in = reinterpret_cast<float*>(s.v);
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                               int64_t{H} * kHeadDim, len);
@@ -132,10 +131,6 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
       });
   __syncthreads();  // dT, K K^T, dY complete: v and du are dead
 
-  float* const dk = p.dk_hv + row0 * kHeadDim;
-  load_tile_async<kChunk, kHeadDim, kThreads>(dk_in, kLdF, dk, v_stride, len);
-  cp_async_commit();
-
   block_gemm<kChunk, kChunk, kChunk, 1, 2, kWarps>(
       RowMajor{s.dt, kLdS}, ColMajor{s.t, kLdS}, [&](int i, int j, float c0, float c1) {
         *reinterpret_cast<__nv_bfloat162*>(s.dt_tt + i * kLdS + j) = __floats2bfloat162_rn(c0, c1);
@@ -179,11 +174,11 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
         __float2bfloat16(s.beta[i] * __bfloat162float(s.dt[i * kLdS + j]) +
                          s.beta[j] * __bfloat162float(s.dt[j * kLdS + i]));
   }
-  cp_async_wait<0>();
-  __syncthreads();  // sym and dk_in complete
+  __syncthreads();  // sym complete
 
-  // dk = dk_in + beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta and dG)
-  // summed between the two products
+  // dk^WY = beta e^G (T^T dW) + sym K, with e^G <T^T dW, k> (dX's share of dbeta and dG) summed
+  // between the two products
+  float* const dk_wy = p.dk_wy_hv + row0 * kHeadDim;
   block_gemm_mid<kChunk, kHeadDim, kChunk, kChunk, kDotMi, kDotNi, kWarps>(
       ColMajor{s.t, kLdS}, RowMajor{s.dw, kLdBf16},
       [&](int i, int col, float& c0, float& c1) {
@@ -196,10 +191,7 @@ __global__ void __launch_bounds__(kThreads) wy_bwd_kernel(__grid_constant__ Para
       },
       &s.x_dot[0][0], RowMajor{s.dt_tt, kLdS}, RowMajor{s.k, kLdBf16},
       [&](int i, int col, float c0, float c1) {
-        if (i < len) {
-          float2 const in = *reinterpret_cast<float2 const*>(dk_in + i * kLdF + col);
-          *reinterpret_cast<float2*>(dk + i * v_stride + col) = make_float2(in.x + c0, in.y + c1);
-        }
+        if (i < len) *reinterpret_cast<float2*>(dk_wy + i * v_stride + col) = make_float2(c0, c1);
       });
   __syncthreads();  // x_dot partials complete (y_dot, r_row, r_col were before earlier barriers)
 

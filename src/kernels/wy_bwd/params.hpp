@@ -17,7 +17,7 @@ struct Params {
   float const* tmat = nullptr;        // [BT, HV, 64] T rows
   __nv_bfloat16 const* dw = nullptr;  // [BT, HV, K]  dW
   float const* dv_new = nullptr;      // [BT, HV, V]  dU = dDelta
-  float* dk_hv = nullptr;             // [BT, HV, K]  in: output/state terms; out: complete
+  float* dk_wy_hv = nullptr;          // [BT, HV, K]  out: dk's WY terms per value head
   float const* dg_part = nullptr;     // [BT, HV]     dG from dqk_bwd
   __nv_bfloat16* dv = nullptr;        // [BT, HV, V]  out, or nullptr
   void* dbeta = nullptr;              // [BT, HV]     out (beta's dtype), or nullptr

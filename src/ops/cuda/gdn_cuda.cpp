@@ -5,8 +5,8 @@
 // Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
 //           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
 //           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
-//           dk partial, dW, dG partial) -> wy_bwd (dk rest, dv, dbeta, dg) -> qk_grad (value-head
-//           sums, L2-norm backward).
+//           dk partial per q/k head, dW, dG partial) -> wy_bwd (dk's WY terms per value head, dv,
+//           dbeta, dg) -> qk_grad (dk's value-head sum, L2-norm backward).
 // Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
 // intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward writes the saved set
 // (intra_fwd also stores T, the walk h and Delta) into the caller's saved buffer and the backward
@@ -286,8 +286,8 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   qp.h = b.h;
   qp.dh = b.dh;
   qp.dv_new = b.dv_new;
-  qp.dq_hv = b.dq_hv;
-  qp.dk_hv = b.dk_hv;
+  qp.dq_h = b.dq_h;
+  qp.dk_h = b.dk_h;
   qp.dw = dw;
   qp.dg_part = b.dg_part;
   check_cuda(kernels::dqk_bwd::launch(qp, stream), "dqk_bwd launch");
@@ -302,7 +302,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.tmat = b.tmat;
   wp.dw = dw;
   wp.dv_new = b.dv_new;
-  wp.dk_hv = b.dk_hv;
+  wp.dk_wy_hv = b.dk_wy_hv;
   wp.dg_part = b.dg_part;
   wp.dv = ptr<bf16>(args.dv);
   wp.dbeta = args.dbeta.data;
@@ -317,8 +317,9 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   gp.use_l2norm = l2;
   gp.q = ptr<bf16 const>(args.q);
   gp.k = ptr<bf16 const>(args.k);
-  gp.dq_hv = b.dq_hv;
-  gp.dk_hv = b.dk_hv;
+  gp.dq_h = b.dq_h;
+  gp.dk_h = b.dk_h;
+  gp.dk_wy_hv = b.dk_wy_hv;
   gp.dq = ptr<bf16>(args.dq);
   gp.dk = ptr<bf16>(args.dk);
   check_cuda(kernels::qk_grad::launch(gp, stream), "qk_grad launch");

@@ -78,8 +78,9 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.dw = saved_mode ? scratch.take<bf16>(v_rows * kHeadDim) : b.w;
     b.dv_new = scratch.take<float>(v_rows * kHeadDim);
     b.dh = scratch.take<bf16>(states);
-    b.dq_hv = scratch.take<float>(v_rows * kHeadDim);
-    b.dk_hv = scratch.take<float>(v_rows * kHeadDim);
+    b.dq_h = scratch.take<float>(qk_rows * kHeadDim);
+    b.dk_h = scratch.take<float>(qk_rows * kHeadDim);
+    b.dk_wy_hv = scratch.take<float>(v_rows * kHeadDim);
     b.dg_part = scratch.take<float>(v_rows);
   }
   b.saved_bytes = saved_mode ? saved_arena.bytes() : 0;

@@ -40,8 +40,9 @@ struct GdnBuffers {
                                     //              saved mode (the saved set is read only)
   float* dv_new = nullptr;          // [BT, HV, V]  dDelta (first its intra-chunk part)
   __nv_bfloat16* dh = nullptr;      // [num_slots, HV, K, V] gradients of chunk-end states
-  float* dq_hv = nullptr;           // [BT, HV, K]
-  float* dk_hv = nullptr;           // [BT, HV, K]
+  float* dq_h = nullptr;            // [BT, H, K]   dq, summed over the value heads (dqk_bwd)
+  float* dk_h = nullptr;            // [BT, H, K]   dk's output/state terms, likewise (dqk_bwd)
+  float* dk_wy_hv = nullptr;        // [BT, HV, K]  dk's WY terms per value head (wy_bwd)
   float* dg_part = nullptr;         // [BT, HV]     dG from the output and state terms
   size_t saved_bytes = 0;           // the saved arena (0 in recompute mode), without slack
   size_t workspace_bytes = 0;       // the workspace, including alignment slack for any base
