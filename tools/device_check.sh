@@ -40,7 +40,9 @@ fi
 if [ -d .devpkg/cake ]; then
   # Staged here by tools/stage_device.sh (module and check program built for this Python).
   export PYTHONPATH="$PWD/.devpkg:/tmp/site"
-  check=.devpkg/cake_cuda_check
+  check=/tmp/cake_cuda_check
+  python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
+    .devpkg/cake_cuda_check.xz "$check" && chmod +x "$check"
 else
   # The build uses the carried nanobind and scikit-build-core (the versions of
   # tools/requirements-dev.txt), not whatever the machine's image holds.
