@@ -173,28 +173,25 @@ __global__ void __launch_bounds__(kThreads) dqk_bwd_kernel(__grid_constant__ Par
       s.p_col[j] = col;
     }
 
+    // The first products' mid step: row i scaled by row_scale[i], then its share of
+    // <x_i, product_i> (x = q for dq, k for dk) returned for the row sums.
+    auto scale_and_dot = [](float const* row_scale, __nv_bfloat16 const* x) {
+      return [row_scale, x](int i, int col, float& c0, float& c1) {
+        c0 *= row_scale[i];
+        c1 *= row_scale[i];
+        float2 const xi = __bfloat1622float2(
+            *reinterpret_cast<__nv_bfloat162 const*>(x + i * kLdBf16 + col));
+        return c0 * xi.x + c1 * xi.y;
+      };
+    };
     // dq += scale e^G (dO h^T), <q, dq^inter> summed per row before the add
-    warp_tile_mma_mid_add<kChunk, kHeadDim>(
-        RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16}, tile,
-        [&](int i, int col, float& c0, float& c1) {
-          c0 *= s.q_scale[i];
-          c1 *= s.q_scale[i];
-          float2 const q = __bfloat1622float2(
-              *reinterpret_cast<__nv_bfloat162 const*>(s.q + i * kLdBf16 + col));
-          return c0 * q.x + c1 * q.y;
-        },
-        &s.q_dq_parts[0][0], dq);
+    warp_tile_mma_mid_add<kChunk, kHeadDim>(RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16},
+                                            tile, scale_and_dot(s.q_scale, s.q),
+                                            &s.q_dq_parts[0][0], dq);
     // dk += e^{G_last - G_j} (Delta dS'^T), <k, dk^inter> summed per row before the add
-    warp_tile_mma_mid_add<kChunk, kHeadDim>(
-        RowMajor{s.delta, kLdBf16}, ColMajor{s.dh, kLdBf16}, tile,
-        [&](int j, int r, float& c0, float& c1) {
-          c0 *= s.k_scale[j];
-          c1 *= s.k_scale[j];
-          float2 const k = __bfloat1622float2(
-              *reinterpret_cast<__nv_bfloat162 const*>(s.k + j * kLdBf16 + r));
-          return c0 * k.x + c1 * k.y;
-        },
-        &s.k_dk_parts[0][0], dk);
+    warp_tile_mma_mid_add<kChunk, kHeadDim>(RowMajor{s.delta, kLdBf16}, ColMajor{s.dh, kLdBf16},
+                                            tile, scale_and_dot(s.k_scale, s.k),
+                                            &s.k_dk_parts[0][0], dk);
     // dW = -dDelta h^T
     __nv_bfloat16* const dw = p.dw + (c.t0 * HV + hv) * kHeadDim;
     block_gemm<kChunk, kHeadDim, kHeadDim, 2, 4, kWarps>(
