@@ -1,4 +1,4 @@
-// What the two state walks (state_fwd, state_bwd) share: which (document, value head, V slice)
+// What the two state walks (state_output_fwd, state_bwd) share: which (document, value head, V slice)
 // a CTA walks and in what order, the span of its document, and the rows of the fp32 state slice
 // that each warp keeps in registers across the walk.
 #pragma once

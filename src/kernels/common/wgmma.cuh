@@ -82,22 +82,32 @@ struct MNMajorTile {
 };
 
 // acc += A[m0 .. m0 + 63, 0 .. kKd) B[0 .. kKd, n0 .. n0 + kN) for this thread's warpgroup
-// (kN = 64 or 128; acc in the layout of ptx.cuh's wgmma). Issues kKd / 16 wgmma as one group and
-// waits for it: on return acc holds the product. The caller fences shared-memory writes
-// (fence_proxy_async_shared + barrier) before.
+// (kN = 32, 64 or 128; acc in the layout of ptx.cuh's wgmma): issues kKd / 16 wgmma and returns
+// at once. Between wgmma_fence() (after the last other write of acc) and wgmma_commit() +
+// wgmma_wait<0>() the caller may issue several such products as one group. Shared-memory operands
+// written by this CTA need fence_proxy_async_shared() and a barrier before.
 template <int kN, int kKd, class A, class B>
-__device__ __forceinline__ void warpgroup_mma(A const& a, B const& b, int m0, int n0,
-                                              float (&acc)[kN / 2]) {
-  static_assert(kN == 64 || kN == 128, "wgmma widths built: 64, 128");
+__device__ __forceinline__ void warpgroup_mma_async(A const& a, B const& b, int m0, int n0,
+                                                    float (&acc)[kN / 2]) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "wgmma widths built: 32, 64, 128");
   static_assert(kKd % 16 == 0, "the reduction length must be a multiple of 16");
-  wgmma_fence();
 #pragma unroll
   for (int k0 = 0; k0 < kKd; k0 += 16) {
-    if constexpr (kN == 64)
+    if constexpr (kN == 32)
+      wgmma_m64n32k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+    else if constexpr (kN == 64)
       wgmma_m64n64k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
     else
       wgmma_m64n128k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
   }
+}
+
+// One product, complete on return: fence, issue, commit, wait.
+template <int kN, int kKd, class A, class B>
+__device__ __forceinline__ void warpgroup_mma(A const& a, B const& b, int m0, int n0,
+                                              float (&acc)[kN / 2]) {
+  wgmma_fence();
+  warpgroup_mma_async<kN, kKd>(a, b, m0, n0, acc);
   wgmma_commit();
   wgmma_wait<0>();
 }

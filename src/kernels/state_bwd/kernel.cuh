@@ -7,7 +7,7 @@
 // The second product is one tensor-core product over [scale (Q e^G) | -W]^T x [dO ; dDelta].
 // After the first chunk dS' is dh0.
 //
-// As in the forward walk (state_fwd/kernel.cuh): the state stays in registers (each warp owns 16
+// As in the forward walk (state_output_fwd): the state stays in registers (each warp owns 16
 // rows), the previous chunk's tiles load (cp.async, double buffer) while this chunk computes, and a
 // chunk costs two barriers. The tiles of a chunk take ~86 KB, so one CTA of 8 warps holds an SM.
 #pragma once
