@@ -235,7 +235,7 @@ __device__ __forceinline__ void block_gemm(A const& a, B const& b, Epi const& ep
 // A warp's accumulator tile of 16 kMi rows x 8 kNi columns at (m0, n0), in the mma fragment
 // layout (acc[mi][ni][0..1]: row m0 + 16 mi + group, columns n0 + 8 ni + 2 quad + {0, 1};
 // acc[mi][ni][2..3]: the same columns of row + 8). Operations on tiles that stay in registers
-// across a loop (a state walk's fp32 state).
+// across a loop (dqk_bwd's sums over value heads).
 template <int kMi, int kNi, class F>
 __device__ __forceinline__ void for_each_acc_pair(int m0, int n0, float (&acc)[kMi][kNi][4],
                                                   F const& f) {
@@ -249,15 +249,6 @@ __device__ __forceinline__ void for_each_acc_pair(int m0, int n0, float (&acc)[k
       f(r, c, acc[mi][ni][0], acc[mi][ni][1]);
       f(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
     }
-}
-
-// dst[r * ld + c] = bf16(acc) for every element of the tile (bf16x2 stores).
-template <int kMi, int kNi>
-__device__ __forceinline__ void store_acc_bf16(int m0, int n0, float (&acc)[kMi][kNi][4],
-                                               __nv_bfloat16* dst, int ld) {
-  for_each_acc_pair<kMi, kNi>(m0, n0, acc, [&](int r, int c, float& c0, float& c1) {
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(c0, c1);
-  });
 }
 
 // Warp-owned output tiles: when kWarps warps cover a [kM x kN] output exactly once, warp w owns

@@ -1,11 +1,9 @@
 // What the two state walks (state_output_fwd, state_bwd) share: which (document, value head, V slice)
-// a CTA walks and in what order, the span of its document, and the rows of the fp32 state slice
-// that each warp keeps in registers across the walk.
+// a CTA walks and in what order, and the span of its document.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/common/gemm.cuh"
 #include "kernels/common/problem.hpp"
 
 namespace cake::kernels {
@@ -63,34 +61,6 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   span.seq_len = p.seq_begin(w.n + 1) - span.begin;
   span.slot0 = p.slot_base(w.n);
   return span;
-}
-
-// The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols
-// columns, in the mma accumulator layout (gemm.cuh), so that a warp product accumulates onto it.
-template <int kCols>
-using StateRows = float[1][kCols / 8][4];
-
-// rows <- the fp32 [K, V] state slice at states + offset (element (0, 0) of the slice), or zeros
-// when states is nullptr; row0 = 16 x this warp's index.
-template <int kCols>
-__device__ __forceinline__ void load_state_rows(StateRows<kCols>& rows, int row0,
-                                                float const* states, int64_t offset) {
-  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
-    float2 const x = states != nullptr
-                         ? *reinterpret_cast<float2 const*>(states + offset + r * kHeadDim + c)
-                         : make_float2(0.f, 0.f);
-    c0 = x.x;
-    c1 = x.y;
-  });
-}
-
-// The fp32 [K, V] state slice at states + offset <- rows.
-template <int kCols>
-__device__ __forceinline__ void store_state_rows(StateRows<kCols>& rows, int row0, float* states,
-                                                 int64_t offset) {
-  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
-    *reinterpret_cast<float2*>(states + offset + r * kHeadDim + c) = make_float2(c0, c1);
-  });
 }
 
 }  // namespace cake::kernels
