@@ -126,6 +126,22 @@ void run_intra_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const&
   check_cuda(kernels::intra_fwd::launch(ip, stream), "intra_fwd launch");
 }
 
+// The forward walk's inputs (from the intra stages and the initial state); the caller names what
+// it writes: o and the final state (forward), h per chunk and Delta (saved set, recompute).
+kernels::state_output_fwd::Params walk_params(Problem const& p, ops::cuda::GdnBuffers const& b,
+                                              bf16 const* q_used, bf16 const* k_used,
+                                              cakeTensor_t const& initial_state) {
+  kernels::state_output_fwd::Params wp;
+  wp.problem = p;
+  wp.q = q_used;
+  wp.k = k_used;
+  wp.w = b.w;
+  wp.u = b.u;
+  wp.gcum = b.gcum;
+  wp.h0 = ptr<float const>(initial_state);
+  return wp;
+}
+
 using cuda::Pass;
 
 bool saved_mode(cakeOptions_t const& options) {
@@ -190,14 +206,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   run_intra_stages(p, l2, in, b, saved_mode(options), stream, &q_used, &k_used);
 
   // The walk writes o and the final state; in saved mode also h and Delta for the backward.
-  kernels::state_output_fwd::Params wp;
-  wp.problem = p;
-  wp.q = q_used;
-  wp.k = k_used;
-  wp.w = b.w;
-  wp.u = b.u;
-  wp.gcum = b.gcum;
-  wp.h0 = ptr<float const>(args.initial_state);
+  auto wp = walk_params(p, b, q_used, k_used, args.initial_state);
   wp.o = ptr<bf16>(args.o);
   wp.ht = ptr<float>(args.final_state);
   wp.h = saved_mode(options) ? b.h : nullptr;
@@ -236,13 +245,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
     run_intra_stages(p, l2, in, b, true, stream, &q_used, &k_used);
     // The forward walk without o: h per chunk and Delta, the bits the saved mode keeps.
-    kernels::state_output_fwd::Params fp;
-    fp.problem = p;
-    fp.k = k_used;
-    fp.w = b.w;
-    fp.u = b.u;
-    fp.gcum = b.gcum;
-    fp.h0 = ptr<float const>(args.initial_state);
+    auto fp = walk_params(p, b, q_used, k_used, args.initial_state);
     fp.h = b.h;
     fp.v_new = b.v_new;
     check_cuda(kernels::state_output_fwd::launch(fp, stream), "state_output_fwd launch");
