@@ -1,10 +1,12 @@
-// What the two state walks (state_output_fwd, state_bwd) share: which (document, value head, V slice)
-// a CTA walks and in what order, and the span of its document.
+// What the two state walks (state_output_fwd, state_bwd) share: which (document, value head) a CTA
+// walks and in what order, the span of its document, and the [128 x 128] fp32 state that its two
+// warpgroups hold in wgmma accumulators (warpgroup g: rows 64 g .. 64 g + 63, 64 registers).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/problem.hpp"
+#include "kernels/common/wgmma.cuh"
 
 namespace cake::kernels {
 
@@ -61,6 +63,51 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   span.seq_len = p.seq_begin(w.n + 1) - span.begin;
   span.slot0 = p.slot_base(w.n);
   return span;
+}
+
+// A walk's state rows in registers: this warpgroup's 64 rows (from row0) of a [128 x 128] state.
+using StateRows = float[kHeadDim / 2];
+
+// rows <- the fp32 state at states + offset ([K, V] row-major), or zeros when states is nullptr.
+__device__ __forceinline__ void load_state_rows(StateRows& rows, int row0, float const* states,
+                                                int64_t offset) {
+  for_each_wgmma_pair<kHeadDim>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+    float2 const x = states != nullptr
+                         ? *reinterpret_cast<float2 const*>(states + offset + r * kHeadDim + c)
+                         : make_float2(0.f, 0.f);
+    c0 = x.x;
+    c1 = x.y;
+  });
+}
+
+// The fp32 state at states + offset <- rows.
+__device__ __forceinline__ void store_state_rows(StateRows& rows, int row0, float* states,
+                                                 int64_t offset) {
+  for_each_wgmma_pair<kHeadDim>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+    *reinterpret_cast<float2*>(states + offset + r * kHeadDim + c) = make_float2(c0, c1);
+  });
+}
+
+// blocked [128 x 128] shared tile <- bf16(rows): the state as a wgmma operand.
+__device__ __forceinline__ void share_state_rows(StateRows& rows, int row0,
+                                                 __nv_bfloat16* blocked) {
+  for_each_wgmma_pair<kHeadDim>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+    *reinterpret_cast<__nv_bfloat162*>(blocked + blocked_offset<kHeadDim>(r, c)) =
+        __floats2bfloat162_rn(c0, c1);
+  });
+}
+
+// dst ([K, V] row-major bf16, one chunk's slot) <- the blocked [128 x 128] shared tile, in
+// 16-byte vectors (one core-matrix row each) by all kThreads threads.
+template <int kThreads>
+__device__ __forceinline__ void copy_shared_state(__nv_bfloat16 const* blocked,
+                                                  __nv_bfloat16* dst) {
+  for (int idx = threadIdx.x; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
+    int const r = idx / (kHeadDim / 8);
+    int const c = (idx % (kHeadDim / 8)) * 8;
+    *reinterpret_cast<uint4*>(dst + r * kHeadDim + c) =
+        *reinterpret_cast<uint4 const*>(blocked + blocked_offset<kHeadDim>(r, c));
+  }
 }
 
 }  // namespace cake::kernels

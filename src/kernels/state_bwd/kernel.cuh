@@ -86,14 +86,8 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
 
   // This warpgroup's rows of dS': 64 group .. + 63, all 128 columns.
   int const row0 = 64 * group;
-  float ds[kHeadDim / 2];
-  for_each_wgmma_pair<kHeadDim>(row0, 0, ds, [&](int r, int c, float& c0, float& c1) {
-    float2 const x = p.dht != nullptr
-                         ? *reinterpret_cast<float2 const*>(p.dht + state_offset + r * kHeadDim + c)
-                         : make_float2(0.f, 0.f);
-    c0 = x.x;
-    c1 = x.y;
-  });
+  StateRows ds;
+  load_state_rows(ds, row0, p.dht, state_offset);
   int const col0 = kCols * group;  // this warpgroup's columns of dDelta
 
   int64_t const num_chunks = span.num_chunks();
@@ -107,10 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
 
     // dS' (gradient of this chunk's end state) -> bf16 operand. dsb's last readers (K dS' and the
     // dh copy of chunk j + 1) finished before that chunk's second barrier.
-    for_each_wgmma_pair<kHeadDim>(row0, 0, ds, [&](int r, int c, float& c0, float& c1) {
-      *reinterpret_cast<__nv_bfloat162*>(s.dsb + blocked_offset<kHeadDim>(r, c)) =
-          __floats2bfloat162_rn(c0, c1);
-    });
+    share_state_rows(ds, row0, s.dsb);
     cp_async_wait<0>();
     fence_proxy_async_shared();  // the tiles and dsb are read by wgmma (the async proxy)
     __syncthreads();  // chunk j's tiles and bf16(dS') visible; chunk j + 1's tiles free
@@ -123,14 +114,8 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
                                          0, col0, kds);
     wgmma_commit();
 
-    // bf16(dS') -> dh[slot] in 16-byte vectors (one core-matrix row each)
-    __nv_bfloat16* const dh_out = p.dh + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
-    for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
-      int const r = idx / (kHeadDim / 8);
-      int const c = (idx % (kHeadDim / 8)) * 8;
-      *reinterpret_cast<uint4*>(dh_out + r * kHeadDim + c) =
-          *reinterpret_cast<uint4 const*>(s.dsb + blocked_offset<kHeadDim>(r, c));
-    }
+    // bf16(dS') -> dh[slot]
+    copy_shared_state<kThreads>(s.dsb, p.dh + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim);
     // do_scaled <- bf16(scale e^{G_i} dO) (rows past the end are zero)
     for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
       int const r = idx / (kHeadDim / 2);
@@ -184,10 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
     wgmma_wait<0>();
   }
 
-  if (p.dh0 != nullptr)
-    for_each_wgmma_pair<kHeadDim>(row0, 0, ds, [&](int r, int c, float& c0, float& c1) {
-      *reinterpret_cast<float2*>(p.dh0 + state_offset + r * kHeadDim + c) = make_float2(c0, c1);
-    });
+  if (p.dh0 != nullptr) store_state_rows(ds, row0, p.dh0, state_offset);
 #endif
 }
 

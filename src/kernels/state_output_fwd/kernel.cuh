@@ -94,14 +94,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // This warpgroup's rows of the state: 64 group .. + 63, all 128 columns.
   int const row0 = 64 * group;
-  float state[kHeadDim / 2];
-  for_each_wgmma_pair<kHeadDim>(row0, 0, state, [&](int r, int c, float& c0, float& c1) {
-    float2 const x = p.h0 != nullptr
-                         ? *reinterpret_cast<float2 const*>(p.h0 + state_offset + r * kHeadDim + c)
-                         : make_float2(0.f, 0.f);
-    c0 = x.x;
-    c1 = x.y;
-  });
+  StateRows state;
+  load_state_rows(state, row0, p.h0, state_offset);
   int const col0 = kCols * group;  // this warpgroup's columns of Delta and O
   int const a_col0 = kACols * group;
 
@@ -114,25 +108,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // h (the chunk's start state) -> bf16 operand. hb's last readers (W h, Q h, the h copy of
     // chunk j - 1) finished before that chunk's second barrier.
-    for_each_wgmma_pair<kHeadDim>(row0, 0, state, [&](int r, int c, float& c0, float& c1) {
-      *reinterpret_cast<__nv_bfloat162*>(s.hb + blocked_offset<kHeadDim>(r, c)) =
-          __floats2bfloat162_rn(c0, c1);
-    });
+    share_state_rows(state, row0, s.hb);
     cp_async_wait<0>();
     fence_proxy_async_shared();  // the tiles and hb are read by wgmma (the async proxy)
     __syncthreads();  // chunk j's tiles and bf16(h) visible; chunk j - 1's tiles, delta, a free
     if (j + 1 < num_chunks)
       load_chunk<kWithO>(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv);
 
-    if (p.h != nullptr) {  // bf16(h) -> h[slot] in 16-byte vectors (one core-matrix row each)
-      __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
-      for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
-        int const r = idx / (kHeadDim / 8);
-        int const c = (idx % (kHeadDim / 8)) * 8;
-        *reinterpret_cast<uint4*>(h_out + r * kHeadDim + c) =
-            *reinterpret_cast<uint4 const*>(s.hb + blocked_offset<kHeadDim>(r, c));
-      }
-    }
+    if (p.h != nullptr)  // bf16(h) -> h[slot] (the backward's saved set)
+      copy_shared_state<kThreads>(s.hb,
+                                  p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim);
     float const g_last = t.gcum[len - 1];
 
     // W h, and with o Q h and Q K^T: one wgmma group
@@ -210,10 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  if (p.ht != nullptr)
-    for_each_wgmma_pair<kHeadDim>(row0, 0, state, [&](int r, int c, float& c0, float& c1) {
-      *reinterpret_cast<float2*>(p.ht + state_offset + r * kHeadDim + c) = make_float2(c0, c1);
-    });
+  if (p.ht != nullptr) store_state_rows(state, row0, p.ht, state_offset);
 #endif
 }
 
