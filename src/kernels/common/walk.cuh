@@ -47,9 +47,9 @@ __device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block
 
 // The document of one walk: its tokens and chunks.
 struct WalkSpan {
-  int64_t begin;         // first token
-  int64_t seq_len;       // tokens
-  int64_t slot0;         // slot of chunk 0 (per-chunk buffers)
+  int64_t begin;    // first token
+  int64_t seq_len;  // tokens
+  int64_t slot0;    // slot of chunk 0 (per-chunk buffers)
 
   __device__ __forceinline__ int64_t num_chunks() const { return (seq_len + kChunk - 1) / kChunk; }
   __device__ __forceinline__ int chunk_len(int64_t j) const {

@@ -83,9 +83,10 @@ struct MNMajorTile {
 
 // acc += A[m0 .. m0 + 63, 0 .. kKd) B[0 .. kKd, n0 .. n0 + kN) for this thread's warpgroup
 // (kN = 32, 64 or 128; acc in the layout of ptx.cuh's wgmma): issues kKd / 16 wgmma and returns
-// at once. Between wgmma_fence() (after the last other write of acc) and wgmma_commit() +
-// wgmma_wait<0>() the caller may issue several such products as one group. Shared-memory operands
-// written by this CTA need fence_proxy_async_shared() and a barrier before.
+// at once. A group of such products: fence_accumulators(acc) for each of its accumulators,
+// wgmma_fence(), the products, wgmma_commit(), wgmma_wait<0>(), fence_accumulators(acc) again;
+// nothing else touches the accumulators in between. Shared-memory operands written by this CTA
+// need fence_proxy_async_shared() and a barrier before.
 template <int kN, int kKd, class A, class B>
 __device__ __forceinline__ void warpgroup_mma_async(A const& a, B const& b, int m0, int n0,
                                                     float (&acc)[kN / 2]) {
@@ -106,10 +107,12 @@ __device__ __forceinline__ void warpgroup_mma_async(A const& a, B const& b, int 
 template <int kN, int kKd, class A, class B>
 __device__ __forceinline__ void warpgroup_mma(A const& a, B const& b, int m0, int n0,
                                               float (&acc)[kN / 2]) {
+  fence_accumulators(acc);
   wgmma_fence();
   warpgroup_mma_async<kN, kKd>(a, b, m0, n0, acc);
   wgmma_commit();
   wgmma_wait<0>();
+  fence_accumulators(acc);
 }
 
 // For each pair of adjacent accumulator elements of this thread, f(r, c, c_j, c_j+1) with (r, c)

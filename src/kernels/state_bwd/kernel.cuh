@@ -43,7 +43,7 @@ struct ChunkTiles {
 // About 193 KB: one CTA per SM.
 struct SharedStorage {
   ChunkTiles tiles[2];
-  __nv_bfloat16 dsb[kHeadDim * kHeadDim];    // [128 x 128] bf16(dS'), B of K dS'
+  __nv_bfloat16 dsb[kHeadDim * kHeadDim];      // [128 x 128] bf16(dS'), B of K dS'
   __nv_bfloat16 do_scaled[kChunk * kHeadDim];  // [64 x 128] bf16(scale e^G dO), B of Q^T (.)
   __nv_bfloat16 neg_dd[kChunk * kHeadDim];     // [64 x 128] bf16(-dDelta), B of W^T (.)
 };
@@ -55,12 +55,12 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   int const HV = p.problem.num_v_heads;
   int64_t const qk_stride = int64_t{H} * kHeadDim;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
-  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.q, p.q + (t0 * H + h) * kHeadDim,
-                                                      qk_stride, len);
+  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.q, p.q + (t0 * H + h) * kHeadDim, qk_stride,
+                                                      len);
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.w, p.w + (t0 * HV + hv) * kHeadDim,
                                                       v_stride, len);
-  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.k, p.k + (t0 * H + h) * kHeadDim,
-                                                      qk_stride, len);
+  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.k, p.k + (t0 * H + h) * kHeadDim, qk_stride,
+                                                      len);
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.dout, p.dout + (t0 * HV + hv) * kHeadDim,
                                                       v_stride, len);
   int const tid = threadIdx.x;
@@ -104,14 +104,15 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
     share_state_rows(ds, row0, s.dsb);
     cp_async_wait<0>();
     fence_proxy_async_shared();  // the tiles and dsb are read by wgmma (the async proxy)
-    __syncthreads();  // chunk j's tiles and bf16(dS') visible; chunk j + 1's tiles free
+    __syncthreads();             // chunk j's tiles and bf16(dS') visible; chunk j + 1's tiles free
     if (j > 0) load_chunk(s.tiles[(j - 1) % 2], p, t0 - kChunk, span.chunk_len(j - 1), h, hv);
 
     // K dS' on this warpgroup's columns, while the rest of the chunk's preparation runs
     float kds[kCols / 2] = {};
+    fence_accumulators(kds);
     wgmma_fence();
-    warpgroup_mma_async<kCols, kHeadDim>(KMajorTile<kHeadDim>{t.k}, MNMajorTile<kHeadDim>{s.dsb},
-                                         0, col0, kds);
+    warpgroup_mma_async<kCols, kHeadDim>(KMajorTile<kHeadDim>{t.k}, MNMajorTile<kHeadDim>{s.dsb}, 0,
+                                         col0, kds);
     wgmma_commit();
 
     // bf16(dS') -> dh[slot]
@@ -121,8 +122,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
       int const r = idx / (kHeadDim / 2);
       int const at = blocked_offset<kHeadDim>(r, (idx % (kHeadDim / 2)) * 2);
       float const qs = scale * __expf(t.gcum[r]);
-      float2 const f =
-          __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.dout + at));
+      float2 const f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.dout + at));
       *reinterpret_cast<__nv_bfloat162*>(s.do_scaled + at) =
           __floats2bfloat162_rn(qs * f.x, qs * f.y);
     }
@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
     });
     float const g_last = t.gcum[len - 1];
     wgmma_wait<0>();
+    fence_accumulators(kds);
 
     // dDelta = A^T dO + e^{G_last - G_i} (K dS') -> dv_new; neg_dd <- bf16(-dDelta)
     int k_at = 0;
@@ -160,6 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
       c0 *= gamma;
       c1 *= gamma;
     });
+    fence_accumulators(ds);
     wgmma_fence();
     warpgroup_mma_async<kHeadDim, kChunk>(MNMajorTile<kHeadDim>{t.q},
                                           MNMajorTile<kHeadDim>{s.do_scaled}, row0, 0, ds);
@@ -167,6 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
                                           MNMajorTile<kHeadDim>{s.neg_dd}, row0, 0, ds);
     wgmma_commit();
     wgmma_wait<0>();
+    fence_accumulators(ds);
   }
 
   if (p.dh0 != nullptr) store_state_rows(ds, row0, p.dh0, state_offset);

@@ -30,7 +30,7 @@
 
 namespace cake::kernels::state_output_fwd {
 
-inline constexpr int kThreads = 256;  // two warpgroups
+inline constexpr int kThreads = 256;        // two warpgroups
 inline constexpr int kCols = kHeadDim / 2;  // columns of Delta and O per warpgroup
 inline constexpr int kACols = kChunk / 2;   // columns of A per warpgroup
 
@@ -46,7 +46,7 @@ struct ChunkTiles {
 // About 185 KB: one CTA per SM.
 struct SharedStorage {
   ChunkTiles tiles[2];
-  __nv_bfloat16 hb[kHeadDim * kHeadDim];  // [128 x 128] bf16(h), B of W h and Q h
+  __nv_bfloat16 hb[kHeadDim * kHeadDim];   // [128 x 128] bf16(h), B of W h and Q h
   __nv_bfloat16 delta[kChunk * kHeadDim];  // [64 x 128] bf16(Delta), B of A Delta
   __nv_bfloat16 a[kChunk * kChunk];        // [64 x 64] bf16(A), A of A Delta
 };
@@ -62,8 +62,8 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   if constexpr (kWithO)
     load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.q, p.q + (t0 * H + h) * kHeadDim,
                                                         qk_stride, len);
-  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.k, p.k + (t0 * H + h) * kHeadDim,
-                                                      qk_stride, len);
+  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.k, p.k + (t0 * H + h) * kHeadDim, qk_stride,
+                                                      len);
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.w, p.w + (t0 * HV + hv) * kHeadDim,
                                                       v_stride, len);
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.u, p.u + (t0 * HV + hv) * kHeadDim,
@@ -116,30 +116,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_chunk<kWithO>(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv);
 
     if (p.h != nullptr)  // bf16(h) -> h[slot] (the backward's saved set)
-      copy_shared_state<kThreads>(s.hb,
-                                  p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim);
+      copy_shared_state<kThreads>(s.hb, p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim);
     float const g_last = t.gcum[len - 1];
 
     // W h, and with o Q h and Q K^T: one wgmma group
     float wh[kCols / 2] = {};
     float o_acc[kCols / 2] = {};
     float qk[kACols / 2] = {};
+    fence_accumulators(wh);
+    if constexpr (kWithO) {
+      fence_accumulators(o_acc);
+      fence_accumulators(qk);
+    }
     wgmma_fence();
     warpgroup_mma_async<kCols, kHeadDim>(KMajorTile<kHeadDim>{t.w}, MNMajorTile<kHeadDim>{s.hb}, 0,
                                          col0, wh);
     if constexpr (kWithO) {
-      warpgroup_mma_async<kCols, kHeadDim>(KMajorTile<kHeadDim>{t.q},
-                                           MNMajorTile<kHeadDim>{s.hb}, 0, col0, o_acc);
-      warpgroup_mma_async<kACols, kHeadDim>(KMajorTile<kHeadDim>{t.q},
-                                            KMajorTile<kHeadDim>{t.k}, 0, a_col0, qk);
+      warpgroup_mma_async<kCols, kHeadDim>(KMajorTile<kHeadDim>{t.q}, MNMajorTile<kHeadDim>{s.hb},
+                                           0, col0, o_acc);
+      warpgroup_mma_async<kACols, kHeadDim>(KMajorTile<kHeadDim>{t.q}, KMajorTile<kHeadDim>{t.k}, 0,
+                                            a_col0, qk);
     }
     wgmma_commit();
     wgmma_wait<0>();
+    fence_accumulators(wh);
+    if constexpr (kWithO) {
+      fence_accumulators(o_acc);
+      fence_accumulators(qk);
+    }
 
     // Delta = U - W h: delta <- bf16(Delta), t.u <- bf16(e^{G_last - G} Delta) in place (each
     // element by the thread that owns it in wh)
-    __nv_bfloat16* const v_new =
-        p.v_new != nullptr ? p.v_new + (t0 * HV + hv) * kHeadDim : nullptr;
+    __nv_bfloat16* const v_new = p.v_new != nullptr ? p.v_new + (t0 * HV + hv) * kHeadDim : nullptr;
     for_each_wgmma_pair<kCols>(0, col0, wh, [&](int i, int col, float& c0, float& c1) {
       int const at = blocked_offset<kHeadDim>(i, col);
       auto* const u2 = reinterpret_cast<__nv_bfloat162*>(t.u + at);
@@ -177,14 +185,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       c0 *= gamma;
       c1 *= gamma;
     });
+    fence_accumulators(state);
+    if constexpr (kWithO) fence_accumulators(o_acc);
     wgmma_fence();
     warpgroup_mma_async<kHeadDim, kChunk>(MNMajorTile<kHeadDim>{t.k}, MNMajorTile<kHeadDim>{t.u},
                                           row0, 0, state);
     if constexpr (kWithO)
-      warpgroup_mma_async<kCols, kChunk>(KMajorTile<kChunk>{s.a}, MNMajorTile<kHeadDim>{s.delta},
-                                         0, col0, o_acc);
+      warpgroup_mma_async<kCols, kChunk>(KMajorTile<kChunk>{s.a}, MNMajorTile<kHeadDim>{s.delta}, 0,
+                                         col0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
+    fence_accumulators(state);
+    if constexpr (kWithO) fence_accumulators(o_acc);
     if constexpr (kWithO) {
       __nv_bfloat16* const o = p.o + (t0 * HV + hv) * kHeadDim;
       for_each_wgmma_pair<kCols>(0, col0, o_acc, [&](int i, int col, float& c0, float& c1) {
