@@ -32,22 +32,36 @@ __device__ __forceinline__ int blocked_offset(int r, int c) {
   return ((r / 8) * (kCols / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8;
 }
 
+// Steps between blocked offsets: blocked_offset(r, c + 8) = blocked_offset(r, c) + kNext8Cols and
+// blocked_offset(r + 8, c) = blocked_offset(r, c) + kNext8Rows<kCols>. Written as such, offsets of
+// a loop over column blocks fold into the addresses (the compiler does not see through
+// (8 j + 2 q) / 8 and keeps one address register per block).
+inline constexpr int kNext8Cols = 64;
+template <int kCols>
+inline constexpr int kNext8Rows = kCols / 8 * 64;
+
 // dst (blocked, kRows x kCols) <- src[r * row_stride + c], rows at or past `valid` zero-filled;
 // 16-byte cp.async copies, all in flight. Asynchronous: cp_async_wait, fence_proxy_async_shared
-// (the wgmma reads through the async proxy), then a barrier.
+// (the wgmma reads through the async proxy), then a barrier. A thread copies the same columns of
+// rows r0, r0 + kStep, ...: its shared-memory offsets differ by constants (no address register
+// per copy).
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
                                                         __nv_bfloat16 const* src,
                                                         int64_t row_stride, int valid) {
   constexpr int kVecs = kCols / 8;
-  static_assert(kRows * kVecs % kThreads == 0, "the tile must split evenly over the threads");
+  constexpr int kStep = kThreads / kVecs;  // rows per round of copies
+  static_assert(kThreads % kVecs == 0 && kStep % 8 == 0 && kRows % kStep == 0,
+                "the tile must split into rounds of whole core-matrix rows");
+  int const r0 = threadIdx.x / kVecs;
+  int const c = threadIdx.x % kVecs * 8;
+  __nv_bfloat16* const d = dst + blocked_offset<kCols>(r0, c);
+  __nv_bfloat16 const* const s = src + r0 * row_stride + c;
 #pragma unroll
-  for (int it = 0; it < kRows * kVecs / kThreads; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 8;
-    bool const ok = r < valid;
-    cp_async_16(dst + blocked_offset<kCols>(r, c), src + (ok ? r * row_stride + c : 0), ok);
+  for (int it = 0; it < kRows / kStep; ++it) {
+    bool const ok = r0 + it * kStep < valid;
+    cp_async_16(d + it * (kStep / 8) * kNext8Rows<kCols>, ok ? s + it * kStep * row_stride : src,
+                ok);
   }
 }
 
