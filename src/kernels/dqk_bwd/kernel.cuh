@@ -213,6 +213,9 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
     float qk[kACols / 2] = {};
     float sd[kACols / 2] = {};
     float dw[kWCols / 2] = {};
+    fence_accumulators(qk);
+    fence_accumulators(sd);
+    fence_accumulators(dw);
     wgmma_fence();
     warpgroup_mma_async<kACols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k}, 0,
                                           a_col0, qk);
@@ -223,6 +226,8 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
                                           0, w_col0, dw);
     wgmma_commit();
     wgmma_wait<1>();
+    fence_accumulators(qk);
+    fence_accumulators(sd);
 
     // While dW runs: dA = causal(scale (dO Delta^T) e^{G_i - G_j}) -> da, dat (bf16), and
     // P = dA (Q K^T) (i > j, fp32 dA) summed per row (this warpgroup's 32 columns: the quad, then
@@ -284,6 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
       s.p_row_parts[wg][r_lo + 8] = p_hi;
     }
     wgmma_wait<0>();
+    fence_accumulators(dw);
 
     // dW = -dDelta h^T -> dw (bf16 [BT, HV, K])
     __nv_bfloat16* const dw_out = p.dw + (c.t0 * HV + hv) * kHeadDim;
@@ -295,6 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
 
     // dq^inter = dO h^T (warpgroup 0) or dk^inter = Delta dS'^T (1), all 128 columns
     float inter[kHeadDim / 2] = {};
+    fence_accumulators(inter);
     wgmma_fence();
     warpgroup_mma_async<kHeadDim, kHeadDim>(inter_a, inter_b, 0, 0, inter);
     wgmma_commit();
@@ -308,6 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
       if (lane == 0) s.h_dh[warp] = part;  // summed in warp order in dG
     }
     wgmma_wait<0>();
+    fence_accumulators(inter);
 
     // acc += row scale x inter (scale e^{G_i} for dq, e^{G_last - G_i} for dk), and the row sums
     // <x_i, row scale x inter_i> (the quad's lanes hold a whole row)
@@ -348,6 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
 
     if (gi + 1 < group) load_value_head(hv + 1);
     // acc += dA K (warpgroup 0) or dA^T Q (1)
+    fence_accumulators(acc);
     wgmma_fence();
     warpgroup_mma_async<kHeadDim, kChunk>(intra_a, intra_b, 0, 0, acc);
     wgmma_commit();
@@ -366,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
       p.dg_part[(c.t0 + tid) * HV + hv] = dg;
     }
     wgmma_wait<0>();
+    fence_accumulators(acc);
 
     if (gi + 1 < group) {
       cp_async_wait<0>();
