@@ -374,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
       }
       p.dg_part[(c.t0 + tid) * HV + hv] = dg;
     }
+    __syncwarp();  // wgmma.wait_group is .aligned: the warp reconverged after the rows' branch
     wgmma_wait<0>();
     fence_accumulators(acc);
 
