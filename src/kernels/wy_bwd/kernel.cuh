@@ -1,5 +1,5 @@
 // WY-representation backward (B7 of fla_reference.md §2.5, plus the gate's reverse cumsum):
-// one CTA per (chunk, value head). With X = diag(beta) (K e^G), Y = diag(beta) V, W = T X, U = T Y:
+// one CTA per (chunk, value head), the value heads fastest (below). With X = diag(beta) (K e^G), Y = diag(beta) V, W = T X, U = T Y:
 //   dT   = dW X^T + dU Y^T                       [64 x 64]
 //   dX   = T^T dW,  dY = T^T dU                  [64 x 128]
 //   dv   = beta dY
@@ -126,10 +126,13 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-  ChunkRef c;
-  if (!find_chunk(p.problem, blockIdx.x, c)) return;
-  int const hv = blockIdx.y;
+  // blockIdx.x = slot HV + hv: the value heads of a chunk run together, so the G value heads of a
+  // q/k head read K once from DRAM (then L2), and neighbouring CTAs read neighbouring rows of the
+  // [BT, HV, .] tensors.
   int const HV = p.problem.num_v_heads;
+  int const hv = static_cast<int>(blockIdx.x % HV);
+  ChunkRef c;
+  if (!find_chunk(p.problem, blockIdx.x / HV, c)) return;
   int const H = p.problem.num_qk_heads;
   int const h = hv / p.problem.group_size();
   int const len = c.len;
