@@ -1,5 +1,6 @@
 // WY-representation backward (B7 of fla_reference.md §2.5, plus the gate's reverse cumsum):
-// one CTA per (chunk, value head), the value heads fastest (below). With X = diag(beta) (K e^G), Y = diag(beta) V, W = T X, U = T Y:
+// one CTA per (chunk, value head), the value heads fastest (below). With X = diag(beta) (K e^G),
+// Y = diag(beta) V, W = T X, U = T Y:
 //   dT   = dW X^T + dU Y^T                       [64 x 64]
 //   dX   = T^T dW,  dY = T^T dU                  [64 x 128]
 //   dv   = beta dY
@@ -152,8 +153,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(s.k, p.k + (c.t0 * H + h) * kHeadDim,
                                                       int64_t{H} * kHeadDim, len);
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(s.v, p.v + row0 * kHeadDim, v_stride, len);
-  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(s.dw, p.dw + row0 * kHeadDim, v_stride,
-                                                      len);
+  load_tile_blocked_async<kChunk, kHeadDim, kThreads>(s.dw, p.dw + row0 * kHeadDim, v_stride, len);
   cp_async_commit();
   F32Tile<kChunk, kHeadDim> du;
   F32Tile<kChunk, kChunk> t;
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
     for (int jb = 0; jb < kVCols / 8; ++jb) {
       float2 const vl =
           __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(v_lo + kNext8Cols * jb));
-      float2 const vh = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(
-          v_lo + kNext8Rows<kHeadDim> + kNext8Cols * jb));
+      float2 const vh = __bfloat1622float2(
+          *reinterpret_cast<__nv_bfloat162 const*>(v_lo + kNext8Rows<kHeadDim> + kNext8Cols * jb));
       float const* const y = &dy[4 * jb];
       dot_lo += y[0] * vl.x + y[1] * vl.y;
       dot_hi += y[2] * vh.x + y[3] * vh.y;
@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
       __nv_bfloat16 const s01 = __float2bfloat16_rn(b_lo * m01);
       __nv_bfloat16 const s10 = __float2bfloat16_rn(b_hi * m10);
       __nv_bfloat16 const s11 = __float2bfloat16_rn(b_hi * m11);
-      __nv_bfloat16* const direct = s.sym + sym_at + kNext8Cols * jb;  // (r_lo, j)
+      __nv_bfloat16* const direct = s.sym + sym_at + kNext8Cols * jb;           // (r_lo, j)
       __nv_bfloat16* const mirror = s.sym + symt_at + kNext8Rows<kChunk> * jb;  // (j, r_lo)
       if (r_lo >= j) direct[0] = s00;
       if (r_lo >= j + 1) direct[1] = s01;
@@ -384,8 +384,8 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
     for (int jb = 0; jb < kVCols / 8; ++jb) {
       float2 const kl =
           __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(k_lo + kNext8Cols * jb));
-      float2 const kh = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(
-          k_lo + kNext8Rows<kHeadDim> + kNext8Cols * jb));
+      float2 const kh = __bfloat1622float2(
+          *reinterpret_cast<__nv_bfloat162 const*>(k_lo + kNext8Rows<kHeadDim> + kNext8Cols * jb));
       float const* const x = &dx[4 * jb];
       dot_lo += x[0] * kl.x + x[1] * kl.y;
       dot_hi += x[2] * kh.x + x[3] * kh.y;
