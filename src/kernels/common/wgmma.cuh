@@ -144,4 +144,11 @@ __device__ __forceinline__ void for_each_wgmma_pair(int m0, int n0, float (&acc)
   }
 }
 
+// The sum over the 4 lanes of a quad (the lanes that hold one accumulator row in
+// for_each_wgmma_pair's layout), in a fixed order: the row sums of a product.
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 }  // namespace cake::kernels

@@ -96,12 +96,6 @@ inline constexpr int kStagedRounds = kChunk / 8;
 __device__ __forceinline__ int staged_row0() { return threadIdx.x % 8; }
 __device__ __forceinline__ int staged_col() { return threadIdx.x / 8 * 4; }
 
-// The sum over the 4 lanes of a quad (the lanes that hold one accumulator row), in a fixed order.
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // <a, b> over 8 bf16 pairs (16 bytes each), in element order.
 __device__ __forceinline__ float dot8(uint4 const& a, uint4 const& b) {
   uint32_t const aw[4] = {a.x, a.y, a.z, a.w};

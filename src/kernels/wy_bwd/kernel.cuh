@@ -117,12 +117,6 @@ struct F32Tile {
   }
 };
 
-// The sum over the 4 lanes of a quad (the lanes that hold one accumulator row), in a fixed order.
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem_raw[];
