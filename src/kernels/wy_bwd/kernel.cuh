@@ -101,12 +101,12 @@ struct F32Tile {
   __device__ __forceinline__ static int col() { return threadIdx.x / 8 % kVecs * 4; }
 
   __device__ __forceinline__ void load(float const* src, int64_t row_stride, int valid) {
-    float const* const from = src + row0() * row_stride + col();
 #pragma unroll
-    for (int it = 0; it < kRounds; ++it)
-      x[it] = row0() + kStep * it < valid
-                  ? *reinterpret_cast<float4 const*>(from + kStep * it * row_stride)
-                  : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int it = 0; it < kRounds; ++it) {
+      int const r = row0() + kStep * it;  // addresses formed only for rows in the tensor
+      x[it] = r < valid ? *reinterpret_cast<float4 const*>(src + r * row_stride + col())
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
   __device__ __forceinline__ void store_bf16(__nv_bfloat16* dst) const {
     __nv_bfloat16* const to = dst + blocked_offset<kCols>(row0(), col());
