@@ -9,7 +9,7 @@
 // forms those 32 columns of A), 64 of A^T dO. So both issue the same instructions on different
 // columns. Why wgmma: with mma.sync each warp read its operands from shared memory per warp tile
 // (ldmatrix, ~190 KB per CTA for 2 MFLOP); wgmma reads them once per warpgroup (~80 KB per CTA),
-// which leaves DRAM as the bound (below).
+// which leaves DRAM as the bound (~60 KB per CTA at G = 3, below).
 // Operand majors, from how each tile is stored (rows = tokens, as in global memory):
 //   S = Q K^T:     Q K-major A, K K-major B
 //   A^T dO:        A M-major A (its rows i are the reduction), dO N-major B
@@ -18,8 +18,9 @@
 //   {S}; the exponentials and bf16(A) in registers; B1 (both warpgroups done reading Q);
 //   A -> a (aliasing q), while dO lands; B2
 //   {A^T dO}; dDelta_a out (rows < len).
-// Grid: (slot, value head). DRAM per (chunk, value head): Q, K 32 KB and dO 16 KB in, dDelta_a
-// 32 KB out.
+// Grid: 1-D, blockIdx.x = slot HV + hv: the G value heads of a q/k head run together and read Q
+// and K once from DRAM (then L2), and neighbouring CTAs write neighbouring rows of the [BT, HV, V]
+// output. DRAM per (chunk, value head): dO 16 KB in, dDelta_a 32 KB out, (Q, K) 32 KB / G.
 // Rounding as before the port: A rounded once to bf16 from fp32 scale S_ij e^{G_i - G_j}; G rows
 // past the end repeat the last token's, so no exponent there is large (Q, K rows there are zero,
 // so A is zero there).
@@ -54,10 +55,10 @@ __global__ void __launch_bounds__(kThreads, 4)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-  ChunkRef c;
-  if (!find_chunk(p.problem, blockIdx.x, c)) return;
-  int const hv = blockIdx.y;
   int const HV = p.problem.num_v_heads;
+  int const hv = static_cast<int>(blockIdx.x % HV);
+  ChunkRef c;
+  if (!find_chunk(p.problem, blockIdx.x / HV, c)) return;
   int const H = p.problem.num_qk_heads;
   int const h = hv / p.problem.group_size();
   int const len = c.len;
