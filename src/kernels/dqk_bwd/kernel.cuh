@@ -265,12 +265,8 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
       float const p11 = r_lo + 8 > j + 1 ? da11 * qv[3] : 0.f;
       p_lo += p00 + p01;
       p_hi += p10 + p11;
-      float col0 = p00 + p10;
-      float col1 = p01 + p11;
-      for (int d = 4; d < 32; d *= 2) {
-        col0 += __shfl_xor_sync(0xffffffffu, col0, d);
-        col1 += __shfl_xor_sync(0xffffffffu, col1, d);
-      }
+      float const col0 = column_sum(p00 + p10);
+      float const col1 = column_sum(p01 + p11);
       if (lane < 4) {
         s.p_col_parts[warp % 4][j] = col0;
         s.p_col_parts[warp % 4][j + 1] = col1;

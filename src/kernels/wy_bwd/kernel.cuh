@@ -228,21 +228,10 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
   {
     float const b_lo = s.beta[r_lo];
     float const b_hi = s.beta[r_hi];
-    __nv_bfloat16 const* const v_lo = s.v + blocked_offset<kHeadDim>(r_lo, v_col0 + q2);
-    float dot_lo = 0.f;
-    float dot_hi = 0.f;
-#pragma unroll
-    for (int jb = 0; jb < kVCols / 8; ++jb) {
-      float2 const vl =
-          __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(v_lo + kNext8Cols * jb));
-      float2 const vh = __bfloat1622float2(
-          *reinterpret_cast<__nv_bfloat162 const*>(v_lo + kNext8Rows<kHeadDim> + kNext8Cols * jb));
-      float const* const y = &dy[4 * jb];
-      dot_lo += y[0] * vl.x + y[1] * vl.y;
-      dot_hi += y[2] * vh.x + y[3] * vh.y;
-    }
-    dot_lo = quad_sum(dot_lo);
-    dot_hi = quad_sum(dot_hi);
+    float2 const dot = row_dot_shares<kVCols, kHeadDim>(
+        dy, s.v + blocked_offset<kHeadDim>(r_lo, v_col0 + q2));
+    float const dot_lo = quad_sum(dot.x);
+    float const dot_hi = quad_sum(dot.y);
     if (lane % 4 == 0) {
       s.y_dot[wg][r_lo] = dot_lo;
       s.y_dot[wg][r_hi] = dot_hi;
@@ -332,12 +321,8 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
       float const r11 = m11 * a[3];
       row_lo += r00 + r01;
       row_hi += r10 + r11;
-      float col0 = b_lo * r00 + b_hi * r10;
-      float col1 = b_lo * r01 + b_hi * r11;
-      for (int d = 4; d < 32; d *= 2) {
-        col0 += __shfl_xor_sync(0xffffffffu, col0, d);
-        col1 += __shfl_xor_sync(0xffffffffu, col1, d);
-      }
+      float const col0 = column_sum(b_lo * r00 + b_hi * r10);
+      float const col1 = column_sum(b_lo * r01 + b_hi * r11);
       if (lane < 4) {
         s.r_col[warp % 4][j] = col0;
         s.r_col[warp % 4][j + 1] = col1;
@@ -371,23 +356,12 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
   // e^{G_i} <dX_i, k_i> over this warpgroup's 64 columns (the quad, then slot wg); then
   // dX *= beta_i e^{G_i}, dk^WY's first term
   {
-    __nv_bfloat16 const* const k_lo = s.k + blocked_offset<kHeadDim>(r_lo, v_col0 + q2);
-    float dot_lo = 0.f;
-    float dot_hi = 0.f;
-#pragma unroll
-    for (int jb = 0; jb < kVCols / 8; ++jb) {
-      float2 const kl =
-          __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(k_lo + kNext8Cols * jb));
-      float2 const kh = __bfloat1622float2(
-          *reinterpret_cast<__nv_bfloat162 const*>(k_lo + kNext8Rows<kHeadDim> + kNext8Cols * jb));
-      float const* const x = &dx[4 * jb];
-      dot_lo += x[0] * kl.x + x[1] * kl.y;
-      dot_hi += x[2] * kh.x + x[3] * kh.y;
-    }
+    float2 const dot = row_dot_shares<kVCols, kHeadDim>(
+        dx, s.k + blocked_offset<kHeadDim>(r_lo, v_col0 + q2));
     float const e_lo = s.eg[r_lo];
     float const e_hi = s.eg[r_hi];
-    dot_lo = e_lo * quad_sum(dot_lo);
-    dot_hi = e_hi * quad_sum(dot_hi);
+    float const dot_lo = e_lo * quad_sum(dot.x);
+    float const dot_hi = e_hi * quad_sum(dot.y);
     if (lane % 4 == 0) {
       s.x_dot[wg][r_lo] = dot_lo;
       s.x_dot[wg][r_hi] = dot_hi;
