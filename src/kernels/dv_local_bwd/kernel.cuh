@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   fence_accumulators(qk);
 
   // A_ij = scale S_ij e^{G_i - G_j} for i >= j, else 0, as bf16 pairs (r_lo, j..j + 1) and
-  // (r_hi, j..j + 1) of column block jb. The exponentials of both triangles, then a select: no
-  // branches (above the diagonal they may overflow to inf, which the select drops).
+  // (r_hi, j..j + 1) of column block jb. Above the diagonal the exponential may overflow to inf:
+  // the mask's select (or the branch the compiler makes of it) keeps it out of A.
   uint32_t a_lo[kSCols / 8];
   uint32_t a_hi[kSCols / 8];
 #pragma unroll
