@@ -65,6 +65,16 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   return span;
 }
 
+// dst[r] <- G of token t0 + r of value head hv (gcum [BT, HV]) for the chunk's 64 rows, by threads
+// 0..63 (cp.async, committed with the caller's tiles); rows past the chunk's end repeat G of its
+// last token, so that no exponent formed from them is large.
+__device__ __forceinline__ void load_gcum_async(float* dst, float const* gcum, int64_t t0, int len,
+                                                int HV, int hv) {
+  int const tid = threadIdx.x;
+  if (tid < kChunk)
+    cp_async_4(&dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
+}
+
 // The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols
 // columns, in the mma accumulator layout (gemm.cuh), so that a warp product accumulates onto it.
 template <int kCols>
