@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "abi_testing.hpp"
 #include "cake/cake.h"
 #include "core/tensor.hpp"
 
@@ -66,13 +67,7 @@ struct Problem {
     fwd.o = view(o.data(), cakeFloat64, {B, T, HV, V});
     fwd.final_state = view(ht.data(), cakeFloat64, {N, HV, K, V});
 
-    bwd.q = fwd.q;
-    bwd.k = fwd.k;
-    bwd.v = fwd.v;
-    bwd.g = fwd.g;
-    bwd.beta = fwd.beta;
-    bwd.initial_state = fwd.initial_state;
-    bwd.cu_seqlens = fwd.cu_seqlens;
+    bwd = cake::testing::backward_inputs(fwd);
     bwd.dout = view(dout.data(), cakeFloat64, {B, T, HV, V});
     bwd.dht = view(dht.data(), cakeFloat64, {N, HV, K, V});
     bwd.dq = view(dq.data(), cakeFloat64, {B, T, H, K});
@@ -621,12 +616,7 @@ struct CudaShapes {
     for (auto* t : {&fwd.q, &fwd.k, &fwd.v, &fwd.g, &fwd.beta, &fwd.cu_seqlens, &fwd.o}) {
       t->device_type = cakeCUDA;
     }
-    bwd.q = fwd.q;
-    bwd.k = fwd.k;
-    bwd.v = fwd.v;
-    bwd.g = fwd.g;
-    bwd.beta = fwd.beta;
-    bwd.cu_seqlens = fwd.cu_seqlens;
+    bwd = cake::testing::backward_inputs(fwd);
     bwd.dout = fwd.v;
     bwd.dv = fwd.v;
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cake/cake.h"
+#include "abi_testing.hpp"
 #include "core/tensor.hpp"
 #include "cuda/wgmma_check.hpp"
 
@@ -319,14 +320,7 @@ struct Problem {
   cakeBackwardArgs_t backward_args(bool on_device, std::vector<std::vector<double>>& cpu_out) {
     std::vector<std::vector<double>> unused;
     cakeForwardArgs_t const f = forward_args(on_device, unused);
-    cakeBackwardArgs_t a{};
-    a.q = f.q;
-    a.k = f.k;
-    a.v = f.v;
-    a.g = f.g;
-    a.beta = f.beta;
-    a.initial_state = f.initial_state;
-    a.cu_seqlens = f.cu_seqlens;
+    cakeBackwardArgs_t a = cake::testing::backward_inputs(f);
     a.dout = dout.view(on_device, dout.host.data());
     a.dht = c.with_state ? dht.view(on_device, dht.host.data()) : absent();
     Tensor* outs[] = {&dq, &dk, &dv, &dg, &dbeta, &dh0};

@@ -65,6 +65,16 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   return span;
 }
 
+// dst[r] <- G of token t0 + r of value head hv (gcum [BT, HV]) for the chunk's 64 rows, by threads
+// 0..63 (cp.async, committed with the caller's tiles); rows past the chunk's end repeat G of its
+// last token, so that no exponent formed from them is large.
+__device__ __forceinline__ void load_gcum_async(float* dst, float const* gcum, int64_t t0, int len,
+                                                int HV, int hv) {
+  int const tid = threadIdx.x;
+  if (tid < kChunk)
+    cp_async_4(&dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
+}
+
 // A walk's state rows in registers: this warpgroup's 64 rows (from row0) of a [128 x 128] state.
 using StateRows = float[kHeadDim / 2];
 

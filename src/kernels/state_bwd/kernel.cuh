@@ -63,9 +63,7 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
                                                       len);
   load_tile_blocked_async<kChunk, kHeadDim, kThreads>(t.dout, p.dout + (t0 * HV + hv) * kHeadDim,
                                                       v_stride, len);
-  int const tid = threadIdx.x;
-  if (tid < kChunk)  // rows past the end repeat G of the last token
-    cp_async_4(&t.gcum[tid], p.gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
+  load_gcum_async(t.gcum, p.gcum, t0, len, HV, hv);
   cp_async_commit();
 }
 
