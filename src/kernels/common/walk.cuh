@@ -108,13 +108,15 @@ __device__ __forceinline__ void share_state_rows(StateRows& rows, int row0,
 }
 
 // dst ([K, V] row-major bf16, one chunk's slot) <- the blocked [128 x 128] shared tile, in
-// 16-byte vectors (one core-matrix row each) by all kThreads threads.
+// 16-byte vectors (one core-matrix row each) by all kThreads threads. Lanes 8 b .. 8 b + 7 read
+// the 8 rows of one core matrix (contiguous, no bank conflicts), as load_tile_blocked_async.
 template <int kThreads>
 __device__ __forceinline__ void copy_shared_state(__nv_bfloat16 const* blocked,
                                                   __nv_bfloat16* dst) {
-  for (int idx = threadIdx.x; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
-    int const r = idx / (kHeadDim / 8);
-    int const c = (idx % (kHeadDim / 8)) * 8;
+  constexpr int kVecs = kHeadDim / 8;
+  for (int idx = threadIdx.x; idx < kHeadDim * kVecs; idx += kThreads) {
+    int const r = idx / (8 * kVecs) * 8 + idx % 8;
+    int const c = idx / 8 % kVecs * 8;
     *reinterpret_cast<uint4*>(dst + r * kHeadDim + c) =
         *reinterpret_cast<uint4 const*>(blocked + blocked_offset<kHeadDim>(r, c));
   }

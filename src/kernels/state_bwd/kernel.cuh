@@ -116,9 +116,11 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
     // bf16(dS') -> dh[slot]
     copy_shared_state<kThreads>(s.dsb, p.dh + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim);
     // do_scaled <- bf16(scale e^{G_i} dO) (rows past the end are zero)
+    // (in blocked order, so that a warp's 128 bytes are contiguous: row r of element `at` is
+    // 8 x its core matrix's row block + its row within the core matrix)
     for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
-      int const r = idx / (kHeadDim / 2);
-      int const at = blocked_offset<kHeadDim>(r, (idx % (kHeadDim / 2)) * 2);
+      int const at = 2 * idx;
+      int const r = at / kNext8Rows<kHeadDim> * 8 + at % 64 / 8;
       float const qs = scale * __expf(t.gcum[r]);
       float2 const f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.dout + at));
       *reinterpret_cast<__nv_bfloat162*>(s.do_scaled + at) =
