@@ -1,12 +1,12 @@
-// What the two state walks (state_output_fwd, state_bwd) share: which (document, value head) a CTA
-// walks and in what order, the span of its document, and the [128 x 128] fp32 state that its two
-// warpgroups hold in wgmma accumulators (warpgroup g: rows 64 g .. 64 g + 63, 64 registers).
+// What the two state walks (state_fwd, state_bwd) share: which (document, value head, V slice)
+// a CTA walks and in what order, the span of its document, and the rows of the fp32 state slice
+// that each warp keeps in registers across the walk.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/common/gemm.cuh"
 #include "kernels/common/problem.hpp"
-#include "kernels/common/wgmma.cuh"
 
 namespace cake::kernels {
 
@@ -47,9 +47,9 @@ __device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block
 
 // The document of one walk: its tokens and chunks.
 struct WalkSpan {
-  int64_t begin;    // first token
-  int64_t seq_len;  // tokens
-  int64_t slot0;    // slot of chunk 0 (per-chunk buffers)
+  int64_t begin;         // first token
+  int64_t seq_len;       // tokens
+  int64_t slot0;         // slot of chunk 0 (per-chunk buffers)
 
   __device__ __forceinline__ int64_t num_chunks() const { return (seq_len + kChunk - 1) / kChunk; }
   __device__ __forceinline__ int chunk_len(int64_t j) const {
@@ -75,13 +75,17 @@ __device__ __forceinline__ void load_gcum_async(float* dst, float const* gcum, i
     cp_async_4(&dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
 }
 
-// A walk's state rows in registers: this warpgroup's 64 rows (from row0) of a [128 x 128] state.
-using StateRows = float[kHeadDim / 2];
+// The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols
+// columns, in the mma accumulator layout (gemm.cuh), so that a warp product accumulates onto it.
+template <int kCols>
+using StateRows = float[1][kCols / 8][4];
 
-// rows <- the fp32 state at states + offset ([K, V] row-major), or zeros when states is nullptr.
-__device__ __forceinline__ void load_state_rows(StateRows& rows, int row0, float const* states,
-                                                int64_t offset) {
-  for_each_wgmma_pair<kHeadDim>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+// rows <- the fp32 [K, V] state slice at states + offset (element (0, 0) of the slice), or zeros
+// when states is nullptr; row0 = 16 x this warp's index.
+template <int kCols>
+__device__ __forceinline__ void load_state_rows(StateRows<kCols>& rows, int row0,
+                                                float const* states, int64_t offset) {
+  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
     float2 const x = states != nullptr
                          ? *reinterpret_cast<float2 const*>(states + offset + r * kHeadDim + c)
                          : make_float2(0.f, 0.f);
@@ -90,36 +94,13 @@ __device__ __forceinline__ void load_state_rows(StateRows& rows, int row0, float
   });
 }
 
-// The fp32 state at states + offset <- rows.
-__device__ __forceinline__ void store_state_rows(StateRows& rows, int row0, float* states,
+// The fp32 [K, V] state slice at states + offset <- rows.
+template <int kCols>
+__device__ __forceinline__ void store_state_rows(StateRows<kCols>& rows, int row0, float* states,
                                                  int64_t offset) {
-  for_each_wgmma_pair<kHeadDim>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
+  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
     *reinterpret_cast<float2*>(states + offset + r * kHeadDim + c) = make_float2(c0, c1);
   });
-}
-
-// blocked [128 x 128] shared tile <- bf16(rows): the state as a wgmma operand.
-__device__ __forceinline__ void share_state_rows(StateRows& rows, int row0,
-                                                 __nv_bfloat16* blocked) {
-  for_each_wgmma_pair<kHeadDim>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
-    *reinterpret_cast<__nv_bfloat162*>(blocked + blocked_offset<kHeadDim>(r, c)) =
-        __floats2bfloat162_rn(c0, c1);
-  });
-}
-
-// dst ([K, V] row-major bf16, one chunk's slot) <- the blocked [128 x 128] shared tile, in
-// 16-byte vectors (one core-matrix row each) by all kThreads threads. Lanes 8 b .. 8 b + 7 read
-// the 8 rows of one core matrix (contiguous, no bank conflicts), as load_tile_blocked_async.
-template <int kThreads>
-__device__ __forceinline__ void copy_shared_state(__nv_bfloat16 const* blocked,
-                                                  __nv_bfloat16* dst) {
-  constexpr int kVecs = kHeadDim / 8;
-  for (int idx = threadIdx.x; idx < kHeadDim * kVecs; idx += kThreads) {
-    int const r = idx / (8 * kVecs) * 8 + idx % 8;
-    int const c = idx / 8 % kVecs * 8;
-    *reinterpret_cast<uint4*>(dst + r * kHeadDim + c) =
-        *reinterpret_cast<uint4 const*>(blocked + blocked_offset<kHeadDim>(r, c));
-  }
 }
 
 }  // namespace cake::kernels

@@ -8,9 +8,9 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   cudaError_t err =
       cudaFuncSetAttribute(state_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  // 1-D: walk_of_block maps each block to its (document, value head); all V columns per CTA
-  dim3 const grid(
-      static_cast<unsigned>(int64_t{params.problem.num_seqs} * params.problem.num_v_heads));
+  // 1-D: walk_of_block maps each block to its (document, value head, slice)
+  dim3 const grid(static_cast<unsigned>(int64_t{params.problem.num_seqs} *
+                                        params.problem.num_v_heads * (kHeadDim / kSliceV)));
   state_bwd_kernel<<<grid, kThreads, smem, stream>>>(params);
   return cudaGetLastError();
 }

@@ -3,22 +3,16 @@
 
 namespace cake::kernels::state_output_fwd {
 
-template <bool kWithO>
-cudaError_t launch_walk(Params const& params, cudaStream_t stream) {
+cudaError_t launch(Params const& params, cudaStream_t stream) {
   int const smem = sizeof(SharedStorage);
-  cudaError_t err = cudaFuncSetAttribute(state_output_fwd_kernel<kWithO>,
+  cudaError_t err = cudaFuncSetAttribute(state_output_fwd_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   // 1-D: walk_of_block maps each block to its (document, value head); one slice of all V columns
   dim3 const grid(
       static_cast<unsigned>(int64_t{params.problem.num_seqs} * params.problem.num_v_heads));
-  state_output_fwd_kernel<kWithO><<<grid, kThreads, smem, stream>>>(params);
+  state_output_fwd_kernel<<<grid, kThreads, smem, stream>>>(params);
   return cudaGetLastError();
-}
-
-cudaError_t launch(Params const& params, cudaStream_t stream) {
-  return params.o != nullptr ? launch_walk<true>(params, stream)
-                             : launch_walk<false>(params, stream);
 }
 
 }  // namespace cake::kernels::state_output_fwd

@@ -3,15 +3,15 @@
 // Forward:  [qk_norm] -> intra_fwd (G, T, W, U) -> state_output_fwd (o and the final state, one
 //           walk; in saved mode also h per chunk and Delta)
 // Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
-//           recompute [qk_norm] -> intra_fwd -> state_output_fwd without o (h, Delta), then
+//           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
 //           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
 //           dk partial per q/k head, dW, dG partial) -> wy_bwd (dk's WY terms per value head, dv,
 //           dbeta, dg) -> qk_grad (dk's value-head sum, L2-norm backward).
 // Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
-// intra_fwd (+ T) -> the walk into its workspace; in saved mode the forward writes the saved set
+// intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward writes the saved set
 // (intra_fwd also stores T, the walk h and Delta) into the caller's saved buffer and the backward
-// reads it from there. The same kernels compute h and Delta either way (with or without o, by the
-// same operations), so the modes agree bitwise.
+// reads it from there. state_fwd and state_output_fwd compute h and Delta with the same operations
+// in the same order, so the modes agree bitwise.
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
@@ -24,6 +24,7 @@
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
 #include "kernels/state_bwd/launch.hpp"
+#include "kernels/state_fwd/launch.hpp"
 #include "kernels/state_output_fwd/launch.hpp"
 #include "kernels/wy_bwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
@@ -126,22 +127,6 @@ void run_intra_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const&
   check_cuda(kernels::intra_fwd::launch(ip, stream), "intra_fwd launch");
 }
 
-// The forward walk's inputs (from the intra stages and the initial state); the caller names what
-// it writes: o and the final state (forward), h per chunk and Delta (saved set, recompute).
-kernels::state_output_fwd::Params walk_params(Problem const& p, ops::cuda::GdnBuffers const& b,
-                                              bf16 const* q_used, bf16 const* k_used,
-                                              cakeTensor_t const& initial_state) {
-  kernels::state_output_fwd::Params wp;
-  wp.problem = p;
-  wp.q = q_used;
-  wp.k = k_used;
-  wp.w = b.w;
-  wp.u = b.u;
-  wp.gcum = b.gcum;
-  wp.h0 = ptr<float const>(initial_state);
-  return wp;
-}
-
 using cuda::Pass;
 
 bool saved_mode(cakeOptions_t const& options) {
@@ -206,7 +191,14 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   run_intra_stages(p, l2, in, b, saved_mode(options), stream, &q_used, &k_used);
 
   // The walk writes o and the final state; in saved mode also h and Delta for the backward.
-  auto wp = walk_params(p, b, q_used, k_used, args.initial_state);
+  kernels::state_output_fwd::Params wp;
+  wp.problem = p;
+  wp.q = q_used;
+  wp.k = k_used;
+  wp.w = b.w;
+  wp.u = b.u;
+  wp.gcum = b.gcum;
+  wp.h0 = ptr<float const>(args.initial_state);
   wp.o = ptr<bf16>(args.o);
   wp.ht = ptr<float>(args.final_state);
   wp.h = saved_mode(options) ? b.h : nullptr;
@@ -244,11 +236,16 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   if (!saved_mode(options)) {
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
     run_intra_stages(p, l2, in, b, true, stream, &q_used, &k_used);
-    // The forward walk without o: h per chunk and Delta, the bits the saved mode keeps.
-    auto fp = walk_params(p, b, q_used, k_used, args.initial_state);
+    kernels::state_fwd::Params fp;
+    fp.problem = p;
+    fp.k = k_used;
+    fp.w = b.w;
+    fp.u = b.u;
+    fp.gcum = b.gcum;
+    fp.h0 = ptr<float const>(args.initial_state);
     fp.h = b.h;
     fp.v_new = b.v_new;
-    check_cuda(kernels::state_output_fwd::launch(fp, stream), "state_output_fwd launch");
+    check_cuda(kernels::state_fwd::launch(fp, stream), "state_fwd launch");
   }
 
   if (p.num_tokens > 0) {
