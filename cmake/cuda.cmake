@@ -20,9 +20,14 @@ target_compile_options(cake_lib PRIVATE
 target_link_libraries(cake_lib PUBLIC CUDA::cudart_static)
 
 # GPU check: random problems through the seam against the FP64 reference, plus timings.
-file(GLOB CAKE_CUDA_CHECK_SOURCES CONFIGURE_DEPENDS tests/cuda/*.cpp)
+# Its .cu files are self-tests of device building blocks (src/kernels/common), built for sm_90a.
+file(GLOB CAKE_CUDA_CHECK_SOURCES CONFIGURE_DEPENDS tests/cuda/*.cpp tests/cuda/*.cu)
 if(CAKE_CUDA_CHECK_SOURCES)
   add_executable(cake_cuda_check ${CAKE_CUDA_CHECK_SOURCES})
   target_link_libraries(cake_cuda_check PRIVATE cake_lib)
   target_include_directories(cake_cuda_check PRIVATE tests)
+  set_target_properties(cake_cuda_check PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+                                                   CUDA_ARCHITECTURES OFF)
+  target_compile_options(cake_cuda_check PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr>)
 endif()

@@ -76,7 +76,7 @@ if [[ $stages == *" tests "* ]]; then
   done | tee "$OUT/gpu_tests.log"
 fi
 if [[ $stages == *" profile "* ]]; then
-  kernels='regex:^(qk_norm|intra_fwd|state_fwd|state_output_fwd|dv_local_bwd|state_bwd|dqk_bwd|wy_bwd|qk_grad)'
+  kernels='regex:^(qk_norm|intra_fwd|state_output_fwd|dv_local_bwd|state_bwd|dqk_bwd|wy_bwd|qk_grad)'
   ncu --clock-control none -k "$kernels" --launch-skip 12 --launch-count 12 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \

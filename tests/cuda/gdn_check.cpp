@@ -4,7 +4,8 @@
 // bit for bit with recompute mode, and forward/backward timings of both modes at workload A.
 // Exits non-zero on any failure.
 //
-//   cake_cuda_check            all accuracy cases, then the timings
+//   cake_cuda_check            the wgmma self-test, all accuracy cases, then the timings
+//   cake_cuda_check --wgmma    the wgmma self-test only (wgmma_check.cu)
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
 //   cake_cuda_check --once     one forward and one backward per mode at workload A (for a profiler)
@@ -23,6 +24,7 @@
 #include "cake/cake.h"
 #include "abi_testing.hpp"
 #include "core/tensor.hpp"
+#include "cuda/wgmma_check.hpp"
 
 namespace {
 
@@ -515,8 +517,9 @@ void time_workload_a(bool once, bool small) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool do_check = true, do_time = true, once = false, small = false;
+  bool do_check = true, do_time = true, once = false, small = false, wgmma_only = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--wgmma") == 0) wgmma_only = true;
     if (std::strcmp(argv[i], "--no-time") == 0) do_time = false;
     if (std::strcmp(argv[i], "--time") == 0) do_check = false;
     if (std::strcmp(argv[i], "--once") == 0) do_check = false, once = true;
@@ -526,8 +529,10 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount);
+  if (wgmma_only) return check_wgmma() ? 0 : 1;
   bool ok = true;
   if (do_check) {
+    ok = check_wgmma();
     std::vector<Case> cases;
     auto add = [&](Case c) { cases.push_back(c); };
     Case base;

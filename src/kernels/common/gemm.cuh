@@ -290,43 +290,4 @@ __device__ __forceinline__ void store_acc_bf16(int m0, int n0, float (&acc)[kMi]
   });
 }
 
-// Warp-owned output tiles: when kWarps warps cover a [kM x kN] output exactly once, warp w owns
-// tile w in block_gemm_mid's order (column tiles fastest), so its accumulator can stay in the
-// caller's registers across several products and loop iterations (a sum over value heads), with
-// block_gemm_mid's row-sum slots (column tile tile_n).
-struct WarpTile {
-  int m0;
-  int n0;
-  int tile_n;
-};
-
-template <int kM, int kN, int kMi, int kNi, int kWarps>
-__device__ __forceinline__ WarpTile owned_tile() {
-  static_assert(kM % (16 * kMi) == 0, "M must be a multiple of the warp tile rows (16 kMi)");
-  static_assert(kN % (8 * kNi) == 0, "N must be a multiple of the warp tile columns (8 kNi)");
-  constexpr int kTilesN = kN / (8 * kNi);
-  static_assert(kM / (16 * kMi) * kTilesN == kWarps, "one output tile per warp");
-  int const warp = threadIdx.x / 32;
-  return WarpTile{(warp / kTilesN) * 16 * kMi, (warp % kTilesN) * 8 * kNi, warp % kTilesN};
-}
-
-// acc += mid(A B) on the warp's own tile t of a kM-row output: A B into a fresh accumulator, then
-// mid and its row sums exactly as block_gemm_mid's first product (row_parts[t.tile_n kM + i]),
-// then added onto acc pair by pair. A product that mid must not see (block_gemm_mid's second) then
-// accumulates onto acc with warp_tile_mma.
-template <int kM, int kKd, int kMi, int kNi, class A, class B, class Mid>
-__device__ __forceinline__ void warp_tile_mma_mid_add(A const& a, B const& b, WarpTile const& t,
-                                                      Mid const& mid, float* row_parts,
-                                                      float (&acc)[kMi][kNi][4]) {
-  float term[kMi][kNi][4] = {};
-  warp_tile_mma<kKd, kMi, kNi>(a, b, t.m0, t.n0, term);
-  apply_mid<kM>(t.m0, t.n0, t.tile_n, mid, row_parts, term);
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mi][ni][r] += term[mi][ni][r];
-}
-
 }  // namespace cake::kernels
