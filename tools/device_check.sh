@@ -7,7 +7,8 @@
 # CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
 # the C++ GPU check first and stops on failure; "profile" adds Nsight Compute on one forward +
-# backward of workload M (tools/profile_gdn.py); "stalls" the walks' stall reasons at workload A
+# backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
+# CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check). Without a build there when tools/stage_device.sh
 # has filled .devpkg here (carry it).
 set -uo pipefail
@@ -85,10 +86,12 @@ if [[ $stages == *" profile "* ]]; then
   tail -5 "$OUT/ncu.txt"
 fi
 if [[ $stages == *" stalls "* ]]; then
-  # Why a walk's chunk step takes what it takes: per-reason stall cycles per issued instruction
-  # and the source lines that stall most, for the three state walks at workload A.
-  ncu --clock-control none -k 'regex:^(state_output_fwd|state_fwd|state_bwd)' --launch-count 3 \
-    --section WarpStateStats --section SourceCounters \
+  # Why a kernel takes what it takes: per-reason stall cycles per issued instruction, excess
+  # sectors and wavefronts, the memory tables, at workload A; by default the three state walks
+  # (CAKE_STALL_KERNELS: another regex of kernel names, each profiled once).
+  ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-state_output_fwd|state_fwd|state_bwd})" \
+    --launch-count 3 --section WarpStateStats --section SourceCounters \
+    --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$check" --once > "$OUT/ncu_stalls.txt" 2>&1
   tail -3 "$OUT/ncu_stalls.txt"

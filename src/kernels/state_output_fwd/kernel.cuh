@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // This warp's tile of O: rows o_m0 .. o_m0 + 15, columns o_n0 .. o_n0 + 31.
   int const o_m0 = 16 * (warp / (kHeadDim / (8 * kOutNi)));
   int const o_n0 = 8 * kOutNi * (warp % (kHeadDim / (8 * kOutNi)));
+  int const o_row = o_m0 + (tid % 32) / 4;  // this thread's rows of the tile: o_row, o_row + 8
 
   int64_t const num_chunks = span.num_chunks();
   if (num_chunks > 0) load_chunk(s.tiles[0], p, span.begin, span.chunk_len(0), h, hv);
@@ -131,14 +132,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     float wh[1][kOutNi][4] = {};
     warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.w, kLdBf16},
                                                 RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, wh);
+    // This thread's two rows of O, Delta (o_row and o_row + 8): their exponentials once, not per
+    // element pair (the pair loops store to shared memory, so the compiler cannot reuse G loads)
+    float const g_lo = t.gcum[o_row];
+    float const g_hi = t.gcum[o_row + 8];
+    float const q_scale_lo = scale * __expf(g_lo);
+    float const q_scale_hi = scale * __expf(g_hi);
     // O's first term scale e^{G_i} (Q h)_i: the row scale goes onto the fp32 product (as FLA
     // does), not onto q before another bf16 rounding
     for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int, float& c0, float& c1) {
-      float const q_scale = scale * __expf(t.gcum[i]);
+      float const q_scale = i % 16 < 8 ? q_scale_lo : q_scale_hi;  // o_m0 is a multiple of 16
       c0 *= q_scale;
       c1 *= q_scale;
     });
     // Delta = U - W h: delta <- bf16(Delta), t.u <- bf16(e^{G_last - G} Delta) in place
+    float const decay_lo = o_row < len ? __expf(g_last - g_lo) : 0.f;
+    float const decay_hi = o_row + 8 < len ? __expf(g_last - g_hi) : 0.f;
     __nv_bfloat16* const v_new =
         p.v_new != nullptr ? p.v_new + (t0 * HV + hv) * kHeadDim : nullptr;
     for_each_acc_pair<1, kOutNi>(o_m0, o_n0, wh, [&](int i, int col, float& c0, float& c1) {
@@ -146,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float2 const u = __bfloat1622float2(*u2);
       float const d0 = u.x - c0;
       float const d1 = u.y - c1;
-      float const decay = i < len ? __expf(g_last - t.gcum[i]) : 0.f;
+      float const decay = i % 16 < 8 ? decay_lo : decay_hi;
       __nv_bfloat162 const d = __floats2bfloat162_rn(d0, d1);
       *reinterpret_cast<__nv_bfloat162*>(s.delta + i * kLdBf16 + col) = d;
       if (v_new != nullptr && i < len)
