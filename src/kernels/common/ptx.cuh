@@ -177,10 +177,12 @@ __device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t d
 // zeroing, a scale) across it, which it would otherwise do since it does not see that wgmma reads
 // and writes them asynchronously. Before wgmma_fence() and after wgmma_wait() (as CUTLASS's
 // warpgroup_fence_operand).
-template <int kN>
-__device__ __forceinline__ void fence_accumulators(float (&acc)[kN]) {
+// Several accumulators: fence_accumulators(a, b, c) fences a, then b, then c.
+template <int kN, class... Rest>
+__device__ __forceinline__ void fence_accumulators(float (&acc)[kN], Rest&... rest) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+  if constexpr (sizeof...(rest) > 0) fence_accumulators(rest...);
 }
 
 // Orders this thread's register and shared-memory accesses before the wgmma that follow.

@@ -207,9 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
     float qk[kACols / 2] = {};
     float sd[kACols / 2] = {};
     float dw[kWCols / 2] = {};
-    fence_accumulators(qk);
-    fence_accumulators(sd);
-    fence_accumulators(dw);
+    fence_accumulators(qk, sd, dw);
     wgmma_fence();
     warpgroup_mma_async<kACols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k}, 0,
                                           a_col0, qk);
@@ -220,8 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) dqk_bwd_kernel(__grid_constant__ 
                                           0, w_col0, dw);
     wgmma_commit();
     wgmma_wait<1>();
-    fence_accumulators(qk);
-    fence_accumulators(sd);
+    fence_accumulators(qk, sd);
 
     // While dW runs: dA = causal(scale (dO Delta^T) e^{G_i - G_j}) -> da, dat (bf16), and
     // P = dA (Q K^T) (i > j, fp32 dA) summed per row (this warpgroup's 32 columns: the quad, then

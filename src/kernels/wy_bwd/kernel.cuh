@@ -171,10 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
   float duv[kSCols / 2] = {};
   float kk[kSCols / 2] = {};
   float dy[kVCols / 2] = {};
-  fence_accumulators(dwk);
-  fence_accumulators(duv);
-  fence_accumulators(kk);
-  fence_accumulators(dy);
+  fence_accumulators(dwk, duv, kk, dy);
   wgmma_fence();
   warpgroup_mma_async<kSCols, kHeadDim>(KMajorTile<kHeadDim>{s.dw}, KMajorTile<kHeadDim>{s.k}, 0,
                                         s_col0, dwk);
@@ -187,8 +184,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
                                       v_col0, dy);
   wgmma_commit();
   wgmma_wait<1>();
-  fence_accumulators(dwk);
-  fence_accumulators(duv);
+  fence_accumulators(dwk, duv);
 
   // dT_ij = beta_j (e^{G_j} (dW K^T)_ij + (dU V^T)_ij) -> dt (bf16)
   {
@@ -220,8 +216,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
                                       dt_tt);
   wgmma_commit();
   wgmma_wait<1>();
-  fence_accumulators(kk);
-  fence_accumulators(dy);
+  fence_accumulators(kk, dy);
 
   // While dT T^T runs: dv = beta dY (bf16 [BT, HV, V]) and <dY_i, v_i> over this warpgroup's 64
   // columns (the quad, then slot wg)
@@ -272,8 +267,7 @@ __global__ void __launch_bounds__(kThreads, 2) wy_bwd_kernel(__grid_constant__ P
   // {T^T (dT T^T)} (this warpgroup's columns of -dL) and {T^T dW} (its columns of dX)
   float ndl[kSCols / 2] = {};
   float dx[kVCols / 2] = {};
-  fence_accumulators(ndl);
-  fence_accumulators(dx);
+  fence_accumulators(ndl, dx);
   wgmma_fence();
   warpgroup_mma_async<kSCols, kChunk>(MNMajorTile<kChunk>{s.t}, MNMajorTile<kChunk>{s.dt_tt}, 0,
                                       s_col0, ndl);
