@@ -57,8 +57,7 @@ __device__ __forceinline__ void invert_unit_lower_64(float const* l, float* t, f
     constexpr int kM = 16 * kMt;
     float* const scratch = y + warp * kTrilScratchRows * kTrilLdScratch;
     float y[kMt][4] = {};
-    warp_mma_f32x3<kMt, kM>(l + (r0 + kM) * kLd64 + r0, kLd64, t + r0 * kLd64 + n0, kLd64,
-                            y);
+    warp_mma_f32x3<kMt, kM>(l + (r0 + kM) * kLd64 + r0, kLd64, t + r0 * kLd64 + n0, kLd64, y);
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       *reinterpret_cast<float2*>(scratch + (16 * mt + g) * kTrilLdScratch + 2 * q) =
@@ -80,9 +79,9 @@ __device__ __forceinline__ void invert_unit_lower_64(float const* l, float* t, f
     int const r0 = (warp / 2) * 2 * kB;
     merge(std::integral_constant<int, 1>{}, r0, r0 + (warp % 2) * 8);
   }
-  __syncthreads();  // 32x32 inverses complete
+  __syncthreads();                                                     // 32x32 inverses complete
   if (warp < 4) merge(std::integral_constant<int, 2>{}, 0, warp * 8);  // 32-block (1, 0)
-  __syncthreads();  // T complete
+  __syncthreads();                                                     // T complete
 }
 
 }  // namespace cake::kernels

@@ -13,8 +13,9 @@ struct Params {
   float const* g = nullptr;          // [BT, HV]      natural-log decay per token
   void const* beta = nullptr;        // [BT, HV]      fp32, or bf16 when beta_is_bf16
   bool beta_is_bf16 = false;
-  float* gcum = nullptr;             // [BT, HV]      out: G, inclusive cumsum of g in the chunk
-  __nv_bfloat16* a = nullptr;        // [BT, HV, 64]  out: row t of its chunk's A (bf16)
+  float* gcum = nullptr;       // [BT, HV]      out: G, inclusive cumsum of g in the chunk
+  __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
+                               //   (I + diag(beta) strict-lower(K K^T))^-1 diag(beta)
 };
 
 }  // namespace cake::kernels::kkt_solve
