@@ -536,8 +536,8 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount);
   if (wgmma_only) return check_wgmma() ? 0 : 1;
   if (kkt_only) {
-    bool const kkt_ok = check_kkt_solve();
-    time_kkt_solve();
+    bool const kkt_ok = !do_check || check_kkt_solve();
+    if (do_time) time_kkt_solve();
     return kkt_ok ? 0 : 1;
   }
   bool ok = true;

@@ -61,6 +61,10 @@ struct KktCase {
   int HV = 6;
   Beta beta = Beta::kUniform;
   bool beta_bf16 = false;
+  // Keys share a direction (k = normalize(0.5 noise + d_h)), so that K K^T is far from diagonal
+  // and the inverse far from I - L: random unit keys in 128 dimensions are nearly orthogonal,
+  // which would leave an error in the solve's merges almost invisible.
+  bool correlated = false;
 };
 
 bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
@@ -70,14 +74,23 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   int const H = kc.H;
   int const HV = kc.HV;
 
-  // Keys: normal rows scaled to unit length (as after q/k L2 norm), then rounded to bf16.
+  // Keys: normal rows (plus the head's direction when correlated) scaled to unit length (as
+  // after q/k L2 norm), then rounded to bf16.
   std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> direction(H * K);
+  for (auto& x : direction) x = normal(rng) / std::sqrt(static_cast<float>(K));
   std::vector<__nv_bfloat16> k(BT * H * K);
   std::vector<double> kd(k.size());
   for (int64_t r = 0; r < BT * H; ++r) {
     std::vector<float> row(K);
     double norm = 0;
-    for (auto& x : row) x = normal(rng), norm += double{x} * x;
+    for (int c = 0; c < K; ++c) {
+      float const noise = normal(rng);
+      row[c] = kc.correlated
+                   ? 0.5f * noise / std::sqrt(static_cast<float>(K)) + direction[r % H * K + c]
+                   : noise;
+      norm += double{row[c]} * row[c];
+    }
     for (int c = 0; c < K; ++c) {
       k[r * K + c] = __float2bfloat16(static_cast<float>(row[c] / std::sqrt(norm)));
       kd[r * K + c] = __bfloat162float(k[r * K + c]);
@@ -105,11 +118,11 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   p.beta = kc.beta_bf16 ? static_cast<void const*>(device_copy(beta16))
                         : static_cast<void const*>(device_copy(beta));
   p.beta_is_bf16 = kc.beta_bf16;
-  cudaMalloc(&p.gcum, BT * HV * sizeof(float));
-  cudaMalloc(&p.a, BT * HV * kChunk * sizeof(__nv_bfloat16));
+  bool const allocated = cudaMalloc(&p.gcum, BT * HV * sizeof(float)) == cudaSuccess &&
+                         cudaMalloc(&p.a, BT * HV * kChunk * sizeof(__nv_bfloat16)) == cudaSuccess;
   cudaMemset(p.gcum, 0xff, BT * HV * sizeof(float));  // NaN: unwritten elements fail
   cudaMemset(p.a, 0xff, BT * HV * kChunk * sizeof(__nv_bfloat16));
-  bool ok = cake::kernels::kkt_solve::launch(p, nullptr) == cudaSuccess &&
+  bool ok = allocated && cake::kernels::kkt_solve::launch(p, nullptr) == cudaSuccess &&
             cudaDeviceSynchronize() == cudaSuccess;
   std::vector<__nv_bfloat16> a = host_copy(p.a, BT * HV * kChunk);
   std::vector<float> gcum = host_copy(p.gcum, BT * HV);
@@ -157,7 +170,8 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   }
   double const rel_rms = std::sqrt(err2 / std::max(ref2, 1e-300));
   double const max_rel = max_err / std::max(max_ref, 1e-300);
-  ok = ok && finite && rel_rms <= 1e-2 && max_rel <= 2e-2 && g_err <= 1e-5;
+  // A is rounded once to bf16 (relative error <= 2^-9 per element): the gate is 2x that.
+  ok = ok && finite && rel_rms <= 4e-3 && max_rel <= 8e-3 && g_err <= 1e-5;
   std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s\n", kc.name.c_str(), ok ? "PASS" : "FAIL",
               rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)");
   cudaFree(cu_dev);
@@ -202,18 +216,24 @@ struct ForwardBuffers {
         *ht_new = nullptr;
   int32_t* cu = nullptr;
 
+  bool allocated = true;  // every cudaMalloc succeeded
+
+  ForwardBuffers(ForwardBuffers const&) = delete;
+  ForwardBuffers& operator=(ForwardBuffers const&) = delete;
   ForwardBuffers(std::vector<int32_t> const& cu_host, int H, int HV) {
     prob = make_problem(cu_host, H, HV);
     BT = cu_host.back();
     cu = device_copy(cu_host);
     prob.cu_seqlens32 = cu;
     int64_t const N = prob.num_seqs;
-    cudaMalloc(&q, BT * H * K * 2);
-    cudaMalloc(&k, BT * H * K * 2);
-    for (auto** x : {&v, &w, &u, &o_old, &o_new}) cudaMalloc(x, BT * HV * K * 2);
-    cudaMalloc(&a, BT * HV * kChunk * 2);
-    for (auto** x : {&g, &beta, &gcum}) cudaMalloc(x, BT * HV * 4);
-    for (auto** x : {&h0, &ht_old, &ht_new}) cudaMalloc(x, N * HV * K * K * 4);
+    auto const take = [&](cudaError_t err) { allocated = allocated && err == cudaSuccess; };
+    take(cudaMalloc(&q, BT * H * K * 2));
+    take(cudaMalloc(&k, BT * H * K * 2));
+    for (auto** x : {&v, &w, &u, &o_old, &o_new}) take(cudaMalloc(x, BT * HV * K * 2));
+    take(cudaMalloc(&a, BT * HV * kChunk * 2));
+    for (auto** x : {&g, &beta, &gcum}) take(cudaMalloc(x, BT * HV * 4));
+    for (auto** x : {&h0, &ht_old, &ht_new}) take(cudaMalloc(x, N * HV * K * K * 4));
+    allocated = allocated && cu != nullptr;
   }
   ~ForwardBuffers() {
     for (void* x : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
@@ -295,6 +315,42 @@ std::vector<double> f32_to_double(float const* dev, size_t n) {
   return std::vector<double>(h.begin(), h.end());
 }
 
+// The forward in double precision, token by token (the recurrence, not the chunked form):
+//   S = e^{g_t} S;  S += beta_t k_t (v_t - S^T k_t)^T;  o_t = scale S^T q_t
+// per document and value head, S [K x V] from h0; o [BT, HV, V], ht [N, HV, K, V].
+void reference_forward(std::vector<int32_t> const& cu, int H, int HV, double scale,
+                       std::vector<double> const& q, std::vector<double> const& k,
+                       std::vector<double> const& v, std::vector<float> const& g,
+                       std::vector<float> const& beta, std::vector<float> const& h0,
+                       std::vector<double>& o, std::vector<double>& ht) {
+  int64_t const N = static_cast<int64_t>(cu.size()) - 1;
+  o.assign(static_cast<size_t>(cu.back()) * HV * K, 0.0);
+  ht.assign(static_cast<size_t>(N) * HV * K * K, 0.0);
+  std::vector<double> S(K * K), pred(K);
+  for (int64_t n = 0; n < N; ++n)
+    for (int hv = 0; hv < HV; ++hv) {
+      int const h = hv / (HV / H);
+      for (int i = 0; i < K * K; ++i) S[i] = h0[(n * HV + hv) * K * K + i];
+      for (int64_t t = cu[n]; t < cu[n + 1]; ++t) {
+        double const alpha = std::exp(double{g[t * HV + hv]});
+        double const b = beta[t * HV + hv];
+        double const* const kt = &k[(t * H + h) * K];
+        double const* const qt = &q[(t * H + h) * K];
+        double const* const vt = &v[(t * HV + hv) * K];
+        for (auto& x : S) x *= alpha;
+        std::fill(pred.begin(), pred.end(), 0.0);
+        for (int r = 0; r < K; ++r)
+          for (int c = 0; c < K; ++c) pred[c] += S[r * K + c] * kt[r];
+        for (int r = 0; r < K; ++r)
+          for (int c = 0; c < K; ++c) S[r * K + c] += b * kt[r] * (vt[c] - pred[c]);
+        double* const ot = &o[(t * HV + hv) * K];
+        for (int r = 0; r < K; ++r)
+          for (int c = 0; c < K; ++c) ot[c] += scale * S[r * K + c] * qt[r];
+      }
+      for (int i = 0; i < K * K; ++i) ht[(n * HV + hv) * K * K + i] = S[i];
+    }
+}
+
 bool run_walk_case(std::string const& name, std::vector<int> const& docs, float g_scale,
                    std::mt19937& rng) {
   std::vector<int32_t> cu{0};
@@ -334,29 +390,46 @@ bool run_walk_case(std::string const& name, std::vector<int> const& docs, float 
     cudaMemset(x, 0xff, BT * HV * K * 2);  // NaN: unwritten elements fail
   for (void* x : {static_cast<void*>(b.ht_old), static_cast<void*>(b.ht_new)})
     cudaMemset(x, 0xff, N * HV * K * K * 4);
-  bool ok = b.run_old() && b.run_new() && cudaDeviceSynchronize() == cudaSuccess;
-  double o_rms = 0, o_max = 0, ht_rms = 0, ht_max = 0;
-  ok = ok && compare(bf16_to_double(b.o_new, BT * HV * K), bf16_to_double(b.o_old, BT * HV * K),
-                     o_rms, o_max);
-  ok = ok && compare(f32_to_double(b.ht_new, N * HV * K * K),
-                     f32_to_double(b.ht_old, N * HV * K * K), ht_rms, ht_max);
-  ok = ok && o_rms <= 1e-2 && o_max <= 2e-2 && ht_rms <= 1e-2 && ht_max <= 2e-2;
+  bool ok = b.allocated && b.run_old() && b.run_new() && cudaDeviceSynchronize() == cudaSuccess;
+  std::vector<double> o_ref, ht_ref;
+  reference_forward(cu, H, HV, b.prob.scale, std::vector<double>(q.begin(), q.end()),
+                    std::vector<double>(k.begin(), k.end()),
+                    std::vector<double>(v.begin(), v.end()), g, beta, h0, o_ref, ht_ref);
+  // Errors against the FP64 reference: [0] o, [1] ht; rel. RMS and max / max|ref|.
+  double rms_new[2], max_new[2], rms_old[2], max_old[2];
+  ok = ok && compare(bf16_to_double(b.o_new, BT * HV * K), o_ref, rms_new[0], max_new[0]);
+  ok = ok && compare(f32_to_double(b.ht_new, N * HV * K * K), ht_ref, rms_new[1], max_new[1]);
+  ok = ok && compare(bf16_to_double(b.o_old, BT * HV * K), o_ref, rms_old[0], max_old[0]);
+  ok = ok && compare(f32_to_double(b.ht_old, N * HV * K * K), ht_ref, rms_old[1], max_old[1]);
+  // The accuracy gate, and no more than 1.5x today's forward's error (plus bf16's floor).
+  for (int x = 0; ok && x < 2; ++x)
+    ok = rms_new[x] <= 1e-2 && max_new[x] <= 2e-2 && rms_new[x] <= 1.5 * rms_old[x] + 1e-3;
   std::printf(
-      "walk_a_fwd %-31s %s  o %.1e/%.1e  ht %.1e/%.1e (against intra_fwd + "
-      "state_output_fwd)\n",
-      name.c_str(), ok ? "PASS" : "FAIL", o_rms, o_max, ht_rms, ht_max);
+      "walk_a_fwd %-31s %s  o %.1e/%.1e (today %.1e/%.1e)  ht %.1e/%.1e (today "
+      "%.1e/%.1e)\n",
+      name.c_str(), ok ? "PASS" : "FAIL", rms_new[0], max_new[0], rms_old[0], max_old[0],
+      rms_new[1], max_new[1], rms_old[1], max_old[1]);
   return ok;
 }
 
 }  // namespace
 
 bool check_kkt_solve() {
-  std::mt19937 rng(std::random_device{}());
+  unsigned const seed = std::random_device{}();
+  std::printf("kkt_solve and walk_a_fwd checks, seed %u\n", seed);
+  std::mt19937 rng(seed);
   std::vector<KktCase> cases;
   cases.push_back({"docs 1,63,64,65,1000 GVA 2/6", {1, 63, 64, 65, 1000}});
   cases.push_back({"docs 65,300,1 beta~0", {65, 300, 1}, 2, 6, Beta::kNearZero});
   cases.push_back({"docs 65,300,1 beta~1", {65, 300, 1}, 2, 6, Beta::kNearOne});
   cases.push_back({"docs 65,300,1 H=HV=4 beta bf16", {65, 300, 1}, 4, 4, Beta::kUniform, true});
+  KktCase corr{"docs 65,300,1 correlated keys beta~1", {65, 300, 1}, 2, 6, Beta::kNearOne};
+  corr.correlated = true;
+  cases.push_back(corr);
+  corr.name = "docs 1,63,64,65,1000 correlated keys";
+  corr.docs = {1, 63, 64, 65, 1000};
+  corr.beta = Beta::kUniform;
+  cases.push_back(corr);
   KktCase many{"40 short + 1 long (binary search)", {}};
   for (int i = 0; i < 40; ++i) many.docs.push_back(1 + 6 * (i % 20));
   many.docs.push_back(3000);
@@ -383,8 +456,9 @@ void time_kkt_solve() {
   cudaMemset(b.beta, 0x3e, BT * HV * 4);  // fp32 0x3e3e3e3e ~ 0.186
   cudaMemset(b.h0, 0, b.prob.num_seqs * HV * K * K * 4);
   b.prob.scale = 1.f / std::sqrt(static_cast<float>(K));
-  float const old_ms = median_ms([&] { b.run_old(); });
-  float const new_ms = median_ms([&] { b.run_new(); });
+  bool ok = b.allocated;
+  float const old_ms = median_ms([&] { ok = b.run_old() && ok; });
+  float const new_ms = median_ms([&] { ok = b.run_new() && ok; });
   cake::kernels::kkt_solve::Params kp;
   kp.problem = b.prob;
   kp.k = b.k;
@@ -392,8 +466,9 @@ void time_kkt_solve() {
   kp.beta = b.beta;
   kp.gcum = b.gcum;
   kp.a = b.a;
-  float const kkt_ms = median_ms([&] { cake::kernels::kkt_solve::launch(kp, nullptr); });
-  bool const ok = cudaDeviceSynchronize() == cudaSuccess;
+  float const kkt_ms =
+      median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; });
+  ok = cudaDeviceSynchronize() == cudaSuccess && ok;
   std::printf(
       "workload A forward (median of 15, inputs warm): intra_fwd + state_output_fwd %.3f "
       "ms; kkt_solve + walk_a_fwd %.3f ms (kkt_solve alone %.3f ms)%s\n",

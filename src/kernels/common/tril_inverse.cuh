@@ -56,14 +56,14 @@ __device__ __forceinline__ void invert_unit_lower_64(float const* l, float* t, f
     constexpr int kMt = decltype(m_tiles)::value;
     constexpr int kM = 16 * kMt;
     float* const scratch = y + warp * kTrilScratchRows * kTrilLdScratch;
-    float y[kMt][4] = {};
-    warp_mma_f32x3<kMt, kM>(l + (r0 + kM) * kLd64 + r0, kLd64, t + r0 * kLd64 + n0, kLd64, y);
+    float acc_y[kMt][4] = {};
+    warp_mma_f32x3<kMt, kM>(l + (r0 + kM) * kLd64 + r0, kLd64, t + r0 * kLd64 + n0, kLd64, acc_y);
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       *reinterpret_cast<float2*>(scratch + (16 * mt + g) * kTrilLdScratch + 2 * q) =
-          make_float2(y[mt][0], y[mt][1]);
+          make_float2(acc_y[mt][0], acc_y[mt][1]);
       *reinterpret_cast<float2*>(scratch + (16 * mt + g + 8) * kTrilLdScratch + 2 * q) =
-          make_float2(y[mt][2], y[mt][3]);
+          make_float2(acc_y[mt][2], acc_y[mt][3]);
     }
     __syncwarp();
     float tt[kMt][4] = {};
