@@ -28,7 +28,8 @@ namespace cake::kernels::kkt_solve {
 inline constexpr int kThreads = kTrilThreads;
 inline constexpr int kWarps = kThreads / 32;
 
-// About 40 KB: A (fp32) takes K's place once K K^T is done.
+// About 40 KB: A (fp32) takes K's place once K K^T is done. Three CTAs per SM (78 registers;
+// at four the device find_chunk pushed it over 64 registers into spills).
 struct SharedStorage {
   union {
     __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end)
@@ -40,7 +41,7 @@ struct SharedStorage {
   float beta[kChunk];       // 0 past the end
 };
 
-__global__ void __launch_bounds__(kThreads, 4) kkt_solve_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
