@@ -1,6 +1,5 @@
-// GPU check of kkt_solve: A = (I + diag(beta) strict-lower(K K^T))^-1 diag(beta) per (chunk, value
-// head) and G = the chunk-local cumsum of g, against double precision on the same bf16 keys and
-// beta.
+// GPU check of kkt_solve: A = (I + diag(beta) strict-lower(K K^T))^-1 per (chunk, value head)
+// and G = the chunk-local cumsum of g, against double precision on the same bf16 keys and beta.
 // Outputs are poisoned (NaN) before each run, so rows the kernel does not write fail.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -156,7 +155,7 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
           finite = finite && std::isfinite(gg);
           g_err = std::max(g_err, std::abs(gg - gsum) / std::max(1.0, std::abs(gsum)));
           for (int j = 0; j < kChunk; ++j) {
-            double const ref = j < len ? inv[i * len + j] * beta[(t0 + j) * HV + hv] : 0.0;
+            double const ref = j < len ? inv[i * len + j] : 0.0;  // j >= len > i: upper
             double const got = __bfloat162float(a[((t0 + i) * HV + hv) * kChunk + j]);
             finite = finite && std::isfinite(got);
             err2 += (got - ref) * (got - ref);
@@ -281,6 +280,7 @@ struct ForwardBuffers {
     wp.v = v;
     wp.a = a;
     wp.gcum = gcum;
+    wp.beta = beta;
     wp.h0 = h0;
     wp.o = o_new;
     wp.ht = ht_new;

@@ -3,7 +3,7 @@
 // docs/design/gdn-hopper-v8-plan.md, checked and timed on their own before the op uses them.
 #pragma once
 
-// A (= (I + diag(beta) strict-lower(K K^T))^-1 diag(beta)) and G of random packs (edge document
+// A (= (I + diag(beta) strict-lower(K K^T))^-1) and G of random packs (edge document
 // lengths, beta near 0 and 1, bf16 beta, correlated keys, more than 32 documents) against a
 // double-precision solve of the same bf16 keys (relative RMS <= 4e-3, max error <= 8e-3 max|ref|:
 // A is rounded once to bf16); then o and the final state of kkt_solve + walk_a_fwd and of

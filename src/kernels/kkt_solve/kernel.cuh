@@ -3,13 +3,13 @@
 //
 //   G    = cumsum(g) within the chunk                                  [64]      fp32 out
 //   L_ij = beta_i <k_i, k_j>  (i > j), strictly lower                  [64 x 64] fp32
-//   A    = (I + L)^-1 diag(beta)                                       [64 x 64] bf16 out
+//   A    = (I + L)^-1                                                  [64 x 64] bf16 out
 //
 // Why no gate: with Gamma_ij = e^{G_i - G_j} and D = diag(e^G), Gamma o L = D L D^-1, so the
-// gated inverse of the walks is T = (I + Gamma o L)^-1 = D (I + L)^-1 D^-1, and the matrix that
-// forms Delta, T diag(beta), is Gamma o A: the gate is applied elementwise where it is used (and
-// e^{G_i - G_j} with i >= j never exceeds 1). beta's column scale is folded in here, so the walks
-// need no beta. Against
+// gated inverse of the walks is T = (I + Gamma o L)^-1 = D A D^-1 = Gamma o A: the gate is
+// applied elementwise where T is used (and e^{G_i - G_j} with i >= j never exceeds 1). beta's
+// column scale (Delta is formed with T diag(beta)) is applied there too, not folded into A: the
+// backward needs T itself (dbeta), which A diag(beta) would lose where beta_j = 0. Against
 // intra_fwd this writes 8 KB of A per (chunk, value head) instead of W and U (32 KB), and skips
 // the two [64 x 128] products that form them (the walks rebuild Delta from A: the plan's step 2).
 // K K^T on the tensor cores (bf16 operands, fp32 accumulation); the solve as intra_fwd's
@@ -79,15 +79,14 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
 
   invert_unit_lower_64(s.l, s.t, s.y);
 
-  // A = (I + L)^-1 diag(beta) -> a, rows of the chunk, two columns per thread and step (4-byte
-  // stores, 128 bytes a row)
+  // A -> a, rows of the chunk, two columns per thread and step (4-byte stores, 128 bytes a row)
   __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
   int64_t const stride = int64_t{HV} * kChunk;
   for (int idx = tid; idx < len * kChunk / 2; idx += kThreads) {
     int const i = idx / (kChunk / 2);
     int const j = idx % (kChunk / 2) * 2;
-    *reinterpret_cast<__nv_bfloat162*>(a + i * stride + j) = __floats2bfloat162_rn(
-        s.t[i * kLd64 + j] * s.beta[j], s.t[i * kLd64 + j + 1] * s.beta[j + 1]);
+    *reinterpret_cast<__nv_bfloat162*>(a + i * stride + j) =
+        __floats2bfloat162_rn(s.t[i * kLd64 + j], s.t[i * kLd64 + j + 1]);
   }
 #endif
 }

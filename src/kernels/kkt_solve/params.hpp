@@ -15,7 +15,7 @@ struct Params {
   bool beta_is_bf16 = false;
   float* gcum = nullptr;       // [BT, HV]      out: G, inclusive cumsum of g in the chunk
   __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
-                               //   (I + diag(beta) strict-lower(K K^T))^-1 diag(beta)
+                               //   (I + diag(beta) strict-lower(K K^T))^-1
 };
 
 }  // namespace cake::kernels::kkt_solve

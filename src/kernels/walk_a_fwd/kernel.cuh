@@ -1,12 +1,12 @@
 // Forward walk on the un-gated inverse (step 2 of docs/design/gdn-hopper-v8-plan.md): one CTA per
 // (document, value head), the whole [128 x 128] fp32 state h in registers, as state_output_fwd,
-// but Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1 diag(beta) instead of read as
-// U - W h with intra_fwd's W and U. With Gamma_ij = e^{G_i - G_j}, T diag(beta) = Gamma o A, so
-//   Delta = U - W h = T diag(beta) (V - e^G (K h)) = (Gamma o A) (V - e^G (K h)).
+// but Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1 instead of read as U - W h with
+// intra_fwd's W and U. With Gamma_ij = e^{G_i - G_j}, T = Gamma o A, so
+//   Delta = U - W h = T diag(beta) (V - e^G (K h)) = (Gamma o A diag(beta)) (V - e^G (K h)).
 // Per chunk:
 //   Q h, K h                                 [64 x 128] each (h's fragments read once for both)
 //   R     = V - e^{G_i} (K h)_i              [64 x 128] bf16
-//   Ag    = causal(A_ij e^{G_i - G_j})       [64 x 64]  bf16 (i >= j)
+//   Ag    = causal(A_ij e^{G_i - G_j} beta_j) [64 x 64] bf16 (i >= j)
 //   P     = causal(scale (Q K^T)_ij e^{G_i - G_j})  (shares Ag's exponentials)
 //   Delta = Ag R                              [64 x 128]
 //   O     = scale e^G (Q h) + P Delta         -> o (bf16)
@@ -40,6 +40,7 @@ struct ChunkTiles {
   __nv_bfloat16 v[kChunk * kLdBf16];  // [64 x 128] V; then bf16(e^{G_last - G} Delta)
   __nv_bfloat16 a[kChunk * kLdA];     // [64 x 64]  A (zero past the end)
   float gcum[kChunk];                 // G; rows past the end repeat G of the last token
+  float beta[kChunk];                 // beta; 0 past the end
 };
 
 // About 207 KB: one CTA per SM.
@@ -70,6 +71,9 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   load_tile_async<kChunk, kChunk, kThreads>(t.a, kLdA, p.a + (t0 * HV + hv) * kChunk,
                                             int64_t{HV} * kChunk, len);
   load_gcum_async(t.gcum, p.gcum, t0, len, HV, hv);
+  int const r = threadIdx.x - kChunk;  // threads 64 .. 127 copy beta
+  if (r >= 0 && r < kChunk)
+    cp_async_4(&t.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
   cp_async_commit();
 }
 
@@ -141,8 +145,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
       *reinterpret_cast<__nv_bfloat162*>(s.r + i * kLdBf16 + col) =
           __floats2bfloat162_rn(v.x - eg * c0, v.y - eg * c1);
     });
-    // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j}), one exponential
-    // per element for both
+    // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j} beta_j), one
+    // exponential per element for both
     block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
         RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
           float const gi = t.gcum[i];
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
           float2 const a =
               __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
           *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
-              __floats2bfloat162_rn(a.x * e0, a.y * e1);
+              __floats2bfloat162_rn(a.x * e0 * t.beta[jc], a.y * e1 * t.beta[jc + 1]);
         });
     __syncthreads();  // B2: r, p, ag complete
 
