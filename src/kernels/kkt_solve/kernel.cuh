@@ -66,7 +66,10 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
   warp_cumsum64(s.gcum);
   cp_async_wait<0>();
   __syncthreads();  // K, G, beta visible
-  if (tid < len) p.gcum[(c.t0 + tid) * HV + hv] = s.gcum[tid];
+  if (tid < len) {
+    p.gcum[(c.t0 + tid) * HV + hv] = s.gcum[tid];
+    if (p.beta_f32 != nullptr) p.beta_f32[(c.t0 + tid) * HV + hv] = s.beta[tid];
+  }
 
   // L = strictly-lower(beta_i (K K^T)_ij)
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(

@@ -1,7 +1,8 @@
-// Forward walk on the un-gated inverse (step 2 of docs/design/gdn-hopper-v8-plan.md): one CTA per
-// (document, value head), the whole [128 x 128] fp32 state h in registers, as state_output_fwd,
-// but Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1 instead of read as U - W h with
-// intra_fwd's W and U. With Gamma_ij = e^{G_i - G_j}, T = Gamma o A, so
+// The forward walk (F5 and F6 of fla_reference.md §2.2; step 2 of
+// docs/design/gdn-hopper-v8-plan.md): one CTA per (document, value head), walking the document's
+// chunks in order with the whole [128 x 128] fp32 state h (the chunk's start state) in registers,
+// Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1. With Gamma_ij = e^{G_i - G_j},
+// T = Gamma o A, so
 //   Delta = U - W h = T diag(beta) (V - e^G (K h)) = (Gamma o A diag(beta)) (V - e^G (K h)).
 // Per chunk:
 //   Q h, K h                                 [64 x 128] each (h's fragments read once for both)
@@ -11,9 +12,11 @@
 //   Delta = Ag R                              [64 x 128]
 //   O     = scale e^G (Q h) + P Delta         -> o (bf16)
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
-// Against state_output_fwd: one more [64 x 64 x 128] product per chunk and one more barrier, but
-// V and A (8 KB) in place of W and U (32 KB) per chunk, and no intra_fwd before it. A prototype,
-// checked against the forward it would replace (tests/cuda/kkt_check.cu); nothing calls it yet.
+// Against the walk on intra_fwd's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
+// product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
+// chunk, and kkt_solve instead of intra_fwd before it. It writes o and the final state only: the
+// backward's set (h, Delta) comes from state_fwd (gdn_cuda.cpp). 16 warps: each owns a [16 x 64]
+// block of the state (32 registers per thread) and a [16 x 32] tile of O, R and Delta.
 #pragma once
 
 #include <cuda_bf16.h>
