@@ -6,14 +6,14 @@
 //   A    = (I + L)^-1                                                  [64 x 64] bf16 out
 //
 // Why no gate: with Gamma_ij = e^{G_i - G_j} and D = diag(e^G), Gamma o L = D L D^-1, so the
-// gated inverse of the walks is T = (I + Gamma o L)^-1 = D A D^-1 = Gamma o A: the gate is
-// applied elementwise where T is used (and e^{G_i - G_j} with i >= j never exceeds 1). beta's
-// column scale (Delta is formed with T diag(beta)) is applied there too, not folded into A: the
-// backward needs T itself (dbeta), which A diag(beta) would lose where beta_j = 0. Against
-// intra_fwd this writes 8 KB of A per (chunk, value head) instead of W and U (32 KB), and skips
-// the two [64 x 128] products that form them (the walks rebuild Delta from A: the plan's step 2).
-// K K^T on the tensor cores (bf16 operands, fp32 accumulation); the solve as intra_fwd's
-// (common/tril_inverse.cuh, 3xTF32 merges); A rounded once to bf16.
+// gated inverse T = (I + Gamma o L)^-1 = D A D^-1 = Gamma o A: the gate is applied elementwise
+// where T is used (and e^{G_i - G_j} with i >= j never exceeds 1). beta's column scale (Delta is
+// formed with T diag(beta)) is applied there too, not folded into A: the backward needs T itself
+// (dbeta), which A diag(beta) would lose where beta_j = 0. Against intra_fwd this writes 8 KB of A
+// per (chunk, value head) instead of W and U (32 KB), and skips the two [64 x 128] products that
+// form them (walk_a_fwd rebuilds Delta from A). K K^T on the tensor cores (bf16 operands, fp32
+// accumulation); the solve as intra_fwd's (common/tril_inverse.cuh, 3xTF32 merges); A rounded
+// once to bf16. Also writes beta in fp32 for the walk (whatever beta's dtype).
 #pragma once
 
 #include <cuda_bf16.h>

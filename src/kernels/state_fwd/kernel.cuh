@@ -1,7 +1,7 @@
 // Forward state walk (stage F5 of fla_reference.md §2.2): one CTA per (document, value head,
 // 64-column V slice), walking the document's chunks in order. Per chunk (h = state at the chunk's
 // start, [128 x 64] fp32):
-//   store bf16(h) to h[slot]                                  (read by the output stage)
+//   store bf16(h) to h[slot]                                  (read by the backward)
 //   Delta = U - W h                   [64 x 64]  -> v_new (bf16)
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta         (fp32 accumulate)
 // Both products run on the tensor cores with bf16 operands (h and Delta are rounded as operands,

@@ -1,8 +1,8 @@
 // The GDN GPU path: validated arguments -> Problem -> buffer layout -> the stages in order.
 //
-// Forward:  [qk_norm] -> kkt_solve (G, A = (I + diag(beta) L)^-1) -> walk_a_fwd (o and the final
-//           state, one walk rebuilding Delta from A); in saved mode then intra_fwd (T, W, U) ->
-//           state_fwd (h, Delta): the saved set, as the backward's recompute makes it
+// Forward:  [qk_norm] -> kkt_solve (G, A = (I + diag(beta) L)^-1) -> [saved mode: intra_fwd (T,
+//           W, U) -> state_fwd (h, Delta), the saved set as the backward's recompute makes it] ->
+//           walk_a_fwd (o and the final state, one walk rebuilding Delta from A)
 // Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
 //           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
 //           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
@@ -217,6 +217,11 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   kp.a = b.a;
   check_cuda(kernels::kkt_solve::launch(kp, stream), "kkt_solve launch");
 
+  // Saved mode: the backward's set, by the stages its recompute would run (bitwise the same).
+  // Before the walk, so that both read the initial state before the walk writes the final one
+  // (a caller may pass one tensor as both).
+  if (saved_mode(options)) run_saved_set_stages(p, in, k_used, b, stream);
+
   // The walk writes o and the final state.
   kernels::walk_a_fwd::Params wp;
   wp.problem = p;
@@ -230,9 +235,6 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   wp.o = ptr<bf16>(args.o);
   wp.ht = ptr<float>(args.final_state);
   check_cuda(kernels::walk_a_fwd::launch(wp, stream), "walk_a_fwd launch");
-
-  // Saved mode: the backward's set, by the stages its recompute would run (bitwise the same).
-  if (saved_mode(options)) run_saved_set_stages(p, in, k_used, b, stream);
 }
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,

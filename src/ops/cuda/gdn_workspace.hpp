@@ -3,7 +3,8 @@
 //   saved      the "saved set", what the backward reads of the forward's stages; the forward writes
 //              it and the backward reads it in saved mode (options.save_for_backward = 1);
 //   workspace  scratch memory of one call, dead when the call's work has run. In recompute mode
-//              the saved set lives here too: the forward's stages write it in every call.
+//              the saved set lives here too (the recompute-mode forward writes only q̂, k̂ and G
+//              of it; the backward recomputes all of it).
 #pragma once
 
 #include <cuda_bf16.h>
