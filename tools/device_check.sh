@@ -6,7 +6,7 @@
 # gpu_tests.log, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool returns at most 8).
 # CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
-# the C++ GPU check first and stops on failure; "profile" adds Nsight Compute on one forward +
+# the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on failure; "profile" adds Nsight Compute on one forward +
 # backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
 # CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check). Without a build there when tools/stage_device.sh
@@ -61,7 +61,7 @@ stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
 if [[ $stages == *" check "* ]]; then
   # The C++ GPU check (all accuracy cases, saved == recompute, workload A timings); the run
   # stops here when it fails. Then each kernel's time at workload A under Nsight Compute.
-  "$check" 2>&1 || { echo "cake_cuda_check failed"; exit 1; }
+  "$check" ${CAKE_CHECK_ARGS:-} 2>&1 || { echo "cake_cuda_check failed"; exit 1; }
   timeout 120 ncu --clock-control none --section SpeedOfLight "$check" --once > "$OUT/ncu_a.txt" 2>&1
   grep -E "_kernel\(|Duration" "$OUT/ncu_a.txt" | sed 's/(.*Params)//' | paste - - \
     | awk '{print $1, $(NF-1), $NF}'
