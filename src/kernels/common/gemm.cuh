@@ -149,11 +149,6 @@ __device__ __forceinline__ void warp_tile_mma_shared_b(A1 const& a1, A2 const& a
 // sum spread over warps is written as one partial per slot (each slot by exactly one thread),
 // and after a barrier one thread per sum adds the slots in ascending slot order.
 //
-// block_gemm_mid's row sums leave kRowSumParts<kN, kNi> partials per row (one per column tile of
-// the output), laid out [part][kM]: partial t of row i at parts[t kM + i].
-template <int kN, int kNi>
-inline constexpr int kRowSumParts = kN / (8 * kNi);
-
 // The sum of the kParts partials of element i of a [kParts][kM] array, in ascending part order.
 // Only after a barrier that follows every write of the partials.
 template <int kM, int kParts>
@@ -164,65 +159,21 @@ __device__ __forceinline__ float sum_parts(float const* parts, int i) {
   return sum;
 }
 
-// mid(i, j, c_j, c_j+1) -> float on every pair of the warp tile acc at (m0, n0) (column tile
-// tile_n of a kM-row output); with row_parts != nullptr the values it returns are summed per row
-// (in registers, then across the 4 lanes that share a row) and stored to row_parts[tile_n kM + i],
-// each slot by exactly one lane. The hook between the two products of block_gemm_mid.
-template <int kM, int kMi, int kNi, class Mid>
-__device__ __forceinline__ void apply_mid(int m0, int n0, int tile_n, Mid const& mid,
-                                          float* row_parts, float (&acc)[kMi][kNi][4]) {
-  int const lane = threadIdx.x % 32;
-  int const group = lane / 4;
-  int const quad = lane % 4;
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi) {
-    int const r = m0 + 16 * mi + group;
-    float sum_lo = 0.f;
-    float sum_hi = 0.f;
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
-      int const c = n0 + 8 * ni + 2 * quad;
-      sum_lo += mid(r, c, acc[mi][ni][0], acc[mi][ni][1]);
-      sum_hi += mid(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
-    }
-    if (row_parts != nullptr) {
-      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 1);
-      sum_lo += __shfl_xor_sync(0xffffffffu, sum_lo, 2);
-      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 1);
-      sum_hi += __shfl_xor_sync(0xffffffffu, sum_hi, 2);
-      if (quad == 0) {  // this tile's share of rows r and r + 8: its own slot, a plain store
-        row_parts[tile_n * kM + r] = sum_lo;
-        row_parts[tile_n * kM + r + 8] = sum_hi;
-      }
-    }
-  }
-}
-
-// C = mid(A1 B1) + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1) for
-// every pair of adjacent elements (j even). mid(i, j, float& c_j, float& c_j+1) -> float sees and
-// may rewrite each pair of the first product before the second is accumulated onto it (a row scale
-// that only the first term carries); with row_parts != nullptr, the values it returns are summed
-// per row and column tile (in registers, then across the 4 lanes that share a row) and stored,
-// without atomics, to row_parts[t kM + i] for column tile t = j / (8 kNi): each slot is written
-// exactly once. Row i's sum is sum_parts<kM, kRowSumParts<kN, kNi>>(row_parts, i), after a barrier.
-template <int kM, int kN, int kKd1, int kKd2, int kMi, int kNi, int kWarps, class A1, class B1,
-          class Mid, class A2, class B2, class Epi>
-__device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid const& mid,
-                                               float* row_parts, A2 const& a2, B2 const& b2,
-                                               Epi const& epi) {
+// C = A B on a CTA: warp w takes the [16 kMi x 8 kNi] output tiles w, w + kWarps, ... (column
+// tiles fastest), then epi(i, j, c_j, c_j+1) for every pair of adjacent elements (j even).
+template <int kM, int kN, int kKd, int kMi, int kNi, int kWarps, class A, class B, class Epi>
+__device__ __forceinline__ void block_gemm(A const& a, B const& b, Epi const& epi) {
   static_assert(kM % (16 * kMi) == 0, "M must be a multiple of the warp tile rows (16 kMi)");
   static_assert(kN % (8 * kNi) == 0, "N must be a multiple of the warp tile columns (8 kNi)");
   constexpr int kTilesM = kM / (16 * kMi);
   constexpr int kTilesN = kN / (8 * kNi);
-  static_assert(kTilesN == kRowSumParts<kN, kNi>, "one row-sum partial per column tile");
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
   int const group = lane / 4;
   int const quad = lane % 4;
   for (int tile = warp; tile < kTilesM * kTilesN; tile += kWarps) {
-    int const tile_n = tile % kTilesN;
     int const m0 = (tile / kTilesN) * 16 * kMi;
-    int const n0 = tile_n * 8 * kNi;
+    int const n0 = (tile % kTilesN) * 8 * kNi;
     float acc[kMi][kNi][4];
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi)
@@ -230,9 +181,7 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
       for (int ni = 0; ni < kNi; ++ni)
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
-    warp_tile_mma<kKd1, kMi, kNi>(a1, b1, m0, n0, acc);
-    apply_mid<kM>(m0, n0, tile_n, mid, row_parts, acc);
-    if constexpr (kKd2 > 0) warp_tile_mma<kKd2, kMi, kNi>(a2, b2, m0, n0, acc);
+    warp_tile_mma<kKd, kMi, kNi>(a, b, m0, n0, acc);
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi)
 #pragma unroll
@@ -243,23 +192,6 @@ __device__ __forceinline__ void block_gemm_mid(A1 const& a1, B1 const& b1, Mid c
         epi(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
       }
   }
-}
-
-struct NoMid {
-  __device__ __forceinline__ float operator()(int, int, float&, float&) const { return 0.f; }
-};
-
-// C = A1 B1 + A2 B2 (the second product only when kKd2 > 0), then epi(i, j, c_j, c_j+1).
-template <int kM, int kN, int kKd1, int kKd2, int kMi, int kNi, int kWarps, class A1, class B1,
-          class A2, class B2, class Epi>
-__device__ __forceinline__ void block_gemm2(A1 const& a1, B1 const& b1, A2 const& a2,
-                                            B2 const& b2, Epi const& epi) {
-  block_gemm_mid<kM, kN, kKd1, kKd2, kMi, kNi, kWarps>(a1, b1, NoMid{}, nullptr, a2, b2, epi);
-}
-
-template <int kM, int kN, int kKd, int kMi, int kNi, int kWarps, class A, class B, class Epi>
-__device__ __forceinline__ void block_gemm(A const& a, B const& b, Epi const& epi) {
-  block_gemm2<kM, kN, kKd, 0, kMi, kNi, kWarps>(a, b, a, b, epi);
 }
 
 // A warp's accumulator tile of 16 kMi rows x 8 kNi columns at (m0, n0), in the mma fragment

@@ -37,36 +37,6 @@ __device__ __forceinline__ void load_tile_async(T* dst, int ld, T const* src, in
   }
 }
 
-// dst[r][c] = bf16(src[r * row_stride + c]) (fp32 global -> bf16 shared tile), loads issued first.
-template <int kRows, int kCols, int kThreads>
-__device__ __forceinline__ void load_tile_f32_to_bf16(__nv_bfloat16* dst, int ld, float const* src,
-                                                      int64_t row_stride, int valid) {
-  static_assert(kCols % 4 == 0, "fp32 tiles are copied in 4-element (16-byte) vectors");
-  constexpr int kVecs = kCols / 4;
-  constexpr int kIters = (kRows * kVecs + kThreads - 1) / kThreads;
-  float4 val[kIters];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 4;
-    val[it] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (idx < kRows * kVecs && r < valid)
-      val[it] = *reinterpret_cast<float4 const*>(src + r * row_stride + c);
-  }
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    int const idx = it * kThreads + threadIdx.x;
-    int const r = idx / kVecs;
-    int const c = (idx % kVecs) * 4;
-    if (idx >= kRows * kVecs) continue;
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) =
-        __floats2bfloat162_rn(val[it].x, val[it].y);
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c + 2) =
-        __floats2bfloat162_rn(val[it].z, val[it].w);
-  }
-}
-
 // A per-token scalar (beta) stored as fp32 or bf16.
 __device__ __forceinline__ float load_scalar(void const* p, int64_t i, bool is_bf16) {
   return is_bf16 ? __bfloat162float(static_cast<__nv_bfloat16 const*>(p)[i])
