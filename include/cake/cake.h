@@ -83,7 +83,9 @@ typedef struct {
    *   0, recompute mode: cakeForward saves nothing (saved = NULL) and cakeBackward recomputes the
    *      forward's stages in its workspace; the least memory held between the two calls.
    *   1, saved mode: cakeForward also writes the "saved set" (cakeForwardSavedSize bytes) and
-   *      cakeBackward reads it instead of recomputing those stages (faster, more memory held).
+   *      cakeBackward reads it instead of recomputing those stages (a faster backward, more
+   *      memory held; on CUDA the forward runs those stages itself, so forward + backward take
+   *      about as long as in recompute mode).
    * Both modes give bitwise identical results. The CPU reference always recomputes (its saved set
    * has 0 bytes) and accepts either mode. */
   int32_t save_for_backward;

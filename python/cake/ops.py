@@ -21,7 +21,8 @@ GDN, KDA = 0, 1
 
 SAVE_MODES = ("saved", "recompute")
 # "recompute": a drop-in replacement keeps the activation memory of flash-linear-attention; "saved"
-# trades ~1.3 KB per token and value head for a faster backward (docs/design/gdn-hopper.md).
+# trades ~1.3 KB per token and value head for a faster backward (on CUDA the forward then runs the
+# recompute's stages itself: docs/design/gdn-hopper.md).
 _default_save_for_backward = "recompute"
 
 
@@ -43,8 +44,9 @@ def set_default_save_for_backward(mode: str) -> str:
     """Sets the mode that ``save_for_backward=None`` means; returns the previous default.
 
     "saved": the forward keeps what the backward needs, so the backward
-    skips recomputing the forward's stages (faster; the saved set is held from forward to
-    backward, about 1.3 KB per token and value head on CUDA). "recompute" (the initial default):
+    skips recomputing the forward's stages (a faster backward; on CUDA the forward runs those
+    stages itself, so forward + backward take about as long; the saved set is held from forward
+    to backward, about 1.3 KB per token and value head on CUDA). "recompute" (the initial default):
     nothing is kept; the backward recomputes (less activation memory). Results are bitwise identical either way.
     """
     global _default_save_for_backward

@@ -646,8 +646,13 @@ TEST(Validation, SavedSetOnCudaTensors) {
   size_t const expected = up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * d * 2) * 2 +
                           up(4 * hv * d * d * 2) + bt * hv * 64 * 4;
   EXPECT_EQ(saved, expected);
-  // The forward's scratch loses the saved set (keeps U); the backward's loses the recompute.
-  EXPECT_LT(fws, fws_recompute);
+  // The forward's scratch (each region 256-byte aligned, plus 256 bytes of slack for any base):
+  // q and k normalised, G, A (bf16 [BT, HV, 64]) and beta (fp32 [BT, HV]) in recompute mode; A,
+  // beta and U (bf16 [BT, HV, 128], read by state_fwd) in saved mode, whose saved set moves to
+  // `saved`. The backward's scratch loses the recompute.
+  EXPECT_EQ(fws_recompute, up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) +
+                               bt * hv * 4 + 256);
+  EXPECT_EQ(fws, up(bt * hv * 64 * 2) + up(bt * hv * 4) + bt * hv * d * 2 + 256);
   EXPECT_LT(bws, bws_recompute);
 
   // The buffer checks run before any device work (the data here are host placeholders).

@@ -4,8 +4,10 @@
 // bit for bit with recompute mode, and forward/backward timings of both modes at workload A.
 // Exits non-zero on any failure.
 //
-//   cake_cuda_check            the wgmma self-test, all accuracy cases, then the timings
+//   cake_cuda_check            the wgmma self-test, kkt_solve's check, all accuracy cases, then
+//                              the timings
 //   cake_cuda_check --wgmma    the wgmma self-test only (wgmma_check.cu)
+//   cake_cuda_check --kkt      kkt_solve's check and timing only (kkt_check.cu)
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
 //   cake_cuda_check --once     one forward and one backward per mode at workload A (for a profiler)
@@ -24,6 +26,7 @@
 #include "cake/cake.h"
 #include "abi_testing.hpp"
 #include "core/tensor.hpp"
+#include "cuda/kkt_check.hpp"
 #include "cuda/wgmma_check.hpp"
 
 namespace {
@@ -517,9 +520,11 @@ void time_workload_a(bool once, bool small) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool do_check = true, do_time = true, once = false, small = false, wgmma_only = false;
+  bool do_check = true, do_time = true, once = false, small = false, wgmma_only = false,
+       kkt_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--wgmma") == 0) wgmma_only = true;
+    if (std::strcmp(argv[i], "--kkt") == 0) kkt_only = true;
     if (std::strcmp(argv[i], "--no-time") == 0) do_time = false;
     if (std::strcmp(argv[i], "--time") == 0) do_check = false;
     if (std::strcmp(argv[i], "--once") == 0) do_check = false, once = true;
@@ -530,9 +535,15 @@ int main(int argc, char** argv) {
   std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount);
   if (wgmma_only) return check_wgmma() ? 0 : 1;
+  if (kkt_only) {
+    bool const kkt_ok = !do_check || check_kkt_solve();
+    if (do_time) time_kkt_solve();
+    return kkt_ok ? 0 : 1;
+  }
   bool ok = true;
   if (do_check) {
     ok = check_wgmma();
+    ok = check_kkt_solve() && ok;
     std::vector<Case> cases;
     auto add = [&](Case c) { cases.push_back(c); };
     Case base;
@@ -598,5 +609,6 @@ int main(int argc, char** argv) {
     std::printf("accuracy: %s\n", ok ? "ALL PASS" : "FAILURES");
   }
   if (do_time) time_workload_a(once, small);
+  if (do_time && !once) time_kkt_solve();
   return ok ? 0 : 1;
 }

@@ -290,7 +290,8 @@ def test_buffers_are_exact(mode):
 
 def test_saved_size_query_matches_the_forward():
     """The query (C ABI, real tensors), the shape-only query of the fake implementation and the
-    blob cake::forward returns agree; the workspace of each call shrinks in saved mode."""
+    blob cake::forward returns agree; a saved-mode forward's workspace holds none of the saved
+    set."""
     inputs, _, _ = make_inputs([129, 64, 1], 2, 6, seed=19)
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
     for l2 in (True, False):
@@ -306,8 +307,13 @@ def test_saved_size_query_matches_the_forward():
         assert _C.forward_saved_size(*ins, *opts, False) == 0
         assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
                                           True) == queried
-        assert (_C.forward_workspace_size(*ins, *opts, True)
-                < _C.forward_workspace_size(*ins, *opts, False))
+        # What a saved-mode forward needs beyond the recompute-mode forward's scratch is U (bf16
+        # [BT, HV, V], read by state_fwd) and that region's alignment, less q̂, k̂ and G (in the
+        # saved arena now): nothing of the saved set stays in its workspace.
+        u_bytes = x["v"].numel() * 2 + 256
+        extra = (_C.forward_workspace_size(*ins, *opts, True)
+                 - _C.forward_workspace_size(*ins, *opts, False))
+        assert 0 < extra <= u_bytes
 
 
 def test_saved_mode_through_autograd_and_compile():

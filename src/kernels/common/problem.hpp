@@ -5,8 +5,9 @@
 // "slot" slot_base(n) + j with slot_base(n) = floor(cu[n] / 64) + n: strictly increasing in n and
 // never overlapping (ceil(len / 64) <= floor(cu[n+1] / 64) - floor(cu[n] / 64) + 1), so per-chunk
 // buffers and chunk-parallel grids are sized by num_slots = floor(BT / 64) + N + 1 without reading
-// cu_seqlens on the host. A CTA finds its document by binary search over the device cu_seqlens;
-// the few slots that belong to no chunk exit at once.
+// cu_seqlens on the host. A CTA finds its document from the device cu_seqlens (one round of
+// loads per warp for fewer than 32 documents, else a binary search); the few slots that belong to
+// no chunk exit at once.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +52,46 @@ struct ChunkRef {
   int32_t num_chunks;  // of document n
 };
 
-// The chunk held in slot `slot`, or false when the slot belongs to no chunk.
+// The chunk of slot `slot` when it lies in document n = [begin, end), or false when the slot is
+// past the document's last chunk.
+CAKE_HD bool chunk_in_document(int32_t n, int64_t begin, int64_t end, int64_t slot, ChunkRef& c) {
+  int64_t const len = end - begin;
+  int64_t const j = slot - (begin / kChunk + n);
+  if (j * kChunk >= len) return false;
+  c.n = n;
+  c.j = static_cast<int32_t>(j);
+  c.t0 = begin + j * kChunk;
+  c.len = static_cast<int32_t>(len - j * kChunk < kChunk ? len - j * kChunk : kChunk);
+  c.num_chunks = static_cast<int32_t>((len + kChunk - 1) / kChunk);
+  return true;
+}
+
+#if defined(__CUDA_ARCH__)
+// find_chunk on the device for fewer than 32 documents: lane i reads document i's start (lanes
+// 0..N, all at once), and the warp's ballot of slot_base(i) <= slot gives the document (slot_base
+// increases with n, so the lanes that pass are a prefix). One round of loads where the binary
+// search waits for log2(N) + 2 dependent ones (~2 us at the start of every CTA of the chunk
+// kernels; Nsight put 12 % of wy_bwd's stall samples there). Every lane of the warp calls it with
+// the same slot.
+__device__ __forceinline__ bool find_chunk_in_warp(Problem const& p, int64_t slot, ChunkRef& c) {
+  int const lane = threadIdx.x % 32;
+  int32_t const N = p.num_seqs;
+  int64_t const begin = lane <= N ? p.seq_begin(lane) : 0;
+  unsigned const hit = __ballot_sync(0xffffffffu, lane < N && begin / kChunk + lane <= slot);
+  if (hit == 0) return false;
+  int const n = 31 - __clz(hit);
+  int64_t const doc_begin = __shfl_sync(0xffffffffu, begin, n);
+  int64_t const doc_end = __shfl_sync(0xffffffffu, begin, n + 1);
+  return chunk_in_document(n, doc_begin, doc_end, slot, c);
+}
+#endif
+
+// The chunk held in slot `slot`, or false when the slot belongs to no chunk. On the device every
+// thread of the warp must call it (with the same slot).
 CAKE_HD bool find_chunk(Problem const& p, int64_t slot, ChunkRef& c) {
+#if defined(__CUDA_ARCH__)
+  if (p.num_seqs < 32) return find_chunk_in_warp(p, slot, c);
+#endif
   int32_t lo = 0;
   int32_t hi = p.num_seqs - 1;
   if (hi < 0 || p.slot_base(0) > slot) return false;
@@ -60,16 +99,7 @@ CAKE_HD bool find_chunk(Problem const& p, int64_t slot, ChunkRef& c) {
     int32_t const mid = (lo + hi + 1) / 2;
     if (p.slot_base(mid) <= slot) lo = mid; else hi = mid - 1;
   }
-  int64_t const begin = p.seq_begin(lo);
-  int64_t const len = p.seq_begin(lo + 1) - begin;
-  int64_t const j = slot - p.slot_base(lo);
-  if (j * kChunk >= len) return false;
-  c.n = lo;
-  c.j = static_cast<int32_t>(j);
-  c.t0 = begin + j * kChunk;
-  c.len = static_cast<int32_t>(len - j * kChunk < kChunk ? len - j * kChunk : kChunk);
-  c.num_chunks = static_cast<int32_t>((len + kChunk - 1) / kChunk);
-  return true;
+  return chunk_in_document(lo, p.seq_begin(lo), p.seq_begin(lo + 1), slot, c);
 }
 
 }  // namespace cake::kernels

@@ -1,5 +1,5 @@
 // Intra-chunk part of dDelta (B3 of fla_reference.md §2.5): one CTA per (chunk, value head).
-//   A        = causal(scale (Q K^T)_ij e^{G_i - G_j})   (i >= j)    [64 x 64], as in state_output_fwd
+//   A        = causal(scale (Q K^T)_ij e^{G_i - G_j})   (i >= j)    [64 x 64], as in walk_a_fwd
 //   dDelta_a = A^T dO                                               [64 x 128] fp32 out
 // The state walk (state_bwd) adds the inter-chunk part in place.
 #pragma once

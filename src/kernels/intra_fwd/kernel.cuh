@@ -17,11 +17,9 @@
 
 #include <cuda_bf16.h>
 
-#include <type_traits>
-
 #include "kernels/common/gemm.cuh"
-#include "kernels/common/gemm_tf32x3.cuh"
 #include "kernels/common/tile.cuh"
+#include "kernels/common/tril_inverse.cuh"
 #include "kernels/intra_fwd/params.hpp"
 
 namespace cake::kernels::intra_fwd {
@@ -29,9 +27,6 @@ namespace cake::kernels::intra_fwd {
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kLdT = kChunk + 8;  // bf16 copy of T: 144-byte rows, ldmatrix conflict-free
-inline constexpr int kBlock = 16;        // diagonal blocks of the triangular solve
-inline constexpr int kScratchRows = 32;  // per merging warp: Y = L_10 T_00, up to 32 x 8
-inline constexpr int kLdScratch = 8;
 
 // About 74 KB: three CTAs per SM (bf16(T) takes L's place once the solve is done).
 struct SharedStorage {
@@ -42,12 +37,13 @@ struct SharedStorage {
     __nv_bfloat16 tb[kChunk * kLdT];  // [64 x 64]  bf16(T), the operand of W and U
   };
   float t[kChunk * kLd64];            // [64 x 64]  T = (I + L)^-1
-  float y[4 * kScratchRows * kLdScratch];  // [4 warps x 32 x 8] Y of the merges
+  float y[kTrilScratch];              // [4 warps x 32 x 8] Y of the solve's merges
   float gcum[kChunk];                 // G
   float beta[kChunk];
   float beta_eg[kChunk];              // beta_i e^{G_i}
 };
 static_assert(sizeof(SharedStorage) <= 75 * 1024, "intra_fwd must fit three CTAs per SM");
+static_assert(kThreads == kTrilThreads, "the solve runs on the whole CTA");
 
 __global__ void __launch_bounds__(kThreads, 3) intra_fwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -103,72 +99,9 @@ __global__ void __launch_bounds__(kThreads, 3) intra_fwd_kernel(__grid_constant_
     *v2 = __floats2bfloat162_rn(s.beta[r] * vf.x, s.beta[r] * vf.y);
   }
 
-  // T = (I + L)^-1 in 16x16 blocks, merged pairwise (L is strictly lower, so I + L is unit lower):
-  //   diagonal blocks T_aa = (I + L_aa)^-1: warp a < 4, lane j < 16 walks column j down by forward
-  //   substitution in registers (fp32, no barrier); warps 4-7 zero the blocks above the diagonal;
-  //   merge to 32x32:  T_10 = -T_11 (L_10 T_00)  for the 16-blocks (1, 0) and (3, 2);
-  //   merge to 64x64:  T_10 = -T_11 (L_10 T_00)  for the 32-blocks.
-  // The merges are warp products on the tensor cores in 3xTF32 (about fp32 accuracy), 8 columns
-  // per warp: the columns of a merged block are independent, so no warp waits for another.
+  // T = (I + L)^-1 (common/tril_inverse.cuh), then its bf16 copy (the operand of W and U)
   {
-    constexpr int kB = kBlock;
-    int const warp = tid / 32;
-    int const lane = tid % 32;
-    if (warp < kChunk / kB && lane < kB) {
-      int const a0 = warp * kB;
-      float col[kB];
-#pragma unroll
-      for (int i = 0; i < kB; ++i) {
-        float acc = i == lane ? 1.f : 0.f;
-#pragma unroll
-        for (int m = 0; m < i; ++m) acc -= s.l[(a0 + i) * kLd64 + a0 + m] * col[m];
-        col[i] = acc;
-      }
-#pragma unroll
-      for (int i = 0; i < kB; ++i) s.t[(a0 + i) * kLd64 + a0 + lane] = col[i];
-    } else if (warp >= kChunk / kB) {  // warps 4-7 (idle in the substitution): zero the upper blocks
-      for (int idx = tid - kThreads / 2; idx < kChunk * kChunk; idx += kThreads / 2) {
-        int const i = idx / kChunk;
-        int const j = idx % kChunk;
-        if (i / kB < j / kB) s.t[i * kLd64 + j] = 0.f;
-      }
-    }
-    __syncthreads();  // diagonal blocks and zeros visible
-    int const g = lane / 4;
-    int const q = lane % 4;
-    // One merge T_10[:, n0 .. n0 + 8) = -T_11 (L_10 T_00[:, n0 .. n0 + 8)) of two kM-blocks at row
-    // and column offset r0 (upper-left block), by one warp; Y goes through the warp's scratch.
-    auto const merge = [&](auto m_tiles, int r0, int n0) {
-      constexpr int kMt = decltype(m_tiles)::value;
-      constexpr int kM = 16 * kMt;
-      float* const scratch = s.y + warp * kScratchRows * kLdScratch;
-      float y[kMt][4] = {};
-      warp_mma_f32x3<kMt, kM>(s.l + (r0 + kM) * kLd64 + r0, kLd64, s.t + r0 * kLd64 + n0, kLd64,
-                              y);
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        *reinterpret_cast<float2*>(scratch + (16 * mt + g) * kLdScratch + 2 * q) =
-            make_float2(y[mt][0], y[mt][1]);
-        *reinterpret_cast<float2*>(scratch + (16 * mt + g + 8) * kLdScratch + 2 * q) =
-            make_float2(y[mt][2], y[mt][3]);
-      }
-      __syncwarp();
-      float t[kMt][4] = {};
-      warp_mma_f32x3<kMt, kM>(s.t + (r0 + kM) * kLd64 + r0 + kM, kLd64, scratch, kLdScratch, t);
-#pragma unroll
-      for (int mt = 0; mt < kMt; ++mt) {
-        float* const row = s.t + (r0 + kM + 16 * mt + g) * kLd64 + n0 + 2 * q;
-        *reinterpret_cast<float2*>(row) = make_float2(-t[mt][0], -t[mt][1]);
-        *reinterpret_cast<float2*>(row + 8 * kLd64) = make_float2(-t[mt][2], -t[mt][3]);
-      }
-    };
-    if (warp < 4) {  // 16-blocks (1, 0) and (3, 2): warp w merges pair w / 2, columns 8 (w % 2)
-      int const r0 = (warp / 2) * 2 * kB;
-      merge(std::integral_constant<int, 1>{}, r0, r0 + (warp % 2) * 8);
-    }
-    __syncthreads();  // 32x32 inverses complete
-    if (warp < 4) merge(std::integral_constant<int, 2>{}, 0, warp * 8);  // 32-block (1, 0)
-    __syncthreads();  // T complete
+    invert_unit_lower_64(s.l, s.t, s.y);
     for (int idx = tid; idx < kChunk * kChunk; idx += kThreads) {
       int const i = idx / kChunk;
       int const j = idx % kChunk;

@@ -44,6 +44,9 @@ struct SharedStorage {
 };
 static_assert(kHeadDim % kSliceV == 0, "V must split into whole slices");
 static_assert(kWarps * 16 == kHeadDim, "each warp owns 16 rows of dS'");
+// dDelta's warp tiles: [16 x 32] (1 x 4 mma tiles of 16 x 8), one per warp.
+inline constexpr int kDeltaNi = 4;
+static_assert(kWarps * 16 * 8 * kDeltaNi == kChunk * kSliceV, "the warps tile dDelta");
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "state_bwd shared memory exceeds 227 KB");
 
 __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64_t t0, int len,
@@ -123,19 +126,28 @@ __global__ void __launch_bounds__(kThreads, 1) state_bwd_kernel(__grid_constant_
       *d2 = __floats2bfloat162_rn(qs * f.x, qs * f.y);
     }
     // dDelta = A^T dO + e^{G_last - G_i} (K dS'); rhs rows 64-127 <- -dDelta
+    // (K dS' on this warp's [16 x 32] tile of the [64 x 64] slice; the decays of the thread's two
+    // rows d_row, d_row + 8 once, not per element pair)
     float* const dd = p.dv_new + (t0 * HV + hv) * kHeadDim + v0;
-    block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
-        RowMajor{t.k, kLdBf16}, RowMajor{s.dsb, kLdSlice}, [&](int i, int col, float c0, float c1) {
-          float2 val = make_float2(0.f, 0.f);
-          if (i < len) {
-            float const decay = __expf(g_last - t.gcum[i]);
-            float2 const intra = *reinterpret_cast<float2 const*>(t.dv_new + i * kLdSliceF + col);
-            val = make_float2(intra.x + decay * c0, intra.y + decay * c1);
-            *reinterpret_cast<float2*>(dd + i * v_stride + col) = val;
-          }
-          *reinterpret_cast<__nv_bfloat162*>(t.rhs + (kChunk + i) * kLdSlice + col) =
-              __floats2bfloat162_rn(-val.x, -val.y);
-        });
+    int const d_m0 = 16 * (warp / (kSliceV / (8 * kDeltaNi)));
+    int const d_n0 = 8 * kDeltaNi * (warp % (kSliceV / (8 * kDeltaNi)));
+    int const d_row = d_m0 + tid % 32 / 4;
+    float kds[1][kDeltaNi][4] = {};
+    warp_tile_mma<kHeadDim, 1, kDeltaNi>(RowMajor{t.k, kLdBf16}, RowMajor{s.dsb, kLdSlice}, d_m0,
+                                         d_n0, kds);
+    float const decay_lo = __expf(g_last - t.gcum[d_row]);
+    float const decay_hi = __expf(g_last - t.gcum[d_row + 8]);
+    for_each_acc_pair<1, kDeltaNi>(d_m0, d_n0, kds, [&](int i, int col, float& c0, float& c1) {
+      float2 val = make_float2(0.f, 0.f);
+      if (i < len) {
+        float const decay = i % 16 < 8 ? decay_lo : decay_hi;  // d_m0 is a multiple of 16
+        float2 const intra = *reinterpret_cast<float2 const*>(t.dv_new + i * kLdSliceF + col);
+        val = make_float2(intra.x + decay * c0, intra.y + decay * c1);
+        *reinterpret_cast<float2*>(dd + i * v_stride + col) = val;
+      }
+      *reinterpret_cast<__nv_bfloat162*>(t.rhs + (kChunk + i) * kLdSlice + col) =
+          __floats2bfloat162_rn(-val.x, -val.y);
+    });
     __syncthreads();  // rhs complete
 
     // dS' = e^{G_last} dS' + [Q ; W]^T [scale e^G dO ; -dDelta], in registers

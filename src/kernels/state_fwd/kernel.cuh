@@ -1,7 +1,7 @@
 // Forward state walk (stage F5 of fla_reference.md §2.2): one CTA per (document, value head,
 // 64-column V slice), walking the document's chunks in order. Per chunk (h = state at the chunk's
 // start, [128 x 64] fp32):
-//   store bf16(h) to h[slot]                                  (read by the output stage)
+//   store bf16(h) to h[slot]                                  (read by the backward)
 //   Delta = U - W h                   [64 x 64]  -> v_new (bf16)
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta         (fp32 accumulate)
 // Both products run on the tensor cores with bf16 operands (h and Delta are rounded as operands,
@@ -42,6 +42,9 @@ struct SharedStorage {
 };
 static_assert(kHeadDim % kSliceV == 0, "V must split into whole slices");
 static_assert(kWarps * 16 == kHeadDim, "each warp owns 16 rows of the state");
+// Delta's warp tiles: [16 x 32] (1 x 4 mma tiles of 16 x 8), one per warp.
+inline constexpr int kDeltaNi = 4;
+static_assert(kWarps * 16 * 8 * kDeltaNi == kChunk * kSliceV, "the warps tile Delta");
 static_assert(sizeof(SharedStorage) <= 113 * 1024, "state_fwd must fit two CTAs per SM");
 
 __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64_t t0, int len,
@@ -106,20 +109,29 @@ __global__ void __launch_bounds__(kThreads, 2) state_fwd_kernel(__grid_constant_
     }
     float const g_last = t.gcum[len - 1];
 
-    // Delta = U - W h; v_new <- Delta, t.u <- bf16(e^{G_last - G} Delta) in place
+    // Delta = U - W h on this warp's [16 x 32] tile of the [64 x 64] slice; v_new <- Delta,
+    // t.u <- bf16(e^{G_last - G} Delta) in place. The decays of the thread's two rows (d_row,
+    // d_row + 8) once, not per element pair.
+    int const d_m0 = 16 * (warp / (kSliceV / (8 * kDeltaNi)));
+    int const d_n0 = 8 * kDeltaNi * (warp % (kSliceV / (8 * kDeltaNi)));
+    int const d_row = d_m0 + tid % 32 / 4;
+    float const decay_lo = d_row < len ? __expf(g_last - t.gcum[d_row]) : 0.f;
+    float const decay_hi = d_row + 8 < len ? __expf(g_last - t.gcum[d_row + 8]) : 0.f;
+    float wh[1][kDeltaNi][4] = {};
+    warp_tile_mma<kHeadDim, 1, kDeltaNi>(RowMajor{t.w, kLdBf16}, RowMajor{s.hb, kLdSlice}, d_m0,
+                                         d_n0, wh);
     __nv_bfloat16* const v_new = p.v_new + (t0 * HV + hv) * kHeadDim + v0;
-    block_gemm<kChunk, kSliceV, kHeadDim, 1, 4, kWarps>(
-        RowMajor{t.w, kLdBf16}, RowMajor{s.hb, kLdSlice}, [&](int i, int col, float c0, float c1) {
-          auto* const u2 = reinterpret_cast<__nv_bfloat162*>(t.u + i * kLdSlice + col);
-          float2 const u = __bfloat1622float2(*u2);
-          float const d0 = u.x - c0;
-          float const d1 = u.y - c1;
-          float const decay = i < len ? __expf(g_last - t.gcum[i]) : 0.f;
-          if (i < len)
-            *reinterpret_cast<__nv_bfloat162*>(v_new + i * v_stride + col) =
-                __floats2bfloat162_rn(d0, d1);
-          *u2 = __floats2bfloat162_rn(decay * d0, decay * d1);
-        });
+    for_each_acc_pair<1, kDeltaNi>(d_m0, d_n0, wh, [&](int i, int col, float& c0, float& c1) {
+      auto* const u2 = reinterpret_cast<__nv_bfloat162*>(t.u + i * kLdSlice + col);
+      float2 const u = __bfloat1622float2(*u2);
+      float const d0 = u.x - c0;
+      float const d1 = u.y - c1;
+      float const decay = i % 16 < 8 ? decay_lo : decay_hi;  // d_m0 is a multiple of 16
+      if (i < len)
+        *reinterpret_cast<__nv_bfloat162*>(v_new + i * v_stride + col) =
+            __floats2bfloat162_rn(d0, d1);
+      *u2 = __floats2bfloat162_rn(decay * d0, decay * d1);
+    });
     __syncthreads();  // decayed Delta complete
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta, in registers

@@ -1,17 +1,17 @@
 // The GDN GPU path: validated arguments -> Problem -> buffer layout -> the stages in order.
 //
-// Forward:  [qk_norm] -> intra_fwd (G, T, W, U) -> state_output_fwd (o and the final state, one
-//           walk; in saved mode also h per chunk and Delta)
+// Forward:  [qk_norm] -> kkt_solve (G, A = (I + diag(beta) L)^-1) -> [saved mode: intra_fwd (T,
+//           W, U) -> state_fwd (h, Delta), the saved set as the backward's recompute makes it] ->
+//           walk_a_fwd (o and the final state, one walk rebuilding Delta from A)
 // Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
 //           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
 //           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
 //           dk partial per q/k head, dW, dG partial) -> wy_bwd (dk's WY terms per value head, dv,
 //           dbeta, dg) -> qk_grad (dk's value-head sum, L2-norm backward).
 // Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
-// intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward writes the saved set
-// (intra_fwd also stores T, the walk h and Delta) into the caller's saved buffer and the backward
-// reads it from there. state_fwd and state_output_fwd compute h and Delta with the same operations
-// in the same order, so the modes agree bitwise.
+// intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward runs the same two
+// stages into the caller's saved buffer and the backward reads it from there. Same kernels on the
+// same inputs, so the modes agree bitwise (o comes from walk_a_fwd in both).
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
@@ -21,11 +21,12 @@
 #include "kernels/dqk_bwd/launch.hpp"
 #include "kernels/dv_local_bwd/launch.hpp"
 #include "kernels/intra_fwd/launch.hpp"
+#include "kernels/kkt_solve/launch.hpp"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
 #include "kernels/state_bwd/launch.hpp"
 #include "kernels/state_fwd/launch.hpp"
-#include "kernels/state_output_fwd/launch.hpp"
+#include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/wy_bwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
 #include "ops/gdn_cuda.hpp"
@@ -85,8 +86,7 @@ bool empty(Problem const& p) {
   return p.num_seqs == 0 || p.num_v_heads == 0;
 }
 
-// The chunk-parallel forward stages shared by forward and backward (its recompute); q_used/k_used
-// receive the q, k the later stages read (normalised copies with use_qk_l2norm).
+// The inputs of the forward's stages (the forward's own, or the backward's for its recompute).
 struct ForwardInputs {
   cakeTensor_t const* q;
   cakeTensor_t const* k;
@@ -96,26 +96,31 @@ struct ForwardInputs {
   cakeTensor_t const* initial_state;
 };
 
-void run_intra_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
-                      ops::cuda::GdnBuffers const& b, bool need_tmat, cudaStream_t stream,
-                      bf16 const** q_used, bf16 const** k_used) {
+// The q, k the later stages read: normalised copies (qk_norm) with use_qk_l2norm, else the inputs.
+void normalize_qk(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
+                  ops::cuda::GdnBuffers const& b, cudaStream_t stream, bf16 const** q_used,
+                  bf16 const** k_used) {
   *q_used = ptr<bf16 const>(*in.q);
   *k_used = ptr<bf16 const>(*in.k);
-  if (use_qk_l2norm) {
-    kernels::qk_norm::Params np;
-    np.num_rows = p.num_tokens * p.num_qk_heads;
-    np.q = *q_used;
-    np.k = *k_used;
-    np.q_norm = b.q_norm;
-    np.k_norm = b.k_norm;
-    check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
-    *q_used = b.q_norm;
-    *k_used = b.k_norm;
-  }
+  if (!use_qk_l2norm) return;
+  kernels::qk_norm::Params np;
+  np.num_rows = p.num_tokens * p.num_qk_heads;
+  np.q = *q_used;
+  np.k = *k_used;
+  np.q_norm = b.q_norm;
+  np.k_norm = b.k_norm;
+  check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
+  *q_used = b.q_norm;
+  *k_used = b.k_norm;
+}
 
+// The backward's set from the inputs: intra_fwd (G, T, W, U) -> state_fwd (h and Delta per
+// chunk). The saved-mode forward and the recompute-mode backward both run exactly this.
+void run_saved_set_stages(Problem const& p, ForwardInputs const& in, bf16 const* k_used,
+                          ops::cuda::GdnBuffers const& b, cudaStream_t stream) {
   kernels::intra_fwd::Params ip;
   ip.problem = p;
-  ip.k = *k_used;
+  ip.k = k_used;
   ip.v = ptr<bf16 const>(*in.v);
   ip.g = ptr<float const>(*in.g);
   ip.beta = in.beta->data;
@@ -123,8 +128,19 @@ void run_intra_stages(Problem const& p, bool use_qk_l2norm, ForwardInputs const&
   ip.gcum = b.gcum;
   ip.w = b.w;
   ip.u = b.u;
-  ip.tmat = need_tmat ? b.tmat : nullptr;
+  ip.tmat = b.tmat;
   check_cuda(kernels::intra_fwd::launch(ip, stream), "intra_fwd launch");
+
+  kernels::state_fwd::Params fp;
+  fp.problem = p;
+  fp.k = k_used;
+  fp.w = b.w;
+  fp.u = b.u;
+  fp.gcum = b.gcum;
+  fp.h0 = ptr<float const>(*in.initial_state);
+  fp.h = b.h;
+  fp.v_new = b.v_new;
+  check_cuda(kernels::state_fwd::launch(fp, stream), "state_fwd launch");
 }
 
 using cuda::Pass;
@@ -184,26 +200,41 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
-  // In saved mode intra_fwd also stores T, which only the backward reads.
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  run_intra_stages(p, l2, in, b, saved_mode(options), stream, &q_used, &k_used);
+  normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
 
-  // The walk writes o and the final state; in saved mode also h and Delta for the backward.
-  kernels::state_output_fwd::Params wp;
+  // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk.
+  kernels::kkt_solve::Params kp;
+  kp.problem = p;
+  kp.k = k_used;
+  kp.g = ptr<float const>(args.g);
+  kp.beta = args.beta.data;
+  kp.beta_is_bf16 = args.beta.dtype == cakeBfloat16;
+  kp.gcum = b.gcum;
+  kp.beta_f32 = b.beta_f32;
+  kp.a = b.a;
+  check_cuda(kernels::kkt_solve::launch(kp, stream), "kkt_solve launch");
+
+  // Saved mode: the backward's set, by the stages its recompute would run (bitwise the same).
+  // Before the walk, so that both read the initial state before the walk writes the final one
+  // (a caller may pass one tensor as both).
+  if (saved_mode(options)) run_saved_set_stages(p, in, k_used, b, stream);
+
+  // The walk writes o and the final state.
+  kernels::walk_a_fwd::Params wp;
   wp.problem = p;
   wp.q = q_used;
   wp.k = k_used;
-  wp.w = b.w;
-  wp.u = b.u;
+  wp.v = ptr<bf16 const>(args.v);
+  wp.a = b.a;
   wp.gcum = b.gcum;
+  wp.beta = b.beta_f32;
   wp.h0 = ptr<float const>(args.initial_state);
   wp.o = ptr<bf16>(args.o);
   wp.ht = ptr<float>(args.final_state);
-  wp.h = saved_mode(options) ? b.h : nullptr;
-  wp.v_new = saved_mode(options) ? b.v_new : nullptr;
-  check_cuda(kernels::state_output_fwd::launch(wp, stream), "state_output_fwd launch");
+  check_cuda(kernels::walk_a_fwd::launch(wp, stream), "walk_a_fwd launch");
 }
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
@@ -235,17 +266,8 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
   if (!saved_mode(options)) {
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
-    run_intra_stages(p, l2, in, b, true, stream, &q_used, &k_used);
-    kernels::state_fwd::Params fp;
-    fp.problem = p;
-    fp.k = k_used;
-    fp.w = b.w;
-    fp.u = b.u;
-    fp.gcum = b.gcum;
-    fp.h0 = ptr<float const>(args.initial_state);
-    fp.h = b.h;
-    fp.v_new = b.v_new;
-    check_cuda(kernels::state_fwd::launch(fp, stream), "state_fwd launch");
+    normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
+    run_saved_set_stages(p, in, k_used, b, stream);
   }
 
   if (p.num_tokens > 0) {

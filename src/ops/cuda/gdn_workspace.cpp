@@ -63,16 +63,21 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.k_norm = saved_set.take<bf16>(qk_rows * kHeadDim);
   }
   b.gcum = saved_set.take<float>(v_rows);
-  b.w = saved_set.take<bf16>(v_rows * kHeadDim);
-  // A forward that saves nothing writes neither h nor Delta (its walk uses them on chip).
+  // A forward that saves nothing needs none of the rest (its walk works from A, on chip).
   if (backward || saved_mode) {
+    b.w = saved_set.take<bf16>(v_rows * kHeadDim);
     b.v_new = saved_set.take<bf16>(v_rows * kHeadDim);
     b.h = saved_set.take<bf16>(states);
+    b.tmat = saved_set.take<float>(v_rows * kChunk);
   }
-  if (backward || saved_mode) b.tmat = saved_set.take<float>(v_rows * kChunk);
 
-  // Scratch of the forward stages: they run in the forward, and in a recompute-mode backward.
-  if (!backward || !saved_mode) b.u = scratch.take<bf16>(v_rows * kHeadDim);
+  // Scratch of the forward's stages: kkt_solve and the walk in every forward; intra_fwd and
+  // state_fwd (the saved set) in a saved-mode forward and a recompute-mode backward.
+  if (!backward) {
+    b.a = scratch.take<bf16>(v_rows * kChunk);
+    b.beta_f32 = scratch.take<float>(v_rows);
+  }
+  if (backward != saved_mode) b.u = scratch.take<bf16>(v_rows * kHeadDim);
 
   if (backward) {
     b.dw = saved_mode ? scratch.take<bf16>(v_rows * kHeadDim) : b.w;

@@ -3,7 +3,8 @@
 //   saved      the "saved set", what the backward reads of the forward's stages; the forward writes
 //              it and the backward reads it in saved mode (options.save_for_backward = 1);
 //   workspace  scratch memory of one call, dead when the call's work has run. In recompute mode
-//              the saved set lives here too: the forward's stages write it in every call.
+//              the saved set lives here too (the recompute-mode forward writes only q̂, k̂ and G
+//              of it; the backward recomputes all of it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,15 +27,17 @@ struct GdnBuffers {
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]   with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]   with use_qk_l2norm
   float* gcum = nullptr;            // [BT, HV]     G, within-chunk cumsum of g
-  __nv_bfloat16* w = nullptr;       // [BT, HV, K]  W (read by state_bwd)
-  __nv_bfloat16* v_new = nullptr;   // [BT, HV, V]  Delta = U - W h; absent in a recompute-mode
-                                    //              forward (its walk keeps Delta on chip)
-  __nv_bfloat16* h = nullptr;       // [num_slots, HV, K, V] chunk-start states; absent there too
-  float* tmat = nullptr;            // [BT, HV, 64] T = (I + L)^-1 rows; absent in a recompute-mode
-                                    //              forward (only the backward reads T)
+  __nv_bfloat16* w = nullptr;       // [BT, HV, K]  W (read by state_bwd); this and the three
+                                    //              below are absent in a recompute-mode forward
+                                    //              (its walk works from A)
+  __nv_bfloat16* v_new = nullptr;   // [BT, HV, V]  Delta = U - W h
+  __nv_bfloat16* h = nullptr;       // [num_slots, HV, K, V] chunk-start states
+  float* tmat = nullptr;            // [BT, HV, 64] T = (I + L)^-1 rows
   // workspace
-  __nv_bfloat16* u = nullptr;       // [BT, HV, V]  U, read only by the walks; absent in a
-                                    //              saved-mode backward (no forward stages run)
+  __nv_bfloat16* a = nullptr;       // [BT, HV, 64] A = (I + diag(beta) L)^-1 (kkt_solve), forward
+  float* beta_f32 = nullptr;        // [BT, HV]     beta in fp32 for the walk, forward
+  __nv_bfloat16* u = nullptr;       // [BT, HV, V]  U, read by state_fwd: saved-mode forward and
+                                    //              recompute-mode backward
   __nv_bfloat16* dw = nullptr;      // [BT, HV, K]  dW, backward only: aliases w in recompute mode
                                     //              (W is dead after state_bwd); its own region in
                                     //              saved mode (the saved set is read only)

@@ -1,0 +1,22 @@
+// Host <-> device contract of the un-gated chunk inverse (kernel.cuh says what it computes).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/problem.hpp"
+
+namespace cake::kernels::kkt_solve {
+
+struct Params {
+  Problem problem;
+  __nv_bfloat16 const* k = nullptr;  // [BT, H, K]
+  float const* g = nullptr;          // [BT, HV]      natural-log decay per token
+  void const* beta = nullptr;        // [BT, HV]      fp32, or bf16 when beta_is_bf16
+  bool beta_is_bf16 = false;
+  float* gcum = nullptr;       // [BT, HV]      out: G, inclusive cumsum of g in the chunk
+  float* beta_f32 = nullptr;   // [BT, HV]      out or nullptr: beta in fp32 (the walk's)
+  __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
+                               //   (I + diag(beta) strict-lower(K K^T))^-1
+};
+
+}  // namespace cake::kernels::kkt_solve

@@ -1,0 +1,208 @@
+// The forward walk (F5 and F6 of fla_reference.md §2.2; step 2 of
+// docs/design/gdn-hopper-v8-plan.md): one CTA per (document, value head), walking the document's
+// chunks in order with the whole [128 x 128] fp32 state h (the chunk's start state) in registers,
+// Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1. With Gamma_ij = e^{G_i - G_j},
+// T = Gamma o A, so
+//   Delta = U - W h = T diag(beta) (V - e^G (K h)) = (Gamma o A diag(beta)) (V - e^G (K h)).
+// Per chunk:
+//   Q h, K h                                 [64 x 128] each (h's fragments read once for both)
+//   R     = V - e^{G_i} (K h)_i              [64 x 128] bf16
+//   Ag    = causal(A_ij e^{G_i - G_j} beta_j) [64 x 64] bf16 (i >= j)
+//   P     = causal(scale (Q K^T)_ij e^{G_i - G_j})  (shares Ag's exponentials)
+//   Delta = Ag R                              [64 x 128]
+//   O     = scale e^G (Q h) + P Delta         -> o (bf16)
+//   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
+// Against the walk on intra_fwd's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
+// product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
+// chunk, and kkt_solve instead of intra_fwd before it. It writes o and the final state only: the
+// backward's set (h, Delta) comes from state_fwd (gdn_cuda.cpp). 16 warps: each owns a [16 x 64]
+// block of the state (32 registers per thread) and a [16 x 32] tile of O, R and Delta.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/gemm.cuh"
+#include "kernels/common/tile.cuh"
+#include "kernels/common/walk.cuh"
+#include "kernels/walk_a_fwd/params.hpp"
+
+namespace cake::kernels::walk_a_fwd {
+
+inline constexpr int kThreads = 512;
+inline constexpr int kWarps = kThreads / 32;
+inline constexpr int kStateCols = 64;  // state columns per warp: 8 row blocks x 2 column halves
+inline constexpr int kLdA =
+    kChunk + 8;  // bf16 [64 x 64] tiles: 144-byte rows, ldmatrix conflict-free
+// O's and Delta's warp tiles: [16 x 32] (1 x 4 mma tiles of 16 x 8), 16 of them, one per warp.
+inline constexpr int kOutNi = 4;
+
+// One chunk's operands; two of them alternate (the next chunk loads while this one computes).
+struct ChunkTiles {
+  __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128]
+  __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128]
+  __nv_bfloat16 v[kChunk * kLdBf16];  // [64 x 128] V; then bf16(e^{G_last - G} Delta)
+  __nv_bfloat16 a[kChunk * kLdA];     // [64 x 64]  A (zero past the end)
+  float gcum[kChunk];                 // G; rows past the end repeat G of the last token
+  float beta[kChunk];                 // beta; 0 past the end
+};
+
+// About 207 KB: one CTA per SM.
+struct SharedStorage {
+  ChunkTiles tiles[2];
+  __nv_bfloat16 hb[kHeadDim * kLdBf16];   // [128 x 128] bf16(h), operand of K h and Q h
+  __nv_bfloat16 r[kChunk * kLdBf16];      // [64 x 128]  bf16(R), operand of Ag R
+  __nv_bfloat16 delta[kChunk * kLdBf16];  // [64 x 128]  bf16(Delta), operand of P Delta
+  __nv_bfloat16 ag[kChunk * kLdA];        // [64 x 64]   bf16(Ag)
+  __nv_bfloat16 p[kChunk * kLdA];         // [64 x 64]   bf16(P)
+};
+static_assert(kWarps * 16 * kStateCols == kHeadDim * kHeadDim, "the warps tile the state");
+static_assert(kWarps * 16 * 8 * kOutNi == kChunk * kHeadDim, "the warps tile O and Delta");
+static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_fwd shared memory exceeds 227 KB");
+
+__device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64_t t0, int len,
+                                           int h, int hv) {
+  int const H = p.problem.num_qk_heads;
+  int const HV = p.problem.num_v_heads;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  load_tile_async<kChunk, kHeadDim, kThreads>(t.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
+                                              qk_stride, len);
+  load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
+                                              qk_stride, len);
+  load_tile_async<kChunk, kHeadDim, kThreads>(t.v, kLdBf16, p.v + (t0 * HV + hv) * kHeadDim,
+                                              v_stride, len);
+  load_tile_async<kChunk, kChunk, kThreads>(t.a, kLdA, p.a + (t0 * HV + hv) * kChunk,
+                                            int64_t{HV} * kChunk, len);
+  load_gcum_async(t.gcum, p.gcum, t0, len, HV, hv);
+  int const r = threadIdx.x - kChunk;  // threads 64 .. 127 copy beta
+  if (r >= 0 && r < kChunk)
+    cp_async_4(&t.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
+  cp_async_commit();
+}
+
+__global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  WalkRef const walk = walk_of_block(p.problem, blockIdx.x, 1);
+  int const hv = walk.hv;
+  int const HV = p.problem.num_v_heads;
+  int const h = hv / p.problem.group_size();
+  int const tid = threadIdx.x;
+  int const warp = tid / 32;
+  float const scale = p.problem.scale;
+  WalkSpan const span = walk_span(p.problem, walk);
+  int64_t const state_offset = (int64_t{walk.n} * HV + hv) * kHeadDim * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+
+  // This warp's block of the state: rows row0 .. row0 + 15, columns col0 .. col0 + 63.
+  int const row0 = 16 * (warp % (kHeadDim / 16));
+  int const col0 = kStateCols * (warp / (kHeadDim / 16));
+  StateRows<kStateCols> state;
+  load_state_rows<kStateCols>(state, row0, p.h0, state_offset + col0);
+  // This warp's tile of O, R and Delta: rows o_m0 .. o_m0 + 15, columns o_n0 .. o_n0 + 31; the
+  // thread's rows o_row and o_row + 8.
+  int const o_m0 = 16 * (warp / (kHeadDim / (8 * kOutNi)));
+  int const o_n0 = 8 * kOutNi * (warp % (kHeadDim / (8 * kOutNi)));
+  int const o_row = o_m0 + (tid % 32) / 4;
+
+  int64_t const num_chunks = span.num_chunks();
+  if (num_chunks > 0) load_chunk(s.tiles[0], p, span.begin, span.chunk_len(0), h, hv);
+  for (int64_t j = 0; j < num_chunks; ++j) {
+    ChunkTiles& t = s.tiles[j % 2];
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
+
+    // h (the chunk's start state) -> bf16 operand. hb's last readers (K h, Q h of chunk j - 1)
+    // finished before that chunk's second barrier.
+    store_acc_bf16<1, kStateCols / 8>(row0, col0, state, s.hb, kLdBf16);
+    cp_async_wait<0>();
+    __syncthreads();  // B1: chunk j's tiles and bf16(h) visible; chunk j - 1's tiles, r, ag, p,
+                      // delta free
+    if (j + 1 < num_chunks)
+      load_chunk(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv);
+    float const g_last = t.gcum[len - 1];
+
+    // Q h and K h on this warp's tile, with h's fragments read once for both
+    float o_acc[1][kOutNi][4] = {};
+    float kh[1][kOutNi][4] = {};
+    warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.k, kLdBf16},
+                                                RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, kh);
+    // The thread's two rows' exponentials once per chunk (the pair loops store to shared memory,
+    // so the compiler would reload G per pair)
+    float const g_lo = t.gcum[o_row];
+    float const g_hi = t.gcum[o_row + 8];
+    float const eg_lo = __expf(g_lo);
+    float const eg_hi = __expf(g_hi);
+    // O's first term scale e^{G_i} (Q h)_i (the row scale on the fp32 product, as FLA does)
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int, float& c0, float& c1) {
+      float const q_scale = scale * (i % 16 < 8 ? eg_lo : eg_hi);  // o_m0 is a multiple of 16
+      c0 *= q_scale;
+      c1 *= q_scale;
+    });
+    // R = V - e^{G_i} (K h)_i -> r (rows past the end: V and K are zero there, so R is)
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kh, [&](int i, int col, float& c0, float& c1) {
+      float const eg = i % 16 < 8 ? eg_lo : eg_hi;
+      float2 const v =
+          __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.v + i * kLdBf16 + col));
+      *reinterpret_cast<__nv_bfloat162*>(s.r + i * kLdBf16 + col) =
+          __floats2bfloat162_rn(v.x - eg * c0, v.y - eg * c1);
+    });
+    // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j} beta_j), one
+    // exponential per element for both
+    block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+        RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
+          float const gi = t.gcum[i];
+          float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
+          float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
+          *reinterpret_cast<__nv_bfloat162*>(s.p + i * kLdA + jc) =
+              __floats2bfloat162_rn(scale * c0 * e0, scale * c1 * e1);
+          float2 const a =
+              __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
+          *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
+              __floats2bfloat162_rn(a.x * e0 * t.beta[jc], a.y * e1 * t.beta[jc + 1]);
+        });
+    __syncthreads();  // B2: r, p, ag complete
+
+    // Delta = Ag R on this warp's tile; delta <- bf16(Delta), t.v <- bf16(e^{G_last - G} Delta)
+    // (V's elements were read above by the thread that now overwrites them)
+    {
+      float d_acc[1][kOutNi][4] = {};
+      warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.ag, kLdA}, RowMajor{s.r, kLdBf16}, o_m0, o_n0,
+                                       d_acc);
+      float const decay_lo = o_row < len ? __expf(g_last - g_lo) : 0.f;
+      float const decay_hi = o_row + 8 < len ? __expf(g_last - g_hi) : 0.f;
+      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, d_acc, [&](int i, int col, float& c0, float& c1) {
+        float const decay = i % 16 < 8 ? decay_lo : decay_hi;
+        *reinterpret_cast<__nv_bfloat162*>(s.delta + i * kLdBf16 + col) =
+            __floats2bfloat162_rn(c0, c1);
+        *reinterpret_cast<__nv_bfloat162*>(t.v + i * kLdBf16 + col) =
+            __floats2bfloat162_rn(decay * c0, decay * c1);
+      });
+    }
+    __syncthreads();  // B3: Delta and decayed Delta complete
+
+    // O += P Delta -> o
+    warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.p, kLdA}, RowMajor{s.delta, kLdBf16}, o_m0, o_n0,
+                                     o_acc);
+    __nv_bfloat16* const o = p.o + (t0 * HV + hv) * kHeadDim;
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int col, float& c0, float& c1) {
+      if (i < len)
+        *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) = __floats2bfloat162_rn(c0, c1);
+    });
+
+    // h = e^{G_last} h + (K e^{G_last - G})^T Delta, in registers
+    float const gamma = __expf(g_last);
+    for_each_acc_pair<1, kStateCols / 8>(row0, col0, state, [&](int, int, float& c0, float& c1) {
+      c0 *= gamma;
+      c1 *= gamma;
+    });
+    warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{t.k, kLdBf16}, RowMajor{t.v, kLdBf16}, row0,
+                                             col0, state);
+  }
+
+  if (p.ht != nullptr) store_state_rows<kStateCols>(state, row0, p.ht, state_offset + col0);
+#endif
+}
+
+}  // namespace cake::kernels::walk_a_fwd
