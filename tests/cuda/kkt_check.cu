@@ -116,13 +116,18 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
                         : static_cast<void const*>(device_copy(beta));
   p.beta_is_bf16 = kc.beta_bf16;
   bool const allocated = cudaMalloc(&p.gcum, BT * HV * sizeof(float)) == cudaSuccess &&
+                         cudaMalloc(&p.beta_f32, BT * HV * sizeof(float)) == cudaSuccess &&
                          cudaMalloc(&p.a, BT * HV * kChunk * sizeof(__nv_bfloat16)) == cudaSuccess;
   cudaMemset(p.gcum, 0xff, BT * HV * sizeof(float));  // NaN: unwritten elements fail
+  cudaMemset(p.beta_f32, 0xff, BT * HV * sizeof(float));
   cudaMemset(p.a, 0xff, BT * HV * kChunk * sizeof(__nv_bfloat16));
   bool ok = allocated && cake::kernels::kkt_solve::launch(p, nullptr) == cudaSuccess &&
             cudaDeviceSynchronize() == cudaSuccess;
   std::vector<__nv_bfloat16> a = host_copy(p.a, BT * HV * kChunk);
   std::vector<float> gcum = host_copy(p.gcum, BT * HV);
+  // beta in fp32: the input's value exactly (bf16 widens exactly), for every token and head
+  std::vector<float> beta_f32 = host_copy(p.beta_f32, BT * HV);
+  bool const beta_exact = std::equal(beta.begin(), beta.end(), beta_f32.begin());
 
   // Reference: per (document, chunk, value head), forward substitution in double.
   double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0, g_err = 0;
@@ -168,14 +173,16 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   double const rel_rms = std::sqrt(err2 / std::max(ref2, 1e-300));
   double const max_rel = max_err / std::max(max_ref, 1e-300);
   // A is rounded once to bf16 (relative error <= 2^-9 per element): the gate is 2x that.
-  ok = ok && finite && rel_rms <= 4e-3 && max_rel <= 8e-3 && g_err <= 1e-5;
-  std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s\n", kc.name.c_str(), ok ? "PASS" : "FAIL",
-              rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)");
+  ok = ok && finite && rel_rms <= 4e-3 && max_rel <= 8e-3 && g_err <= 1e-5 && beta_exact;
+  std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s%s\n", kc.name.c_str(), ok ? "PASS" : "FAIL",
+              rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)",
+              beta_exact ? "" : "  (beta_f32 differs from beta)");
   cudaFree(cu_dev);
   cudaFree(const_cast<__nv_bfloat16*>(p.k));
   cudaFree(const_cast<float*>(p.g));
   cudaFree(const_cast<void*>(p.beta));
   cudaFree(p.gcum);
+  cudaFree(p.beta_f32);
   cudaFree(p.a);
   return ok;
 }
@@ -213,6 +220,7 @@ bool check_kkt_solve() {
   cases.push_back({"docs 65,300,1 beta~0", {65, 300, 1}, 2, 6, Beta::kNearZero});
   cases.push_back({"docs 65,300,1 beta~1", {65, 300, 1}, 2, 6, Beta::kNearOne});
   cases.push_back({"docs 65,300,1 H=HV=4 beta bf16", {65, 300, 1}, 4, 4, Beta::kUniform, true});
+  cases.push_back({"docs 1,64,129 H=1 HV=8", {1, 64, 129}, 1, 8});
   KktCase corr{"docs 65,300,1 correlated keys beta~1", {65, 300, 1}, 2, 6, Beta::kNearOne};
   corr.correlated = true;
   cases.push_back(corr);

@@ -1,8 +1,11 @@
 // The un-gated chunk inverse (step 1 of docs/design/gdn-hopper-v8-plan.md): one CTA per (chunk,
-// value head).
+// q/k head), for the value heads of its group in turn (grouped value heads share the keys, so
+// K is loaded and K K^T formed once for the group):
 //
+//   S    = K K^T                                                       [64 x 64] fp32, once
+//   per value head hv of the group:
 //   G    = cumsum(g) within the chunk                                  [64]      fp32 out
-//   L_ij = beta_i <k_i, k_j>  (i > j), strictly lower                  [64 x 64] fp32
+//   L_ij = beta_i S_ij  (i > j), strictly lower                        [64 x 64] fp32
 //   A    = (I + L)^-1                                                  [64 x 64] bf16 out
 //
 // Why no gate: with Gamma_ij = e^{G_i - G_j} and D = diag(e^G), Gamma o L = D L D^-1, so the
@@ -28,18 +31,20 @@ namespace cake::kernels::kkt_solve {
 inline constexpr int kThreads = kTrilThreads;
 inline constexpr int kWarps = kThreads / 32;
 
-// About 40 KB: A (fp32) takes K's place once K K^T is done. Three CTAs per SM (78 registers;
-// at four the device find_chunk pushed it over 64 registers into spills).
+// About 55 KB: three CTAs per SM (register-bound: at four the device find_chunk pushed the kernel
+// over 64 registers into spills). A (fp32) takes K's place once S is formed.
 struct SharedStorage {
   union {
     __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end)
-    float t[kChunk * kLd64];            // [64 x 64]  A, fp32, written by the solve
+    float t[kChunk * kLd64];            // [64 x 64]  A of the current value head, fp32
   };
-  float l[kChunk * kLd64];  // [64 x 64] L
+  float s[kChunk * kLd64];  // [64 x 64] S = K K^T, shared by the group's value heads
+  float l[kChunk * kLd64];  // [64 x 64] L of the current value head
   float y[kTrilScratch];    // the solve's scratch
-  float gcum[kChunk];       // G
-  float beta[kChunk];       // 0 past the end
+  float gcum[kChunk];       // G of the current value head
+  float beta[kChunk];       // its beta, 0 past the end
 };
+static_assert(sizeof(SharedStorage) <= 75 * 1024, "kkt_solve must fit three CTAs per SM");
 
 __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -47,49 +52,72 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   ChunkRef c;
   if (!find_chunk(p.problem, blockIdx.x, c)) return;
-  int const hv = blockIdx.y;
+  int const h = blockIdx.y;
   int const HV = p.problem.num_v_heads;
   int const H = p.problem.num_qk_heads;
-  int const h = hv / p.problem.group_size();
+  int const group = p.problem.group_size();
   int const len = c.len;
   int const tid = threadIdx.x;
 
+  // Threads 0..63 hold row tid's raw g and beta of the next value head in registers, loaded one
+  // value head ahead so that the loads run under the previous head's solve.
+  float g_next = 0.f;
+  float beta_next = 0.f;
+  auto const load_head = [&](int hv) {
+    if (tid < len) {
+      int64_t const row = (c.t0 + tid) * HV + hv;
+      g_next = p.g[row];
+      beta_next = load_scalar(p.beta, row, p.beta_is_bf16);
+    }
+  };
+  load_head(h * group);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                               int64_t{H} * kHeadDim, len);
   cp_async_commit();
-  if (tid < kChunk) {
-    int64_t const row = (c.t0 + tid) * HV + hv;
-    s.gcum[tid] = tid < len ? p.g[row] : 0.f;
-    s.beta[tid] = tid < len ? load_scalar(p.beta, row, p.beta_is_bf16) : 0.f;
-  }
-  __syncthreads();
-  warp_cumsum64(s.gcum);
   cp_async_wait<0>();
-  __syncthreads();  // K, G, beta visible
-  if (tid < len) {
-    p.gcum[(c.t0 + tid) * HV + hv] = s.gcum[tid];
-    if (p.beta_f32 != nullptr) p.beta_f32[(c.t0 + tid) * HV + hv] = s.beta[tid];
-  }
+  __syncthreads();  // K visible
 
-  // L = strictly-lower(beta_i (K K^T)_ij)
+  // S = K K^T (its strictly lower part is read)
   block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
       RowMajor{s.k, kLdBf16}, ColMajor{s.k, kLdBf16}, [&](int i, int j, float c0, float c1) {
-        float const bi = s.beta[i];
-        *reinterpret_cast<float2*>(s.l + i * kLd64 + j) =
-            make_float2(i > j ? bi * c0 : 0.f, i > j + 1 ? bi * c1 : 0.f);
+        *reinterpret_cast<float2*>(s.s + i * kLd64 + j) = make_float2(c0, c1);
       });
-  __syncthreads();  // L complete; K no longer read (A overwrites it)
 
-  invert_unit_lower_64(s.l, s.t, s.y);
+  for (int hv = h * group; hv < (h + 1) * group; ++hv) {
+    if (tid < kChunk) {
+      s.gcum[tid] = g_next;
+      s.beta[tid] = beta_next;
+    }
+    if (hv + 1 < (h + 1) * group) load_head(hv + 1);
+    __syncthreads();  // S, this head's g and beta visible; the previous head's A written out
+                      // (t and l free)
+    warp_cumsum64(s.gcum);
+    // L = strictly-lower(beta_i S_ij)
+    for (int idx = tid; idx < kChunk * kChunk / 2; idx += kThreads) {
+      int const i = idx / (kChunk / 2);
+      int const j = idx % (kChunk / 2) * 2;
+      float2 const sij = *reinterpret_cast<float2 const*>(s.s + i * kLd64 + j);
+      float const bi = s.beta[i];
+      *reinterpret_cast<float2*>(s.l + i * kLd64 + j) =
+          make_float2(i > j ? bi * sij.x : 0.f, i > j + 1 ? bi * sij.y : 0.f);
+    }
+    __syncthreads();  // L and G complete
+    if (tid < len) {
+      p.gcum[(c.t0 + tid) * HV + hv] = s.gcum[tid];
+      if (p.beta_f32 != nullptr) p.beta_f32[(c.t0 + tid) * HV + hv] = s.beta[tid];
+    }
 
-  // A -> a, rows of the chunk, two columns per thread and step (4-byte stores, 128 bytes a row)
-  __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
-  int64_t const stride = int64_t{HV} * kChunk;
-  for (int idx = tid; idx < len * kChunk / 2; idx += kThreads) {
-    int const i = idx / (kChunk / 2);
-    int const j = idx % (kChunk / 2) * 2;
-    *reinterpret_cast<__nv_bfloat162*>(a + i * stride + j) =
-        __floats2bfloat162_rn(s.t[i * kLd64 + j], s.t[i * kLd64 + j + 1]);
+    invert_unit_lower_64(s.l, s.t, s.y);
+
+    // A -> a, rows of the chunk, two columns per thread and step (4-byte stores, 128 bytes a row)
+    __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
+    int64_t const stride = int64_t{HV} * kChunk;
+    for (int idx = tid; idx < len * kChunk / 2; idx += kThreads) {
+      int const i = idx / (kChunk / 2);
+      int const j = idx % (kChunk / 2) * 2;
+      *reinterpret_cast<__nv_bfloat162*>(a + i * stride + j) =
+          __floats2bfloat162_rn(s.t[i * kLd64 + j], s.t[i * kLd64 + j + 1]);
+    }
   }
 #endif
 }
