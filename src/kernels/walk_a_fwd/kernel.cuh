@@ -3,11 +3,11 @@
 // chunks in order with the whole [128 x 128] fp32 state h (the chunk's start state) in registers,
 // Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1. With Gamma_ij = e^{G_i - G_j},
 // T = Gamma o A, so
-//   Delta = U - W h = T diag(beta) (V - e^G (K h)) = (Gamma o A diag(beta)) (V - e^G (K h)).
+//   Delta = U - W h = T diag(beta) (V - e^G (K h)) = (Gamma o A) (diag(beta) (V - e^G (K h))).
 // Per chunk:
 //   Q h, K h                                 [64 x 128] each (h's fragments read once for both)
-//   R     = V - e^{G_i} (K h)_i              [64 x 128] bf16
-//   Ag    = causal(A_ij e^{G_i - G_j} beta_j) [64 x 64] bf16 (i >= j)
+//   R     = beta_i (V - e^{G_i} (K h)_i)     [64 x 128] bf16
+//   Ag    = causal(A_ij e^{G_i - G_j})       [64 x 64] bf16 (i >= j)
 //   P     = causal(scale (Q K^T)_ij e^{G_i - G_j})  (shares Ag's exponentials)
 //   Delta = Ag R                              [64 x 128]
 //   O     = scale e^G (Q h) + P Delta         -> o (bf16)
@@ -140,16 +140,22 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
       c0 *= q_scale;
       c1 *= q_scale;
     });
-    // R = V - e^{G_i} (K h)_i -> r (rows past the end: V and K are zero there, so R is)
+    // R = beta_i (V - e^{G_i} (K h)_i) -> r (rows past the end: beta is zero there, so R is).
+    // beta on R's rows rather than on Ag's columns: one rounding of beta V where Ag is I (strong
+    // decay makes Ag diagonal; bf16(beta) V rounded again was 1.12x FLA's final-state error at
+    // g = -20)
+    float const beta_lo = t.beta[o_row];
+    float const beta_hi = t.beta[o_row + 8];
     for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kh, [&](int i, int col, float& c0, float& c1) {
       float const eg = i % 16 < 8 ? eg_lo : eg_hi;
+      float const b = i % 16 < 8 ? beta_lo : beta_hi;
       float2 const v =
           __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.v + i * kLdBf16 + col));
       *reinterpret_cast<__nv_bfloat162*>(s.r + i * kLdBf16 + col) =
-          __floats2bfloat162_rn(v.x - eg * c0, v.y - eg * c1);
+          __floats2bfloat162_rn(b * (v.x - eg * c0), b * (v.y - eg * c1));
     });
-    // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j} beta_j), one
-    // exponential per element for both
+    // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j}), one exponential
+    // per element for both
     block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
         RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
           float const gi = t.gcum[i];
@@ -160,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
           float2 const a =
               __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
           *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
-              __floats2bfloat162_rn(a.x * e0 * t.beta[jc], a.y * e1 * t.beta[jc + 1]);
+              __floats2bfloat162_rn(a.x * e0, a.y * e1);
         });
     __syncthreads();  // B2: r, p, ag complete
 
