@@ -184,8 +184,7 @@ inline void reverse_walk_backward(ref::Shape const& shape, ref::Inputs const& in
 
       // The reverse walk: dS = dL/d(chunk-end state)
       Mat dS(dk * dv, 0.0);
-      if (grad_out.dht != nullptr)
-        dS.assign(grad_out.dht + state, grad_out.dht + state + dk * dv);
+      if (grad_out.dht != nullptr) dS.assign(grad_out.dht + state, grad_out.dht + state + dk * dv);
       for (int64_t j = num_chunks - 1; j >= 0; --j) {
         Mat Q, K, V, beta, g;
         int64_t t0, c;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_testing.hpp"
 #include "cuda/kkt_check.hpp"
 #include "kernels/intra_fwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
@@ -20,34 +21,11 @@ namespace {
 using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
+using cake::testing::device_copy;
+using cake::testing::host_copy;
+using cake::testing::make_problem;
 
 constexpr int K = kHeadDim;
-
-template <class T>
-T* device_copy(std::vector<T> const& host) {
-  T* dev = nullptr;
-  if (cudaMalloc(&dev, std::max<size_t>(host.size() * sizeof(T), 16)) != cudaSuccess)
-    return nullptr;
-  cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return dev;
-}
-
-template <class T>
-std::vector<T> host_copy(T const* dev, size_t n) {
-  std::vector<T> host(n);
-  cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return host;
-}
-
-Problem make_problem(std::vector<int32_t> const& cu, int H, int HV) {
-  Problem p;
-  p.num_seqs = static_cast<int32_t>(cu.size()) - 1;
-  p.num_tokens = cu.back();
-  p.num_qk_heads = H;
-  p.num_v_heads = HV;
-  p.num_slots = p.num_tokens / kChunk + p.num_seqs + 1;
-  return p;
-}
 
 enum class Beta { kUniform, kNearZero, kNearOne };
 
@@ -174,8 +152,8 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   double const max_rel = max_err / std::max(max_ref, 1e-300);
   // A is rounded once to bf16 (relative error <= 2^-9 per element): the gate is 2x that.
   ok = ok && finite && rel_rms <= 4e-3 && max_rel <= 8e-3 && g_err <= 1e-5 && beta_exact;
-  std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s%s\n", kc.name.c_str(), ok ? "PASS" : "FAIL",
-              rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)",
+  std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s%s\n", kc.name.c_str(),
+              ok ? "PASS" : "FAIL", rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)",
               beta_exact ? "" : "  (beta_f32 differs from beta)");
   cudaFree(cu_dev);
   cudaFree(const_cast<__nv_bfloat16*>(p.k));

@@ -14,9 +14,10 @@
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
 // Against the walk on intra_fwd's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
 // product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
-// chunk, and kkt_solve instead of intra_fwd before it. It writes o and the final state only: the
-// backward's set (h, Delta) comes from state_fwd (gdn_cuda.cpp). 16 warps: each owns a [16 x 64]
-// block of the state (32 registers per thread) and a [16 x 32] tile of O, R and Delta.
+// chunk, and kkt_solve instead of intra_fwd before it. It writes o and the final state; as the
+// h-walk of the fused backward (walk_a_bwd) it writes bf16 h per chunk instead of o (o == nullptr:
+// no Q h, P or P Delta). 16 warps: each owns a [16 x 64] block of the state (32 registers per
+// thread) and a [16 x 32] tile of O, R and Delta.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -80,6 +81,9 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   cp_async_commit();
 }
 
+// kWithO: the forward (o, no h); else the h-walk (h, no o). A template parameter, not a branch:
+// both paths' registers live at once spilled the forward (88 bytes of stack).
+template <bool kWithO>
 __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
@@ -122,12 +126,26 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
     if (j + 1 < num_chunks)
       load_chunk(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv);
     float const g_last = t.gcum[len - 1];
+    if constexpr (!kWithO) {  // bf16(h) -> h[slot] in 16-byte vectors
+      __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
+      for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
+        int const r = idx / (kHeadDim / 8);
+        int const c = (idx % (kHeadDim / 8)) * 8;
+        *reinterpret_cast<uint4*>(h_out + r * kHeadDim + c) =
+            *reinterpret_cast<uint4 const*>(s.hb + r * kLdBf16 + c);
+      }
+    }
 
-    // Q h and K h on this warp's tile, with h's fragments read once for both
+    // Q h and K h on this warp's tile, with h's fragments read once for both (K h alone in the
+    // h-walk)
     float o_acc[1][kOutNi][4] = {};
     float kh[1][kOutNi][4] = {};
-    warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.k, kLdBf16},
-                                                RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, kh);
+    if constexpr (kWithO)
+      warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.k, kLdBf16},
+                                                  RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, kh);
+    else
+      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{t.k, kLdBf16}, RowMajor{s.hb, kLdBf16}, o_m0,
+                                         o_n0, kh);
     // The thread's two rows' exponentials once per chunk (the pair loops store to shared memory,
     // so the compiler would reload G per pair)
     float const g_lo = t.gcum[o_row];
@@ -155,19 +173,33 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
           __floats2bfloat162_rn(b * (v.x - eg * c0), b * (v.y - eg * c1));
     });
     // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j}), one exponential
-    // per element for both
-    block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-        RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
-          float const gi = t.gcum[i];
-          float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
-          float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
-          *reinterpret_cast<__nv_bfloat162*>(s.p + i * kLdA + jc) =
-              __floats2bfloat162_rn(scale * c0 * e0, scale * c1 * e1);
-          float2 const a =
-              __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
-          *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
-              __floats2bfloat162_rn(a.x * e0, a.y * e1);
-        });
+    // per element for both (Ag alone in the h-walk)
+    if constexpr (!kWithO) {
+      for (int idx = tid; idx < kChunk * kChunk / 2; idx += kThreads) {
+        int const i = idx / (kChunk / 2);
+        int const jc = idx % (kChunk / 2) * 2;
+        float const gi = t.gcum[i];
+        float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
+        float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
+        float2 const a =
+            __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
+        *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
+            __floats2bfloat162_rn(a.x * e0, a.y * e1);
+      }
+    } else {
+      block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+          RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
+            float const gi = t.gcum[i];
+            float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
+            float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
+            *reinterpret_cast<__nv_bfloat162*>(s.p + i * kLdA + jc) =
+                __floats2bfloat162_rn(scale * c0 * e0, scale * c1 * e1);
+            float2 const a =
+                __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
+            *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
+                __floats2bfloat162_rn(a.x * e0, a.y * e1);
+          });
+    }
     __syncthreads();  // B2: r, p, ag complete
 
     // Delta = Ag R on this warp's tile; delta <- bf16(Delta), t.v <- bf16(e^{G_last - G} Delta)
@@ -189,13 +221,16 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
     __syncthreads();  // B3: Delta and decayed Delta complete
 
     // O += P Delta -> o
-    warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.p, kLdA}, RowMajor{s.delta, kLdBf16}, o_m0, o_n0,
-                                     o_acc);
-    __nv_bfloat16* const o = p.o + (t0 * HV + hv) * kHeadDim;
-    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int col, float& c0, float& c1) {
-      if (i < len)
-        *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) = __floats2bfloat162_rn(c0, c1);
-    });
+    if constexpr (kWithO) {
+      warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.p, kLdA}, RowMajor{s.delta, kLdBf16}, o_m0, o_n0,
+                                       o_acc);
+      __nv_bfloat16* const o = p.o + (t0 * HV + hv) * kHeadDim;
+      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int col, float& c0, float& c1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) =
+              __floats2bfloat162_rn(c0, c1);
+      });
+    }
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta, in registers
     float const gamma = __expf(g_last);
