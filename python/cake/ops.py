@@ -21,8 +21,8 @@ GDN, KDA = 0, 1
 
 SAVE_MODES = ("saved", "recompute")
 # "recompute": a drop-in replacement keeps the activation memory of flash-linear-attention; "saved"
-# trades ~1.3 KB per token and value head for a faster backward (on CUDA the forward then runs the
-# recompute's stages itself: docs/design/gdn-hopper.md).
+# trades ~0.8 KB per token and value head for a backward without the recompute
+# (docs/design/gdn-hopper.md).
 _default_save_for_backward = "recompute"
 
 

@@ -29,7 +29,7 @@
 //     dg     = reverse cumsum of dG within the chunk
 // dG leaves out the terms that cancel exactly (the diagonals of T o dT and P o dP; ebar_i debar_i
 // at the last row, where ebar = 1): summed in floating point they leave O(eps) residue, which
-// swamps the true dg under strong decay (g = -20: dg ~ e^-20), as in dqk_bwd/kernel.cuh.
+// swamps the true dg under strong decay (g = -20: dg ~ e^-20), as in walk_a_bwd/kernel.cuh.
 // GDN only (scalar gate), as the GPU kernels.
 #pragma once
 

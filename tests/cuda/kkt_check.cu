@@ -13,7 +13,6 @@
 
 #include "cuda/device_testing.hpp"
 #include "cuda/kkt_check.hpp"
-#include "kernels/intra_fwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 
 namespace {
@@ -224,17 +223,15 @@ void time_kkt_solve() {
   int32_t* cu_dev = device_copy(cu);
   prob.cu_seqlens32 = cu_dev;
   // Inputs: bytes that read as small bf16 / fp32 values (the timing does not depend on them).
-  __nv_bfloat16 *k = nullptr, *v = nullptr, *w = nullptr, *u = nullptr, *a = nullptr;
+  __nv_bfloat16 *k = nullptr, *a = nullptr;
   float *g = nullptr, *beta = nullptr, *gcum = nullptr, *beta_f32 = nullptr;
   bool ok = cu_dev != nullptr;
   auto const take = [&](cudaError_t err) { ok = ok && err == cudaSuccess; };
   take(cudaMalloc(&k, BT * H * K * 2));
-  for (auto** x : {&v, &w, &u}) take(cudaMalloc(x, BT * HV * K * 2));
   take(cudaMalloc(&a, BT * HV * kChunk * 2));
   for (auto** x : {&g, &beta, &gcum, &beta_f32}) take(cudaMalloc(x, BT * HV * 4));
   if (ok) {
     cudaMemset(k, 0x3c, BT * H * K * 2);  // bf16 0x3c3c ~ 0.0115
-    cudaMemset(v, 0x3c, BT * HV * K * 2);
     cudaMemset(g, 0xbc, BT * HV * 4);     // fp32 0xbcbcbcbc ~ -0.023
     cudaMemset(beta, 0x3e, BT * HV * 4);  // fp32 0x3e3e3e3e ~ 0.186
   }
@@ -246,28 +243,16 @@ void time_kkt_solve() {
   kp.gcum = gcum;
   kp.beta_f32 = beta_f32;
   kp.a = a;
-  cake::kernels::intra_fwd::Params ip;
-  ip.problem = prob;
-  ip.k = k;
-  ip.v = v;
-  ip.g = g;
-  ip.beta = beta;
-  ip.gcum = gcum;
-  ip.w = w;
-  ip.u = u;
-  float kkt_ms = 0, intra_ms = 0;
+  float kkt_ms = 0;
   if (ok) {
     kkt_ms =
         median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; });
-    intra_ms =
-        median_ms([&] { ok = cake::kernels::intra_fwd::launch(ip, nullptr) == cudaSuccess && ok; });
     ok = cudaDeviceSynchronize() == cudaSuccess && ok;
   }
-  std::printf("workload A: kkt_solve %.3f ms, intra_fwd %.3f ms (median of 15, inputs warm)%s\n",
-              kkt_ms, intra_ms, ok ? "" : "  CUDA ERROR");
-  for (void* x :
-       {static_cast<void*>(cu_dev), static_cast<void*>(k), static_cast<void*>(v),
-        static_cast<void*>(w), static_cast<void*>(u), static_cast<void*>(a), static_cast<void*>(g),
-        static_cast<void*>(beta), static_cast<void*>(gcum), static_cast<void*>(beta_f32)})
+  std::printf("workload A: kkt_solve %.3f ms (median of 15, inputs warm)%s\n", kkt_ms,
+              ok ? "" : "  CUDA ERROR");
+  for (void* x : {static_cast<void*>(cu_dev), static_cast<void*>(k), static_cast<void*>(a),
+                  static_cast<void*>(g), static_cast<void*>(beta), static_cast<void*>(gcum),
+                  static_cast<void*>(beta_f32)})
     cudaFree(x);
 }

@@ -1,6 +1,6 @@
-// What the two state walks (state_fwd, state_bwd) share: which (document, value head, V slice)
-// a CTA walks and in what order, the span of its document, and the rows of the fp32 state slice
-// that each warp keeps in registers across the walk.
+// What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head, V slice) a
+// CTA walks and in what order, the span of its document, and the rows of the fp32 state (or of
+// its gradient) that each warp keeps in registers across the walk.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 // value head), walking the document's chunks last to first with dS (the gradient of the chunk's
 // end state, [128 x 128] fp32) in registers, and forming every gradient of a chunk on chip from
 // its inputs, A (kkt_solve), G, beta and its start state h (the h-walk, walk_a_fwd with
-// o == nullptr). It replaces dv_local_bwd, state_bwd, dqk_bwd and wy_bwd; nothing per chunk
+// o == nullptr). It replaced (v9) the staged backward (a recompute of W, U, T, h and Delta, then
+// four kernels with dDelta, dS and dW in HBM between them); nothing per chunk
 // but the gradients reaches HBM. The maths, product by product in this order, is the FP64 model
 // tests/cpp/reverse_walk_model.hpp (held to the reference by test_reverse_walk_model.cpp).
 //

@@ -12,11 +12,11 @@
 //   Delta = Ag R                              [64 x 128]
 //   O     = scale e^G (Q h) + P Delta         -> o (bf16)
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
-// Against the walk on intra_fwd's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
+// Against a walk on the WY form's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
 // product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
-// chunk, and kkt_solve instead of intra_fwd before it. It writes o and the final state; as the
-// h-walk of the fused backward (walk_a_bwd) it writes bf16 h per chunk instead of o (o == nullptr:
-// no Q h, P or P Delta). 16 warps: each owns a [16 x 64] block of the state (32 registers per
+// chunk, and kkt_solve instead of the WY stage before it. It writes o, the final state and, in saved
+// mode, bf16 h per chunk (the backward's); as the backward's h-walk it writes h and no o
+// (o == nullptr: no Q h, P or P Delta), bitwise the same h (the same products in the same order). 16 warps: each owns a [16 x 64] block of the state (32 registers per
 // thread) and a [16 x 32] tile of O, R and Delta.
 #pragma once
 
@@ -81,9 +81,10 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   cp_async_commit();
 }
 
-// kWithO: the forward (o, no h); else the h-walk (h, no o). A template parameter, not a branch:
-// both paths' registers live at once spilled the forward (88 bytes of stack).
-template <bool kWithO>
+// kWithO: o (the forward); kStoreH: h per chunk (saved mode's forward, and the backward's h-walk,
+// which is <false, true>). Template parameters, not branches: a branch kept both paths' registers
+// live and spilled the forward (88 bytes of stack for o, 4 for h).
+template <bool kWithO, bool kStoreH>
 __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
@@ -126,15 +127,6 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
     if (j + 1 < num_chunks)
       load_chunk(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv);
     float const g_last = t.gcum[len - 1];
-    if constexpr (!kWithO) {  // bf16(h) -> h[slot] in 16-byte vectors
-      __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
-      for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
-        int const r = idx / (kHeadDim / 8);
-        int const c = (idx % (kHeadDim / 8)) * 8;
-        *reinterpret_cast<uint4*>(h_out + r * kHeadDim + c) =
-            *reinterpret_cast<uint4 const*>(s.hb + r * kLdBf16 + c);
-      }
-    }
 
     // Q h and K h on this warp's tile, with h's fragments read once for both (K h alone in the
     // h-walk)
@@ -217,6 +209,17 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
         *reinterpret_cast<__nv_bfloat162*>(t.v + i * kLdBf16 + col) =
             __floats2bfloat162_rn(decay * c0, decay * c1);
       });
+    }
+    // bf16(h) -> h[slot] in 16-byte vectors (hb is next written after B3, which every thread
+    // passes after this copy)
+    if constexpr (kStoreH) {
+      __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
+      for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
+        int const r = idx / (kHeadDim / 8);
+        int const c = (idx % (kHeadDim / 8)) * 8;
+        *reinterpret_cast<uint4*>(h_out + r * kHeadDim + c) =
+            *reinterpret_cast<uint4 const*>(s.hb + r * kLdBf16 + c);
+      }
     }
     __syncthreads();  // B3: Delta and decayed Delta complete
 

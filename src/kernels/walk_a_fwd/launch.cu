@@ -6,7 +6,9 @@ namespace cake::kernels::walk_a_fwd {
 cudaError_t launch(Params const& params, cudaStream_t stream) {
   int const smem = sizeof(SharedStorage);
   // o == nullptr: the h-walk (kernel.cuh)
-  auto const kernel = params.o != nullptr ? walk_a_fwd_kernel<true> : walk_a_fwd_kernel<false>;
+  auto const kernel = params.o == nullptr   ? walk_a_fwd_kernel<false, true>
+                      : params.h != nullptr ? walk_a_fwd_kernel<true, true>
+                                            : walk_a_fwd_kernel<true, false>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;

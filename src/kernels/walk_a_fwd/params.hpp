@@ -19,8 +19,8 @@ struct Params {
   float const* h0 = nullptr;         // [N, HV, K, V]   or nullptr (zero initial state)
   __nv_bfloat16* o = nullptr;        // [BT, HV, V]     out, or nullptr: the h-walk (no o)
   float* ht = nullptr;               // [N, HV, K, V]   out or nullptr: final state
-  __nv_bfloat16* h = nullptr;        // [num_slots, HV, K, V] out when o == nullptr: bf16
-                                     //                 chunk-start states (the h-walk)
+  __nv_bfloat16* h = nullptr;        // [num_slots, HV, K, V] out or nullptr (required when
+                                     //                 o == nullptr): bf16 chunk-start states
 };
 
 }  // namespace cake::kernels::walk_a_fwd
