@@ -1,5 +1,5 @@
-// Helpers of the stage-level GPU checks (kkt_check.cu, walk_bwd_check.cu): host <-> device copies
-// and the kernels' Problem of a packed batch.
+// Helpers of the stage-level GPU checks (kkt_check.cu, walk_bwd_check.cu): host <-> device copies,
+// the kernels' Problem of a packed batch, a median time.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -39,6 +39,30 @@ inline kernels::Problem make_problem(std::vector<int32_t> const& cu, int H, int 
   p.num_v_heads = HV;
   p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
   return p;
+}
+
+// The median of `runs` timed calls of launch() (CUDA events on the default stream), after two
+// untimed ones.
+template <class Launch>
+float median_ms(Launch const& launch, int runs) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 2; ++i) launch();
+  std::vector<float> ms;
+  for (int i = 0; i < runs; ++i) {
+    cudaEventRecord(start);
+    launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace cake::testing

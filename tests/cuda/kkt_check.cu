@@ -23,6 +23,7 @@ using cake::kernels::Problem;
 using cake::testing::device_copy;
 using cake::testing::host_copy;
 using cake::testing::make_problem;
+using cake::testing::median_ms;
 
 constexpr int K = kHeadDim;
 
@@ -164,28 +165,6 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   return ok;
 }
 
-template <class Launch>
-float median_ms(Launch const& launch) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < 15; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 }  // namespace
 
 bool check_kkt_solve() {
@@ -246,7 +225,8 @@ void time_kkt_solve() {
   float kkt_ms = 0;
   if (ok) {
     kkt_ms =
-        median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; });
+        median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; },
+                  15);
     ok = cudaDeviceSynchronize() == cudaSuccess && ok;
   }
   std::printf("workload A: kkt_solve %.3f ms (median of 15, inputs warm)%s\n", kkt_ms,

@@ -27,6 +27,7 @@ using cake::kernels::Problem;
 using cake::testing::device_copy;
 using cake::testing::host_copy;
 using cake::testing::make_problem;
+using cake::testing::median_ms;
 
 constexpr int K = kHeadDim;
 
@@ -272,28 +273,6 @@ bool run_case(WalkCase const& wc, std::mt19937& rng) {
   return ok;
 }
 
-template <class Launch>
-float median_ms(Launch const& launch) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < 2; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < 7; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 }  // namespace
 
 bool check_walk_bwd() {
@@ -336,7 +315,7 @@ void time_walk_bwd() {
   float const scale = 1.f / std::sqrt(static_cast<float>(K));
   float total = 0;
   if (ok) {
-    total = median_ms([&] { ok = b.run(scale, nullptr) && ok; });
+    total = median_ms([&] { ok = b.run(scale, nullptr) && ok; }, 7);
     ok = cudaDeviceSynchronize() == cudaSuccess && ok;
   }
   std::printf("workload A: kkt_solve + h-walk + walk_a_bwd %.3f ms (median of 7)%s\n", total,

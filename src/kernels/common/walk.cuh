@@ -75,6 +75,15 @@ __device__ __forceinline__ void load_gcum_async(float* dst, float const* gcum, i
     cp_async_4(&dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
 }
 
+// The causal gates Gamma_ij = e^{G_i - G_j} of the pair (i, j), (i, j + 1) of a chunk: 0 above the
+// diagonal, and formed pair by pair, so never above 1 whatever the gates (g = -20 per token only
+// underflows to 0).
+__device__ __forceinline__ float2 causal_gates(float const* gcum, int i, int j) {
+  float const gi = gcum[i];
+  return make_float2(i >= j ? __expf(gi - gcum[j]) : 0.f,
+                     i >= j + 1 ? __expf(gi - gcum[j + 1]) : 0.f);
+}
+
 // The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols
 // columns, in the mma accumulator layout (gemm.cuh), so that a warp product accumulates onto it.
 template <int kCols>

@@ -20,11 +20,12 @@ struct Params {
   float const* dht = nullptr;           // [N, HV, K, V]   or nullptr (zero)
   float* dq = nullptr;                  // [BT, HV, K]     out: this value head's dq terms
   float* dk = nullptr;                  // [BT, HV, K]     out: this value head's dk terms
-  __nv_bfloat16* dv = nullptr;          // [BT, HV, V]     out
-  void* dbeta = nullptr;                // [BT, HV]        out: fp32, or bf16 when dbeta_is_bf16
+  __nv_bfloat16* dv = nullptr;          // [BT, HV, V]     out or nullptr (not wanted)
+  void* dbeta = nullptr;                // [BT, HV]        out or nullptr: fp32, or bf16 when
+                                        //                 dbeta_is_bf16
   bool dbeta_is_bf16 = false;
-  float* dg = nullptr;   // [BT, HV]        out
-  float* dh0 = nullptr;  // [N, HV, K, V]   out or nullptr
+  float* dg = nullptr;                  // [BT, HV]        out or nullptr
+  float* dh0 = nullptr;                 // [N, HV, K, V]   out or nullptr
 };
 
 }  // namespace cake::kernels::walk_a_bwd

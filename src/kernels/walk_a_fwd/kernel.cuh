@@ -14,10 +14,11 @@
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
 // Against a walk on the WY form's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
 // product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
-// chunk, and kkt_solve instead of the WY stage before it. It writes o, the final state and, in saved
-// mode, bf16 h per chunk (the backward's); as the backward's h-walk it writes h and no o
-// (o == nullptr: no Q h, P or P Delta), bitwise the same h (the same products in the same order). 16 warps: each owns a [16 x 64] block of the state (32 registers per
-// thread) and a [16 x 32] tile of O, R and Delta.
+// chunk, and kkt_solve instead of the WY stage before it. It writes o, the final state and, in
+// saved mode, bf16 h per chunk (the backward's); as the backward's h-walk it writes h and no o
+// (o == nullptr: no Q h, P or P Delta), bitwise the same h (the same products in the same
+// order). 16 warps: each owns a [16 x 64] block of the state (32 registers per thread) and a
+// [16 x 32] tile of O, R and Delta.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -170,9 +171,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
       for (int idx = tid; idx < kChunk * kChunk / 2; idx += kThreads) {
         int const i = idx / (kChunk / 2);
         int const jc = idx % (kChunk / 2) * 2;
-        float const gi = t.gcum[i];
-        float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
-        float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
+        float2 const gate = causal_gates(t.gcum, i, jc);
+        float const e0 = gate.x;
+        float const e1 = gate.y;
         float2 const a =
             __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
         *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
@@ -181,9 +182,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
     } else {
       block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
           RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
-            float const gi = t.gcum[i];
-            float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
-            float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
+            float2 const gate = causal_gates(t.gcum, i, jc);
+            float const e0 = gate.x;
+            float const e1 = gate.y;
             *reinterpret_cast<__nv_bfloat162*>(s.p + i * kLdA + jc) =
                 __floats2bfloat162_rn(scale * c0 * e0, scale * c1 * e1);
             float2 const a =
