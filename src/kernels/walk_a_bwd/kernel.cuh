@@ -175,26 +175,13 @@ __device__ __forceinline__ void gate_sums(Tile64& acc, int m0, int n0, float* ga
 
 __device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
                                            int64_t slot, int h, int hv) {
-  int const H = p.problem.num_qk_heads;
   int const HV = p.problem.num_v_heads;
-  int64_t const qk_stride = int64_t{H} * kHeadDim;
-  int64_t const v_stride = int64_t{HV} * kHeadDim;
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.v, kLdBf16, p.v + (t0 * HV + hv) * kHeadDim,
-                                              v_stride, len);
+  load_walk_inputs_async<kThreads>(WalkTiles{s.q, s.k, s.v, s.a, kLdC, s.gcum, s.beta}, p, t0,
+                                   len, h, hv);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.dout, kLdBf16, p.dout + (t0 * HV + hv) * kHeadDim,
-                                              v_stride, len);
-  load_tile_async<kChunk, kChunk, kThreads>(s.a, kLdC, p.a + (t0 * HV + hv) * kChunk,
-                                            int64_t{HV} * kChunk, len);
+                                              int64_t{HV} * kHeadDim, len);
   load_tile_async<kHeadDim, kHeadDim, kThreads>(
       s.h, kLdBf16, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim);
-  load_gcum_async(s.gcum, p.gcum, t0, len, HV, hv);
-  int const r = threadIdx.x - kChunk;  // threads 64 .. 127 copy beta
-  if (r >= 0 && r < kChunk)
-    cp_async_4(&s.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
   cp_async_commit();
 }
 

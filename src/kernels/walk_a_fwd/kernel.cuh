@@ -63,22 +63,8 @@ static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_fwd shared memory exc
 
 __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64_t t0, int len,
                                            int h, int hv) {
-  int const H = p.problem.num_qk_heads;
-  int const HV = p.problem.num_v_heads;
-  int64_t const qk_stride = int64_t{H} * kHeadDim;
-  int64_t const v_stride = int64_t{HV} * kHeadDim;
-  load_tile_async<kChunk, kHeadDim, kThreads>(t.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(t.v, kLdBf16, p.v + (t0 * HV + hv) * kHeadDim,
-                                              v_stride, len);
-  load_tile_async<kChunk, kChunk, kThreads>(t.a, kLdA, p.a + (t0 * HV + hv) * kChunk,
-                                            int64_t{HV} * kChunk, len);
-  load_gcum_async(t.gcum, p.gcum, t0, len, HV, hv);
-  int const r = threadIdx.x - kChunk;  // threads 64 .. 127 copy beta
-  if (r >= 0 && r < kChunk)
-    cp_async_4(&t.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
+  load_walk_inputs_async<kThreads>(WalkTiles{t.q, t.k, t.v, t.a, kLdA, t.gcum, t.beta}, p, t0,
+                                   len, h, hv);
   cp_async_commit();
 }
 
