@@ -78,7 +78,7 @@ if [[ $stages == *" tests "* ]]; then
   done | tee "$OUT/gpu_tests.log"
 fi
 if [[ $stages == *" profile "* ]]; then
-  kernels='regex:^(qk_norm|kkt_solve|walk_a_fwd|intra_fwd|state_fwd|dv_local_bwd|state_bwd|dqk_bwd|wy_bwd|qk_grad)'
+  kernels='regex:^(qk_norm|kkt_solve|walk_a_fwd|walk_a_bwd|qk_grad)'
   ncu --clock-control none -k "$kernels" --launch-skip 12 --launch-count 12 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
@@ -87,9 +87,9 @@ if [[ $stages == *" profile "* ]]; then
 fi
 if [[ $stages == *" stalls "* ]]; then
   # Why a kernel takes what it takes: per-reason stall cycles per issued instruction, excess
-  # sectors and wavefronts, the memory tables, at workload A; by default the three state walks
+  # sectors and wavefronts, the memory tables, at workload A; by default the two state walks
   # (CAKE_STALL_KERNELS: another regex of kernel names, each profiled once).
-  ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-walk_a_fwd|state_fwd|state_bwd})" \
+  ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-walk_a_fwd|walk_a_bwd})" \
     --launch-count 3 --section WarpStateStats --section SourceCounters \
     --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \

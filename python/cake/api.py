@@ -55,9 +55,9 @@ def chunk_gated_delta_rule(
         cu_seqlens_cpu, chunk_indices: accepted for compatibility with flash-linear-attention;
             cake derives its schedule from ``cu_seqlens``.
         save_for_backward: ``"saved"``: the forward keeps what the backward reads (normalised
-            q/k, the gate cumsum, the chunk inverses, W, the chunk states and the new values:
-            about 1.3 KB per token and value head on CUDA), so the backward skips recomputing the
-            forward's stages (on CUDA the forward runs them instead). ``"recompute"``: nothing is kept and the backward recomputes, for
+            q/k, the gate cumsum, the chunk inverses, beta and the chunk states: about 0.8 KB per
+            token and value head on CUDA), so the backward skips recomputing the forward's
+            stages. ``"recompute"``: nothing is kept and the backward recomputes, for
             the least activation memory. Results are bitwise identical. ``None``: the default of
             ``cake.set_default_save_for_backward`` (initially ``"recompute"``, so that the
             activation memory stays that of flash-linear-attention, which keeps only its inputs

@@ -21,8 +21,8 @@ GDN, KDA = 0, 1
 
 SAVE_MODES = ("saved", "recompute")
 # "recompute": a drop-in replacement keeps the activation memory of flash-linear-attention; "saved"
-# trades ~1.3 KB per token and value head for a faster backward (on CUDA the forward then runs the
-# recompute's stages itself: docs/design/gdn-hopper.md).
+# trades ~0.8 KB per token and value head for a backward without the recompute
+# (docs/design/gdn-hopper.md).
 _default_save_for_backward = "recompute"
 
 
@@ -43,11 +43,10 @@ def safe_gate_errors(safe_gate: bool, use_gate_in_kernel: bool,
 def set_default_save_for_backward(mode: str) -> str:
     """Sets the mode that ``save_for_backward=None`` means; returns the previous default.
 
-    "saved": the forward keeps what the backward needs, so the backward
-    skips recomputing the forward's stages (a faster backward; on CUDA the forward runs those
-    stages itself, so forward + backward take about as long; the saved set is held from forward
-    to backward, about 1.3 KB per token and value head on CUDA). "recompute" (the initial default):
-    nothing is kept; the backward recomputes (less activation memory). Results are bitwise identical either way.
+    "saved": the forward keeps what the backward needs, so the backward skips recomputing the
+    forward's stages (the saved set is held from forward to backward, about 0.8 KB per token and
+    value head on CUDA). "recompute" (the initial default): nothing is kept; the backward
+    recomputes (less activation memory). Results are bitwise identical either way.
     """
     global _default_save_for_backward
     previous, _default_save_for_backward = _default_save_for_backward, _save_mode(mode)

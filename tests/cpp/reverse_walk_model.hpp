@@ -29,7 +29,7 @@
 //     dg     = reverse cumsum of dG within the chunk
 // dG leaves out the terms that cancel exactly (the diagonals of T o dT and P o dP; ebar_i debar_i
 // at the last row, where ebar = 1): summed in floating point they leave O(eps) residue, which
-// swamps the true dg under strong decay (g = -20: dg ~ e^-20), as in dqk_bwd/kernel.cuh.
+// swamps the true dg under strong decay (g = -20: dg ~ e^-20), as in walk_a_bwd/kernel.cuh.
 // GDN only (scalar gate), as the GPU kernels.
 #pragma once
 
@@ -184,8 +184,7 @@ inline void reverse_walk_backward(ref::Shape const& shape, ref::Inputs const& in
 
       // The reverse walk: dS = dL/d(chunk-end state)
       Mat dS(dk * dv, 0.0);
-      if (grad_out.dht != nullptr)
-        dS.assign(grad_out.dht + state, grad_out.dht + state + dk * dv);
+      if (grad_out.dht != nullptr) dS.assign(grad_out.dht + state, grad_out.dht + state + dk * dv);
       for (int64_t j = num_chunks - 1; j >= 0; --j) {
         Mat Q, K, V, beta, g;
         int64_t t0, c;

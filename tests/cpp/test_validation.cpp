@@ -639,20 +639,19 @@ TEST(Validation, SavedSetOnCudaTensors) {
   ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws), cakeSuccess);
   ASSERT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bws), cakeSuccess);
   // The saved set as docs/design/gdn-hopper.md lists it, each region 256-byte aligned, no slack:
-  // normalised q and k (bf16 [BT, H, K]), G (fp32 [BT, HV]), W and Delta (bf16 [BT, HV, 128]), h
-  // (bf16 [num_slots = BT / 64 + N + 1 = 4, HV, 128, 128]) and T (fp32 [BT, HV, 64]).
+  // normalised q and k (bf16 [BT, H, K]), G (fp32 [BT, HV]), A (bf16 [BT, HV, 64]), beta (fp32
+  // [BT, HV]) and h (bf16 [num_slots = BT / 64 + N + 1 = 4, HV, 128, 128]).
   auto const up = [](size_t n) { return (n + 255) / 256 * 256; };
   size_t const bt = CudaShapes::T, hv = CudaShapes::HV, d = CudaShapes::D;
-  size_t const expected = up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * d * 2) * 2 +
-                          up(4 * hv * d * d * 2) + bt * hv * 64 * 4;
+  size_t const expected = up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) +
+                          up(bt * hv * 4) + 4 * hv * d * d * 2;
   EXPECT_EQ(saved, expected);
   // The forward's scratch (each region 256-byte aligned, plus 256 bytes of slack for any base):
-  // q and k normalised, G, A (bf16 [BT, HV, 64]) and beta (fp32 [BT, HV]) in recompute mode; A,
-  // beta and U (bf16 [BT, HV, 128], read by state_fwd) in saved mode, whose saved set moves to
-  // `saved`. The backward's scratch loses the recompute.
+  // q and k normalised, G, A and beta in recompute mode; nothing but the slack in saved mode, whose
+  // saved set moves to `saved`. The backward's scratch loses the recompute.
   EXPECT_EQ(fws_recompute, up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) +
                                bt * hv * 4 + 256);
-  EXPECT_EQ(fws, up(bt * hv * 64 * 2) + up(bt * hv * 4) + bt * hv * d * 2 + 256);
+  EXPECT_EQ(fws, 256u);
   EXPECT_LT(bws, bws_recompute);
 
   // The buffer checks run before any device work (the data here are host placeholders).

@@ -4,10 +4,10 @@
 // bit for bit with recompute mode, and forward/backward timings of both modes at workload A.
 // Exits non-zero on any failure.
 //
-//   cake_cuda_check            the wgmma self-test, kkt_solve's check, all accuracy cases, then
-//                              the timings
-//   cake_cuda_check --wgmma    the wgmma self-test only (wgmma_check.cu)
+//   cake_cuda_check            kkt_solve's and the fused backward's checks, all accuracy cases,
+//                              then the timings
 //   cake_cuda_check --kkt      kkt_solve's check and timing only (kkt_check.cu)
+//   cake_cuda_check --walk-bwd the fused backward's stage check and timing only (walk_bwd_check.cu)
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
 //   cake_cuda_check --once     one forward and one backward per mode at workload A (for a profiler)
@@ -27,7 +27,7 @@
 #include "abi_testing.hpp"
 #include "core/tensor.hpp"
 #include "cuda/kkt_check.hpp"
-#include "cuda/wgmma_check.hpp"
+#include "cuda/walk_bwd_check.hpp"
 
 namespace {
 
@@ -520,11 +520,11 @@ void time_workload_a(bool once, bool small) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool do_check = true, do_time = true, once = false, small = false, wgmma_only = false,
-       kkt_only = false;
+  bool do_check = true, do_time = true, once = false, small = false,
+       kkt_only = false, walk_bwd_only = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--wgmma") == 0) wgmma_only = true;
     if (std::strcmp(argv[i], "--kkt") == 0) kkt_only = true;
+    if (std::strcmp(argv[i], "--walk-bwd") == 0) walk_bwd_only = true;
     if (std::strcmp(argv[i], "--no-time") == 0) do_time = false;
     if (std::strcmp(argv[i], "--time") == 0) do_check = false;
     if (std::strcmp(argv[i], "--once") == 0) do_check = false, once = true;
@@ -534,7 +534,11 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
               prop.multiProcessorCount);
-  if (wgmma_only) return check_wgmma() ? 0 : 1;
+  if (walk_bwd_only) {
+    bool const walk_ok = !do_check || check_walk_bwd();
+    if (do_time) time_walk_bwd();
+    return walk_ok ? 0 : 1;
+  }
   if (kkt_only) {
     bool const kkt_ok = !do_check || check_kkt_solve();
     if (do_time) time_kkt_solve();
@@ -542,8 +546,8 @@ int main(int argc, char** argv) {
   }
   bool ok = true;
   if (do_check) {
-    ok = check_wgmma();
-    ok = check_kkt_solve() && ok;
+    ok = check_kkt_solve();
+    ok = check_walk_bwd() && ok;
     std::vector<Case> cases;
     auto add = [&](Case c) { cases.push_back(c); };
     Case base;

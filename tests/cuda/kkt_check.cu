@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_testing.hpp"
 #include "cuda/kkt_check.hpp"
-#include "kernels/intra_fwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 
 namespace {
@@ -20,34 +20,12 @@ namespace {
 using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
+using cake::testing::device_copy;
+using cake::testing::host_copy;
+using cake::testing::make_problem;
+using cake::testing::median_ms;
 
 constexpr int K = kHeadDim;
-
-template <class T>
-T* device_copy(std::vector<T> const& host) {
-  T* dev = nullptr;
-  if (cudaMalloc(&dev, std::max<size_t>(host.size() * sizeof(T), 16)) != cudaSuccess)
-    return nullptr;
-  cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return dev;
-}
-
-template <class T>
-std::vector<T> host_copy(T const* dev, size_t n) {
-  std::vector<T> host(n);
-  cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return host;
-}
-
-Problem make_problem(std::vector<int32_t> const& cu, int H, int HV) {
-  Problem p;
-  p.num_seqs = static_cast<int32_t>(cu.size()) - 1;
-  p.num_tokens = cu.back();
-  p.num_qk_heads = H;
-  p.num_v_heads = HV;
-  p.num_slots = p.num_tokens / kChunk + p.num_seqs + 1;
-  return p;
-}
 
 enum class Beta { kUniform, kNearZero, kNearOne };
 
@@ -174,8 +152,8 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   double const max_rel = max_err / std::max(max_ref, 1e-300);
   // A is rounded once to bf16 (relative error <= 2^-9 per element): the gate is 2x that.
   ok = ok && finite && rel_rms <= 4e-3 && max_rel <= 8e-3 && g_err <= 1e-5 && beta_exact;
-  std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s%s\n", kc.name.c_str(), ok ? "PASS" : "FAIL",
-              rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)",
+  std::printf("kkt_solve %-32s %s  A %.1e/%.1e  G %.1e%s%s\n", kc.name.c_str(),
+              ok ? "PASS" : "FAIL", rel_rms, max_rel, g_err, finite ? "" : "  (non-finite outputs)",
               beta_exact ? "" : "  (beta_f32 differs from beta)");
   cudaFree(cu_dev);
   cudaFree(const_cast<__nv_bfloat16*>(p.k));
@@ -185,28 +163,6 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   cudaFree(p.beta_f32);
   cudaFree(p.a);
   return ok;
-}
-
-template <class Launch>
-float median_ms(Launch const& launch) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) launch();
-  std::vector<float> ms;
-  for (int i = 0; i < 15; ++i) {
-    cudaEventRecord(start);
-    launch();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 }  // namespace
@@ -246,17 +202,15 @@ void time_kkt_solve() {
   int32_t* cu_dev = device_copy(cu);
   prob.cu_seqlens32 = cu_dev;
   // Inputs: bytes that read as small bf16 / fp32 values (the timing does not depend on them).
-  __nv_bfloat16 *k = nullptr, *v = nullptr, *w = nullptr, *u = nullptr, *a = nullptr;
+  __nv_bfloat16 *k = nullptr, *a = nullptr;
   float *g = nullptr, *beta = nullptr, *gcum = nullptr, *beta_f32 = nullptr;
   bool ok = cu_dev != nullptr;
   auto const take = [&](cudaError_t err) { ok = ok && err == cudaSuccess; };
   take(cudaMalloc(&k, BT * H * K * 2));
-  for (auto** x : {&v, &w, &u}) take(cudaMalloc(x, BT * HV * K * 2));
   take(cudaMalloc(&a, BT * HV * kChunk * 2));
   for (auto** x : {&g, &beta, &gcum, &beta_f32}) take(cudaMalloc(x, BT * HV * 4));
   if (ok) {
     cudaMemset(k, 0x3c, BT * H * K * 2);  // bf16 0x3c3c ~ 0.0115
-    cudaMemset(v, 0x3c, BT * HV * K * 2);
     cudaMemset(g, 0xbc, BT * HV * 4);     // fp32 0xbcbcbcbc ~ -0.023
     cudaMemset(beta, 0x3e, BT * HV * 4);  // fp32 0x3e3e3e3e ~ 0.186
   }
@@ -268,28 +222,17 @@ void time_kkt_solve() {
   kp.gcum = gcum;
   kp.beta_f32 = beta_f32;
   kp.a = a;
-  cake::kernels::intra_fwd::Params ip;
-  ip.problem = prob;
-  ip.k = k;
-  ip.v = v;
-  ip.g = g;
-  ip.beta = beta;
-  ip.gcum = gcum;
-  ip.w = w;
-  ip.u = u;
-  float kkt_ms = 0, intra_ms = 0;
+  float kkt_ms = 0;
   if (ok) {
     kkt_ms =
-        median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; });
-    intra_ms =
-        median_ms([&] { ok = cake::kernels::intra_fwd::launch(ip, nullptr) == cudaSuccess && ok; });
+        median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; },
+                  15);
     ok = cudaDeviceSynchronize() == cudaSuccess && ok;
   }
-  std::printf("workload A: kkt_solve %.3f ms, intra_fwd %.3f ms (median of 15, inputs warm)%s\n",
-              kkt_ms, intra_ms, ok ? "" : "  CUDA ERROR");
-  for (void* x :
-       {static_cast<void*>(cu_dev), static_cast<void*>(k), static_cast<void*>(v),
-        static_cast<void*>(w), static_cast<void*>(u), static_cast<void*>(a), static_cast<void*>(g),
-        static_cast<void*>(beta), static_cast<void*>(gcum), static_cast<void*>(beta_f32)})
+  std::printf("workload A: kkt_solve %.3f ms (median of 15, inputs warm)%s\n", kkt_ms,
+              ok ? "" : "  CUDA ERROR");
+  for (void* x : {static_cast<void*>(cu_dev), static_cast<void*>(k), static_cast<void*>(a),
+                  static_cast<void*>(g), static_cast<void*>(beta), static_cast<void*>(gcum),
+                  static_cast<void*>(beta_f32)})
     cudaFree(x);
 }

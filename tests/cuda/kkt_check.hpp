@@ -1,5 +1,5 @@
-// GPU check of the un-gated chunk inverse (src/kernels/kkt_solve) on its own; the forward that
-// uses it (kkt_solve -> walk_a_fwd) is checked through the op by the GDN check (gdn_check.cpp).
+// GPU check of the un-gated chunk inverse (src/kernels/kkt_solve) on its own; the stages that
+// use it are checked through the op by the GDN check (gdn_check.cpp).
 #pragma once
 
 // A (= (I + diag(beta) strict-lower(K K^T))^-1) and G of random packs (edge document lengths,
@@ -8,6 +8,5 @@
 // A is rounded once to bf16). One line per case; returns whether all pass.
 bool check_kkt_solve();
 
-// kkt_solve's median time at workload A (4 documents, 262,144 tokens, 16 / 48 heads), next to
-// intra_fwd's (which it replaces in the forward).
+// kkt_solve's median time at workload A (4 documents, 262,144 tokens, 16 / 48 heads).
 void time_kkt_solve();

@@ -608,8 +608,8 @@ def test_saved_buffer_plumbing():
 
 def test_shape_only_saved_size_query():
     # The query the fake implementation uses; it needs a CUDA build, not a GPU. Layout as in
-    # docs/design/gdn-hopper.md: q, k normalised; G; W; Delta; h per chunk (130 // 64 + 1 + 1 = 4
-    # slots); T; each region 256-byte aligned.
+    # docs/design/gdn-hopper.md: q, k normalised; G; A; beta; h per chunk (130 // 64 + 1 + 1 = 4
+    # slots); each region 256-byte aligned.
     from cake import _C
 
     try:
@@ -618,8 +618,8 @@ def test_shape_only_saved_size_query():
         assert "without CUDA" in str(e)
         pytest.skip("needs a build with CUDA (CAKE_CUDA=ON); no GPU needed")
     up = lambda n: -(-n // 256) * 256  # noqa: E731
-    assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + 2 * up(130 * 2 * 128 * 2)
-                      + up(4 * 2 * 128 * 128 * 2) + 130 * 2 * 64 * 4)
+    assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + up(130 * 2 * 64 * 2)
+                      + up(130 * 2 * 4) + 4 * 2 * 128 * 128 * 2)
     with pytest.raises(ValueError, match="K = V = 128"):
         _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 64], [1, 130, 2, 64], None, True)
 

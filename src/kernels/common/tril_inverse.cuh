@@ -1,5 +1,5 @@
 // T = (I + L)^-1 for a strictly lower [64 x 64] fp32 L (so I + L is unit lower), both in shared
-// memory with rows of kLd64 floats, by a CTA of kTrilThreads threads (intra_fwd, kkt_solve):
+// memory with rows of kLd64 floats, by a CTA of kTrilThreads threads (kkt_solve):
 //   diagonal blocks T_aa = (I + L_aa)^-1: warp a < 4, lane j < 16 walks column j down by forward
 //   substitution in registers (fp32, no barrier); warps 4-7 zero the blocks above the diagonal;
 //   merge to 32x32:  T_10 = -T_11 (L_10 T_00)  for the 16-blocks (1, 0) and (3, 2);

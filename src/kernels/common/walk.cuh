@@ -1,12 +1,13 @@
-// What the two state walks (state_fwd, state_bwd) share: which (document, value head, V slice)
-// a CTA walks and in what order, the span of its document, and the rows of the fp32 state slice
-// that each warp keeps in registers across the walk.
+// What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head, V slice) a
+// CTA walks and in what order, the span of its document, and the rows of the fp32 state (or of
+// its gradient) that each warp keeps in registers across the walk.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/problem.hpp"
+#include "kernels/common/tile.cuh"
 
 namespace cake::kernels {
 
@@ -73,6 +74,52 @@ __device__ __forceinline__ void load_gcum_async(float* dst, float const* gcum, i
   int const tid = threadIdx.x;
   if (tid < kChunk)
     cp_async_4(&dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
+}
+
+// The causal gates Gamma_ij = e^{G_i - G_j} of the pair (i, j), (i, j + 1) of a chunk: 0 above the
+// diagonal, and formed pair by pair, so never above 1 whatever the gates (g = -20 per token only
+// underflows to 0).
+__device__ __forceinline__ float2 causal_gates(float const* gcum, int i, int j) {
+  float const gi = gcum[i];
+  return make_float2(i >= j ? __expf(gi - gcum[j]) : 0.f,
+                     i >= j + 1 ? __expf(gi - gcum[j + 1]) : 0.f);
+}
+
+// Where a walk keeps one chunk's inputs in shared memory: Q, K, V [64 x 128] (rows of kLdBf16),
+// A [64 x 64] (rows of lda), G and beta [64].
+struct WalkTiles {
+  __nv_bfloat16* q;
+  __nv_bfloat16* k;
+  __nv_bfloat16* v;
+  __nv_bfloat16* a;
+  int lda;
+  float* gcum;
+  float* beta;
+};
+
+// The chunk inputs both walks read (Q, K of q/k head h; V, A, G, beta of value head hv; tokens
+// t0 .. t0 + len), from a walk's Params p (fields q, k, v, a, gcum, beta, problem): cp.async copies,
+// the caller commits them. Rows past the end are zero, except G's, which repeat the last token's
+// (load_gcum_async); beta is copied by threads 64 .. 127.
+template <int kThreads, class P>
+__device__ __forceinline__ void load_walk_inputs_async(WalkTiles const& dst, P const& p,
+                                                       int64_t t0, int len, int h, int hv) {
+  int const H = p.problem.num_qk_heads;
+  int const HV = p.problem.num_v_heads;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  load_tile_async<kChunk, kHeadDim, kThreads>(dst.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
+                                              qk_stride, len);
+  load_tile_async<kChunk, kHeadDim, kThreads>(dst.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
+                                              qk_stride, len);
+  load_tile_async<kChunk, kHeadDim, kThreads>(dst.v, kLdBf16, p.v + (t0 * HV + hv) * kHeadDim,
+                                              v_stride, len);
+  load_tile_async<kChunk, kChunk, kThreads>(dst.a, dst.lda, p.a + (t0 * HV + hv) * kChunk,
+                                            int64_t{HV} * kChunk, len);
+  load_gcum_async(dst.gcum, p.gcum, t0, len, HV, hv);
+  int const r = threadIdx.x - kChunk;
+  if (r >= 0 && r < kChunk)
+    cp_async_4(&dst.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
 }
 
 // The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols

@@ -1,7 +1,6 @@
-// q/k gradient reduction: dq[t, h] = dq_h[t, h] (dqk_bwd summed it over the value heads) and
-// dk[t, h] = dk_h[t, h] + sum over the value heads hv of q/k head h, in ascending order, of
-// dk_wy_hv[t, hv] (wy_bwd's WY terms), in fp32 and converted to bf16 once; with use_qk_l2norm
-// first the norm's backward
+// q/k gradient reduction: dq[t, h] and dk[t, h] = the sums over the value heads hv of q/k head h,
+// in ascending order, of dq_hv[t, hv] and dk_hv[t, hv] (walk_a_bwd's per-value-head terms), in
+// fp32 and converted to bf16 once; with use_qk_l2norm first the norm's backward
 //   dx = rstd (dy - <dy, y> y),  y = x rstd,  rstd = 1 / sqrt(sum x^2 + 1e-6)
 // recomputed from the caller's x. One warp per (token, q/k head) row; 4 elements per lane.
 #pragma once
@@ -41,24 +40,29 @@ __device__ __forceinline__ void finish_row(Params const& p, __nv_bfloat16 const*
   reinterpret_cast<__nv_bfloat162*>(dx)[2 * lane + 1] = __floats2bfloat162_rn(dy.z, dy.w);
 }
 
+// The sum over the value heads of q/k row `row` (= t H + h; value head h G + gi of token t is row
+// row G + gi of [BT, HV]) of this lane's 4 elements of x_hv, in ascending value-head order.
+__device__ __forceinline__ float4 sum_value_heads(float const* x_hv, int64_t row, int group) {
+  float4 sum = load_row4(x_hv + row * group * kHeadDim);
+  for (int gi = 1; gi < group; ++gi) {
+    float4 const d = load_row4(x_hv + (row * group + gi) * kHeadDim);
+    sum.x += d.x;
+    sum.y += d.y;
+    sum.z += d.z;
+    sum.w += d.w;
+  }
+  return sum;
+}
+
 __global__ void __launch_bounds__(kThreads) qk_grad_kernel(__grid_constant__ Params const p) {
   int64_t const row = (int64_t{blockIdx.x} * kThreads + threadIdx.x) / 32;
   if (row >= p.num_tokens * p.num_qk_heads) return;
-  if (p.dq != nullptr) {
-    finish_row(p, p.q + row * kHeadDim, load_row4(p.dq_h + row * kHeadDim), p.dq + row * kHeadDim);
-  }
-  if (p.dk != nullptr) {
-    // row = t H + h, and value head h G + gi of token t is row G + gi of [BT, HV]
-    float4 dy = load_row4(p.dk_h + row * kHeadDim);
-    for (int gi = 0; gi < p.group_size; ++gi) {
-      float4 const d = load_row4(p.dk_wy_hv + (row * p.group_size + gi) * kHeadDim);
-      dy.x += d.x;
-      dy.y += d.y;
-      dy.z += d.z;
-      dy.w += d.w;
-    }
-    finish_row(p, p.k + row * kHeadDim, dy, p.dk + row * kHeadDim);
-  }
+  if (p.dq != nullptr)
+    finish_row(p, p.q + row * kHeadDim, sum_value_heads(p.dq_hv, row, p.group_size),
+               p.dq + row * kHeadDim);
+  if (p.dk != nullptr)
+    finish_row(p, p.k + row * kHeadDim, sum_value_heads(p.dk_hv, row, p.group_size),
+               p.dk + row * kHeadDim);
 }
 
 }  // namespace cake::kernels::qk_grad

@@ -14,9 +14,8 @@ struct Params {
   bool use_l2norm = false;
   __nv_bfloat16 const* q = nullptr;    // [BT, H, K]  the caller's q (before the norm)
   __nv_bfloat16 const* k = nullptr;    // [BT, H, K]
-  float const* dq_h = nullptr;         // [BT, H, K]  dq, summed over the value heads
-  float const* dk_h = nullptr;         // [BT, H, K]  dk's output/state terms, likewise
-  float const* dk_wy_hv = nullptr;     // [BT, HV, K] dk's WY terms per value head
+  float const* dq_hv = nullptr;        // [BT, HV, K] dq's terms per value head (walk_a_bwd)
+  float const* dk_hv = nullptr;        // [BT, HV, K] dk's terms per value head (walk_a_bwd)
   __nv_bfloat16* dq = nullptr;         // [BT, H, K]  out
   __nv_bfloat16* dk = nullptr;         // [BT, H, K]  out
 };

@@ -12,11 +12,13 @@
 //   Delta = Ag R                              [64 x 128]
 //   O     = scale e^G (Q h) + P Delta         -> o (bf16)
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
-// Against the walk on intra_fwd's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
+// Against a walk on the WY form's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
 // product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
-// chunk, and kkt_solve instead of intra_fwd before it. It writes o and the final state only: the
-// backward's set (h, Delta) comes from state_fwd (gdn_cuda.cpp). 16 warps: each owns a [16 x 64]
-// block of the state (32 registers per thread) and a [16 x 32] tile of O, R and Delta.
+// chunk, and kkt_solve instead of the WY stage before it. It writes o, the final state and, in
+// saved mode, bf16 h per chunk (the backward's); as the backward's h-walk it writes h and no o
+// (o == nullptr: no Q h, P or P Delta), bitwise the same h (the same products in the same
+// order). 16 warps: each owns a [16 x 64] block of the state (32 registers per thread) and a
+// [16 x 32] tile of O, R and Delta.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,25 +63,15 @@ static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_fwd shared memory exc
 
 __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64_t t0, int len,
                                            int h, int hv) {
-  int const H = p.problem.num_qk_heads;
-  int const HV = p.problem.num_v_heads;
-  int64_t const qk_stride = int64_t{H} * kHeadDim;
-  int64_t const v_stride = int64_t{HV} * kHeadDim;
-  load_tile_async<kChunk, kHeadDim, kThreads>(t.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(t.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(t.v, kLdBf16, p.v + (t0 * HV + hv) * kHeadDim,
-                                              v_stride, len);
-  load_tile_async<kChunk, kChunk, kThreads>(t.a, kLdA, p.a + (t0 * HV + hv) * kChunk,
-                                            int64_t{HV} * kChunk, len);
-  load_gcum_async(t.gcum, p.gcum, t0, len, HV, hv);
-  int const r = threadIdx.x - kChunk;  // threads 64 .. 127 copy beta
-  if (r >= 0 && r < kChunk)
-    cp_async_4(&t.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
+  load_walk_inputs_async<kThreads>(WalkTiles{t.q, t.k, t.v, t.a, kLdA, t.gcum, t.beta}, p, t0,
+                                   len, h, hv);
   cp_async_commit();
 }
 
+// kWithO: o (the forward); kStoreH: h per chunk (saved mode's forward, and the backward's h-walk,
+// which is <false, true>). Template parameters, not branches: a branch kept both paths' registers
+// live and spilled the forward (88 bytes of stack for o, 4 for h).
+template <bool kWithO, bool kStoreH>
 __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
@@ -123,11 +115,16 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
       load_chunk(s.tiles[(j + 1) % 2], p, t0 + kChunk, span.chunk_len(j + 1), h, hv);
     float const g_last = t.gcum[len - 1];
 
-    // Q h and K h on this warp's tile, with h's fragments read once for both
+    // Q h and K h on this warp's tile, with h's fragments read once for both (K h alone in the
+    // h-walk)
     float o_acc[1][kOutNi][4] = {};
     float kh[1][kOutNi][4] = {};
-    warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.k, kLdBf16},
-                                                RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, kh);
+    if constexpr (kWithO)
+      warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{t.q, kLdBf16}, RowMajor{t.k, kLdBf16},
+                                                  RowMajor{s.hb, kLdBf16}, o_m0, o_n0, o_acc, kh);
+    else
+      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{t.k, kLdBf16}, RowMajor{s.hb, kLdBf16}, o_m0,
+                                         o_n0, kh);
     // The thread's two rows' exponentials once per chunk (the pair loops store to shared memory,
     // so the compiler would reload G per pair)
     float const g_lo = t.gcum[o_row];
@@ -155,19 +152,33 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
           __floats2bfloat162_rn(b * (v.x - eg * c0), b * (v.y - eg * c1));
     });
     // P = causal(scale (Q K^T) e^{G_i - G_j}) and Ag = causal(A e^{G_i - G_j}), one exponential
-    // per element for both
-    block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
-        RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
-          float const gi = t.gcum[i];
-          float const e0 = i >= jc ? __expf(gi - t.gcum[jc]) : 0.f;
-          float const e1 = i >= jc + 1 ? __expf(gi - t.gcum[jc + 1]) : 0.f;
-          *reinterpret_cast<__nv_bfloat162*>(s.p + i * kLdA + jc) =
-              __floats2bfloat162_rn(scale * c0 * e0, scale * c1 * e1);
-          float2 const a =
-              __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
-          *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
-              __floats2bfloat162_rn(a.x * e0, a.y * e1);
-        });
+    // per element for both (Ag alone in the h-walk)
+    if constexpr (!kWithO) {
+      for (int idx = tid; idx < kChunk * kChunk / 2; idx += kThreads) {
+        int const i = idx / (kChunk / 2);
+        int const jc = idx % (kChunk / 2) * 2;
+        float2 const gate = causal_gates(t.gcum, i, jc);
+        float const e0 = gate.x;
+        float const e1 = gate.y;
+        float2 const a =
+            __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
+        *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
+            __floats2bfloat162_rn(a.x * e0, a.y * e1);
+      }
+    } else {
+      block_gemm<kChunk, kChunk, kHeadDim, 1, 2, kWarps>(
+          RowMajor{t.q, kLdBf16}, ColMajor{t.k, kLdBf16}, [&](int i, int jc, float c0, float c1) {
+            float2 const gate = causal_gates(t.gcum, i, jc);
+            float const e0 = gate.x;
+            float const e1 = gate.y;
+            *reinterpret_cast<__nv_bfloat162*>(s.p + i * kLdA + jc) =
+                __floats2bfloat162_rn(scale * c0 * e0, scale * c1 * e1);
+            float2 const a =
+                __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + i * kLdA + jc));
+            *reinterpret_cast<__nv_bfloat162*>(s.ag + i * kLdA + jc) =
+                __floats2bfloat162_rn(a.x * e0, a.y * e1);
+          });
+    }
     __syncthreads();  // B2: r, p, ag complete
 
     // Delta = Ag R on this warp's tile; delta <- bf16(Delta), t.v <- bf16(e^{G_last - G} Delta)
@@ -186,16 +197,30 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
             __floats2bfloat162_rn(decay * c0, decay * c1);
       });
     }
+    // bf16(h) -> h[slot] in 16-byte vectors (hb is next written after B3, which every thread
+    // passes after this copy)
+    if constexpr (kStoreH) {
+      __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
+      for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
+        int const r = idx / (kHeadDim / 8);
+        int const c = (idx % (kHeadDim / 8)) * 8;
+        *reinterpret_cast<uint4*>(h_out + r * kHeadDim + c) =
+            *reinterpret_cast<uint4 const*>(s.hb + r * kLdBf16 + c);
+      }
+    }
     __syncthreads();  // B3: Delta and decayed Delta complete
 
     // O += P Delta -> o
-    warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.p, kLdA}, RowMajor{s.delta, kLdBf16}, o_m0, o_n0,
-                                     o_acc);
-    __nv_bfloat16* const o = p.o + (t0 * HV + hv) * kHeadDim;
-    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int col, float& c0, float& c1) {
-      if (i < len)
-        *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) = __floats2bfloat162_rn(c0, c1);
-    });
+    if constexpr (kWithO) {
+      warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.p, kLdA}, RowMajor{s.delta, kLdBf16}, o_m0, o_n0,
+                                       o_acc);
+      __nv_bfloat16* const o = p.o + (t0 * HV + hv) * kHeadDim;
+      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, o_acc, [&](int i, int col, float& c0, float& c1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(o + i * v_stride + col) =
+              __floats2bfloat162_rn(c0, c1);
+      });
+    }
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta, in registers
     float const gamma = __expf(g_last);

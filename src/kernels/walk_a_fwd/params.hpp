@@ -17,8 +17,10 @@ struct Params {
   float const* gcum = nullptr;       // [BT, HV]        from kkt_solve
   float const* beta = nullptr;       // [BT, HV]        fp32 (a bf16 beta goes through a copy)
   float const* h0 = nullptr;         // [N, HV, K, V]   or nullptr (zero initial state)
-  __nv_bfloat16* o = nullptr;        // [BT, HV, V]     out
+  __nv_bfloat16* o = nullptr;        // [BT, HV, V]     out, or nullptr: the h-walk (no o)
   float* ht = nullptr;               // [N, HV, K, V]   out or nullptr: final state
+  __nv_bfloat16* h = nullptr;        // [num_slots, HV, K, V] out or nullptr (required when
+                                     //                 o == nullptr): bf16 chunk-start states
 };
 
 }  // namespace cake::kernels::walk_a_fwd

@@ -1,33 +1,26 @@
 // The GDN GPU path: validated arguments -> Problem -> buffer layout -> the stages in order.
 //
-// Forward:  [qk_norm] -> kkt_solve (G, A = (I + diag(beta) L)^-1) -> [saved mode: intra_fwd (T,
-//           W, U) -> state_fwd (h, Delta), the saved set as the backward's recompute makes it] ->
-//           walk_a_fwd (o and the final state, one walk rebuilding Delta from A)
-// Backward: the saved set (normalised q/k, G, T, W, h, Delta) comes from the forward or from its
-//           recompute [qk_norm] -> intra_fwd -> state_fwd (h, Delta: the walk without o), then
-//           dv_local_bwd (dDelta intra) -> state_bwd (dh per chunk, dDelta, dh0) -> dqk_bwd (dq,
-//           dk partial per q/k head, dW, dG partial) -> wy_bwd (dk's WY terms per value head, dv,
-//           dbeta, dg) -> qk_grad (dk's value-head sum, L2-norm backward).
-// Two modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm] ->
-// intra_fwd (+ T) -> state_fwd into its workspace; in saved mode the forward runs the same two
-// stages into the caller's saved buffer and the backward reads it from there. Same kernels on the
-// same inputs, so the modes agree bitwise (o comes from walk_a_fwd in both).
+// Forward:  [qk_norm] -> kkt_solve (G, A = (I + diag(beta) L)^-1, beta in fp32) -> walk_a_fwd
+//           (o, the final state; in saved mode also h per chunk)
+// Backward: the saved set (normalised q/k, G, A, beta, h per chunk) comes from the forward or
+//           from its recompute [qk_norm] -> kkt_solve -> the h-walk (walk_a_fwd without o); then
+//           walk_a_bwd (one reverse walk: dq, dk per value head, dv, dbeta, dg, dh0) -> qk_grad
+//           (dq, dk summed over the value heads, L2-norm backward).
+// Two modes (options.save_for_backward): in recompute mode the backward reruns kkt_solve and the
+// h-walk into its workspace; in saved mode the forward's kkt_solve and walk write them into the
+// caller's saved buffer and the backward reads it from there. The same kernels on the same inputs
+// (the h-walk's h is the forward walk's, product for product), so the modes agree bitwise.
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 #include "core/error.hpp"
-#include "kernels/dqk_bwd/launch.hpp"
-#include "kernels/dv_local_bwd/launch.hpp"
-#include "kernels/intra_fwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
-#include "kernels/state_bwd/launch.hpp"
-#include "kernels/state_fwd/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
-#include "kernels/wy_bwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
 #include "ops/gdn_cuda.hpp"
 
@@ -114,33 +107,39 @@ void normalize_qk(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
   *k_used = b.k_norm;
 }
 
-// The backward's set from the inputs: intra_fwd (G, T, W, U) -> state_fwd (h and Delta per
-// chunk). The saved-mode forward and the recompute-mode backward both run exactly this.
-void run_saved_set_stages(Problem const& p, ForwardInputs const& in, bf16 const* k_used,
-                          ops::cuda::GdnBuffers const& b, cudaStream_t stream) {
-  kernels::intra_fwd::Params ip;
-  ip.problem = p;
-  ip.k = k_used;
-  ip.v = ptr<bf16 const>(*in.v);
-  ip.g = ptr<float const>(*in.g);
-  ip.beta = in.beta->data;
-  ip.beta_is_bf16 = in.beta->dtype == cakeBfloat16;
-  ip.gcum = b.gcum;
-  ip.w = b.w;
-  ip.u = b.u;
-  ip.tmat = b.tmat;
-  check_cuda(kernels::intra_fwd::launch(ip, stream), "intra_fwd launch");
+// G, A and beta in fp32 per (chunk, value head): the first stage of the forward and of the
+// backward's recompute.
+void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* k_used,
+                   ops::cuda::GdnBuffers const& b, cudaStream_t stream) {
+  kernels::kkt_solve::Params kp;
+  kp.problem = p;
+  kp.k = k_used;
+  kp.g = ptr<float const>(*in.g);
+  kp.beta = in.beta->data;
+  kp.beta_is_bf16 = in.beta->dtype == cakeBfloat16;
+  kp.gcum = b.gcum;
+  kp.beta_f32 = b.beta_f32;
+  kp.a = b.a;
+  check_cuda(kernels::kkt_solve::launch(kp, stream), "kkt_solve launch");
+}
 
-  kernels::state_fwd::Params fp;
-  fp.problem = p;
-  fp.k = k_used;
-  fp.w = b.w;
-  fp.u = b.u;
-  fp.gcum = b.gcum;
-  fp.h0 = ptr<float const>(*in.initial_state);
-  fp.h = b.h;
-  fp.v_new = b.v_new;
-  check_cuda(kernels::state_fwd::launch(fp, stream), "state_fwd launch");
+// The forward walk: o and ht when o is given (the forward), h per chunk when h is given (saved
+// mode, or the backward's h-walk with o == nullptr).
+void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf16 const* k_used,
+              ops::cuda::GdnBuffers const& b, bf16* o, float* ht, bf16* h, cudaStream_t stream) {
+  kernels::walk_a_fwd::Params wp;
+  wp.problem = p;
+  wp.q = q_used;
+  wp.k = k_used;
+  wp.v = ptr<bf16 const>(*in.v);
+  wp.a = b.a;
+  wp.gcum = b.gcum;
+  wp.beta = b.beta_f32;
+  wp.h0 = ptr<float const>(*in.initial_state);
+  wp.o = o;
+  wp.ht = ht;
+  wp.h = h;
+  check_cuda(kernels::walk_a_fwd::launch(wp, stream), "walk_a_fwd launch");
 }
 
 using cuda::Pass;
@@ -205,36 +204,11 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   bf16 const* k_used = nullptr;
   normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
 
-  // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk.
-  kernels::kkt_solve::Params kp;
-  kp.problem = p;
-  kp.k = k_used;
-  kp.g = ptr<float const>(args.g);
-  kp.beta = args.beta.data;
-  kp.beta_is_bf16 = args.beta.dtype == cakeBfloat16;
-  kp.gcum = b.gcum;
-  kp.beta_f32 = b.beta_f32;
-  kp.a = b.a;
-  check_cuda(kernels::kkt_solve::launch(kp, stream), "kkt_solve launch");
-
-  // Saved mode: the backward's set, by the stages its recompute would run (bitwise the same).
-  // Before the walk, so that both read the initial state before the walk writes the final one
-  // (a caller may pass one tensor as both).
-  if (saved_mode(options)) run_saved_set_stages(p, in, k_used, b, stream);
-
-  // The walk writes o and the final state.
-  kernels::walk_a_fwd::Params wp;
-  wp.problem = p;
-  wp.q = q_used;
-  wp.k = k_used;
-  wp.v = ptr<bf16 const>(args.v);
-  wp.a = b.a;
-  wp.gcum = b.gcum;
-  wp.beta = b.beta_f32;
-  wp.h0 = ptr<float const>(args.initial_state);
-  wp.o = ptr<bf16>(args.o);
-  wp.ht = ptr<float>(args.final_state);
-  check_cuda(kernels::walk_a_fwd::launch(wp, stream), "walk_a_fwd launch");
+  // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk. Then the
+  // walk: o and the final state, and in saved mode h per chunk for the backward.
+  run_kkt_solve(p, in, k_used, b, stream);
+  run_walk(p, in, q_used, k_used, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
+           saved_mode(options) ? b.h : nullptr, stream);
 }
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
@@ -256,7 +230,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
   // The carve hands out mutable pointers; in saved mode the backward only passes the saved set's
-  // regions to kernel inputs (const parameters) and writes dW to its own workspace region.
+  // regions to kernel inputs (const parameters).
   auto const b = bind_buffers(options, p, Pass::kBackward, const_cast<void*>(saved), workspace,
                               workspace_bytes);
   if (empty(p)) return;
@@ -267,70 +241,30 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   if (!saved_mode(options)) {
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
     normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
-    run_saved_set_stages(p, in, k_used, b, stream);
+    run_kkt_solve(p, in, k_used, b, stream);
+    run_walk(p, in, q_used, k_used, b, nullptr, nullptr, b.h, stream);  // the h-walk
   }
 
-  if (p.num_tokens > 0) {
-    kernels::dv_local_bwd::Params lp;
-    lp.problem = p;
-    lp.q = q_used;
-    lp.k = k_used;
-    lp.gcum = b.gcum;
-    lp.dout = ptr<bf16 const>(args.dout);
-    lp.dv_new = b.dv_new;
-    check_cuda(kernels::dv_local_bwd::launch(lp, stream), "dv_local_bwd launch");
-  }
-
-  kernels::state_bwd::Params sp;
-  sp.problem = p;
-  sp.q = q_used;
-  sp.k = k_used;
-  sp.w = b.w;
-  sp.gcum = b.gcum;
-  sp.dout = ptr<bf16 const>(args.dout);
-  sp.dht = ptr<float const>(args.dht);
-  sp.dh = b.dh;
-  sp.dv_new = b.dv_new;
-  sp.dh0 = ptr<float>(args.dh0);
-  check_cuda(kernels::state_bwd::launch(sp, stream), "state_bwd launch");
-  if (p.num_tokens == 0) return;
-
-  // dW: W's own buffer in recompute mode (W is dead once state_bwd has run), else a workspace
-  // region (the layout decides).
-  bf16* const dw = b.dw;
-  kernels::dqk_bwd::Params qp;
-  qp.problem = p;
-  qp.q = q_used;
-  qp.k = k_used;
-  qp.v_new = b.v_new;
-  qp.gcum = b.gcum;
-  qp.dout = ptr<bf16 const>(args.dout);
-  qp.h = b.h;
-  qp.dh = b.dh;
-  qp.dv_new = b.dv_new;
-  qp.dq_h = b.dq_h;
-  qp.dk_h = b.dk_h;
-  qp.dw = dw;
-  qp.dg_part = b.dg_part;
-  check_cuda(kernels::dqk_bwd::launch(qp, stream), "dqk_bwd launch");
-
-  kernels::wy_bwd::Params wp;
+  kernels::walk_a_bwd::Params wp;
   wp.problem = p;
+  wp.q = q_used;
   wp.k = k_used;
   wp.v = ptr<bf16 const>(args.v);
-  wp.beta = args.beta.data;
-  wp.beta_is_bf16 = args.beta.dtype == cakeBfloat16;
+  wp.dout = ptr<bf16 const>(args.dout);
+  wp.a = b.a;
   wp.gcum = b.gcum;
-  wp.tmat = b.tmat;
-  wp.dw = dw;
-  wp.dv_new = b.dv_new;
-  wp.dk_wy_hv = b.dk_wy_hv;
-  wp.dg_part = b.dg_part;
+  wp.beta = b.beta_f32;
+  wp.h = b.h;
+  wp.dht = ptr<float const>(args.dht);
+  wp.dq = b.dq_hv;
+  wp.dk = b.dk_hv;
   wp.dv = ptr<bf16>(args.dv);
   wp.dbeta = args.dbeta.data;
   wp.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   wp.dg = ptr<float>(args.dg);
-  check_cuda(kernels::wy_bwd::launch(wp, stream), "wy_bwd launch");
+  wp.dh0 = ptr<float>(args.dh0);
+  check_cuda(kernels::walk_a_bwd::launch(wp, stream), "walk_a_bwd launch");
+  if (p.num_tokens == 0) return;
 
   kernels::qk_grad::Params gp;
   gp.num_tokens = p.num_tokens;
@@ -339,9 +273,8 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   gp.use_l2norm = l2;
   gp.q = ptr<bf16 const>(args.q);
   gp.k = ptr<bf16 const>(args.k);
-  gp.dq_h = b.dq_h;
-  gp.dk_h = b.dk_h;
-  gp.dk_wy_hv = b.dk_wy_hv;
+  gp.dq_hv = b.dq_hv;
+  gp.dk_hv = b.dk_hv;
   gp.dq = ptr<bf16>(args.dq);
   gp.dk = ptr<bf16>(args.dk);
   check_cuda(kernels::qk_grad::launch(gp, stream), "qk_grad launch");

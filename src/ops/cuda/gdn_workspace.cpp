@@ -63,30 +63,14 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.k_norm = saved_set.take<bf16>(qk_rows * kHeadDim);
   }
   b.gcum = saved_set.take<float>(v_rows);
-  // A forward that saves nothing needs none of the rest (its walk works from A, on chip).
-  if (backward || saved_mode) {
-    b.w = saved_set.take<bf16>(v_rows * kHeadDim);
-    b.v_new = saved_set.take<bf16>(v_rows * kHeadDim);
-    b.h = saved_set.take<bf16>(states);
-    b.tmat = saved_set.take<float>(v_rows * kChunk);
-  }
-
-  // Scratch of the forward's stages: kkt_solve and the walk in every forward; intra_fwd and
-  // state_fwd (the saved set) in a saved-mode forward and a recompute-mode backward.
-  if (!backward) {
-    b.a = scratch.take<bf16>(v_rows * kChunk);
-    b.beta_f32 = scratch.take<float>(v_rows);
-  }
-  if (backward != saved_mode) b.u = scratch.take<bf16>(v_rows * kHeadDim);
+  b.a = saved_set.take<bf16>(v_rows * kChunk);
+  b.beta_f32 = saved_set.take<float>(v_rows);
+  // A forward that saves nothing needs no h (its walk keeps the state on chip).
+  if (backward || saved_mode) b.h = saved_set.take<bf16>(states);
 
   if (backward) {
-    b.dw = saved_mode ? scratch.take<bf16>(v_rows * kHeadDim) : b.w;
-    b.dv_new = scratch.take<float>(v_rows * kHeadDim);
-    b.dh = scratch.take<bf16>(states);
-    b.dq_h = scratch.take<float>(qk_rows * kHeadDim);
-    b.dk_h = scratch.take<float>(qk_rows * kHeadDim);
-    b.dk_wy_hv = scratch.take<float>(v_rows * kHeadDim);
-    b.dg_part = scratch.take<float>(v_rows);
+    b.dq_hv = scratch.take<float>(v_rows * kHeadDim);
+    b.dk_hv = scratch.take<float>(v_rows * kHeadDim);
   }
   b.saved_bytes = saved_mode ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();

@@ -1,0 +1,31 @@
+// Host <-> device contract of the fused reverse walk (kernel.cuh says what it computes).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/problem.hpp"
+
+namespace cake::kernels::walk_a_bwd {
+
+struct Params {
+  Problem problem;
+  __nv_bfloat16 const* q = nullptr;     // [BT, H, K]      (normalised when the op normalises)
+  __nv_bfloat16 const* k = nullptr;     // [BT, H, K]
+  __nv_bfloat16 const* v = nullptr;     // [BT, HV, V]
+  __nv_bfloat16 const* dout = nullptr;  // [BT, HV, V]
+  __nv_bfloat16 const* a = nullptr;     // [BT, HV, 64]    kkt_solve's (I + diag(beta) L)^-1
+  float const* gcum = nullptr;          // [BT, HV]        G, from kkt_solve
+  float const* beta = nullptr;          // [BT, HV]        fp32 beta, from kkt_solve
+  __nv_bfloat16 const* h = nullptr;     // [num_slots, HV, K, V] chunk-start states (h-walk)
+  float const* dht = nullptr;           // [N, HV, K, V]   or nullptr (zero)
+  float* dq = nullptr;                  // [BT, HV, K]     out: this value head's dq terms
+  float* dk = nullptr;                  // [BT, HV, K]     out: this value head's dk terms
+  __nv_bfloat16* dv = nullptr;          // [BT, HV, V]     out or nullptr (not wanted)
+  void* dbeta = nullptr;                // [BT, HV]        out or nullptr: fp32, or bf16 when
+                                        //                 dbeta_is_bf16
+  bool dbeta_is_bf16 = false;
+  float* dg = nullptr;                  // [BT, HV]        out or nullptr
+  float* dh0 = nullptr;                 // [N, HV, K, V]   out or nullptr
+};
+
+}  // namespace cake::kernels::walk_a_bwd

@@ -1,0 +1,68 @@
+// Helpers of the stage-level GPU checks (kkt_check.cu, walk_bwd_check.cu): host <-> device copies,
+// the kernels' Problem of a packed batch, a median time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/common/problem.hpp"
+
+namespace cake::testing {
+
+// A device copy of host (at least 16 bytes, so that empty inputs still get an address), or
+// nullptr when the allocation fails.
+template <class T>
+T* device_copy(std::vector<T> const& host) {
+  T* dev = nullptr;
+  if (cudaMalloc(&dev, std::max<size_t>(host.size() * sizeof(T), 16)) != cudaSuccess)
+    return nullptr;
+  cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return dev;
+}
+
+template <class T>
+std::vector<T> host_copy(T const* dev, size_t n) {
+  std::vector<T> host(n);
+  cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost);
+  return host;
+}
+
+// The Problem of documents with cumulative lengths cu (the caller sets cu_seqlens32).
+inline kernels::Problem make_problem(std::vector<int32_t> const& cu, int H, int HV) {
+  kernels::Problem p;
+  p.num_seqs = static_cast<int32_t>(cu.size()) - 1;
+  p.num_tokens = cu.back();
+  p.num_qk_heads = H;
+  p.num_v_heads = HV;
+  p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
+  return p;
+}
+
+// The median of `runs` timed calls of launch() (CUDA events on the default stream), after two
+// untimed ones.
+template <class Launch>
+float median_ms(Launch const& launch, int runs) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 2; ++i) launch();
+  std::vector<float> ms;
+  for (int i = 0; i < runs; ++i) {
+    cudaEventRecord(start);
+    launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float t = 0;
+    cudaEventElapsedTime(&t, start, stop);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace cake::testing

@@ -1,0 +1,324 @@
+// GPU check of the fused GDN backward (kkt_solve -> h-walk -> walk_a_bwd) against the FP64
+// chunked reference (ref/chunked.hpp) on the same inputs, and its time at workload A.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/device_testing.hpp"
+#include "cuda/walk_bwd_check.hpp"
+#include "kernels/kkt_solve/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/walk_a_fwd/launch.hpp"
+#include "ref/chunked.hpp"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cake::kernels::kChunk;
+using cake::kernels::kHeadDim;
+using cake::kernels::Problem;
+using cake::testing::device_copy;
+using cake::testing::host_copy;
+using cake::testing::make_problem;
+using cake::testing::median_ms;
+
+constexpr int K = kHeadDim;
+
+struct WalkCase {
+  std::string name;
+  std::vector<int> docs;
+  int H = 2;
+  int HV = 6;
+  float g_lo = -1.f;  // g uniform in [g_lo, g_hi]
+  float g_hi = 0.f;
+  float beta_lo = 0.f;  // beta uniform in [beta_lo, beta_hi]
+  float beta_hi = 1.f;
+};
+
+// The device buffers of one run of the three stages.
+struct Buffers {
+  Problem prob;
+  bf16 *q = nullptr, *k = nullptr, *v = nullptr, *dout = nullptr, *a = nullptr, *h = nullptr,
+       *dv = nullptr;
+  float *g = nullptr, *beta = nullptr, *gcum = nullptr, *beta_f32 = nullptr, *h0 = nullptr,
+        *dht = nullptr, *dq = nullptr, *dk = nullptr, *dbeta = nullptr, *dg = nullptr,
+        *dh0 = nullptr;
+  int32_t* cu = nullptr;
+  bool ok = true;
+
+  void alloc(std::vector<int32_t> const& cu_host, int H, int HV) {
+    prob = make_problem(cu_host, H, HV);
+    cu = device_copy(cu_host);
+    prob.cu_seqlens32 = cu;
+    int64_t const BT = prob.num_tokens;
+    int64_t const states = int64_t{prob.num_seqs} * HV * K * K;
+    auto take = [&](auto** x, int64_t count) {
+      ok = ok && cudaMalloc(x, std::max<int64_t>(count, 4) * sizeof(**x)) == cudaSuccess;
+    };
+    take(&q, BT * H * K);
+    take(&k, BT * H * K);
+    take(&v, BT * HV * K);
+    take(&dout, BT * HV * K);
+    take(&a, BT * HV * kChunk);
+    take(&h, prob.num_slots * HV * K * K);
+    take(&dv, BT * HV * K);
+    for (float** x : {&g, &beta, &gcum, &beta_f32, &dbeta, &dg}) take(x, BT * HV);
+    for (float** x : {&h0, &dht, &dh0}) take(x, states);
+    take(&dq, BT * HV * K);
+    take(&dk, BT * HV * K);
+    ok = ok && cu != nullptr;
+  }
+  // NaN in every output, so that elements the kernels do not write fail
+  void poison() {
+    int64_t const BT = prob.num_tokens;
+    int const HV = prob.num_v_heads;
+    cudaMemset(dq, 0xff, BT * HV * K * 4);
+    cudaMemset(dk, 0xff, BT * HV * K * 4);
+    cudaMemset(dv, 0xff, BT * HV * K * 2);
+    cudaMemset(dbeta, 0xff, BT * HV * 4);
+    cudaMemset(dg, 0xff, BT * HV * 4);
+    cudaMemset(dh0, 0xff, int64_t{prob.num_seqs} * HV * K * K * 4);
+  }
+  // kkt_solve -> h-walk -> walk_a_bwd
+  bool run(float scale, cudaStream_t stream) {
+    namespace kn = cake::kernels;
+    Problem p = prob;
+    p.scale = scale;
+    kn::kkt_solve::Params kp;
+    kp.problem = p;
+    kp.k = k;
+    kp.g = g;
+    kp.beta = beta;
+    kp.gcum = gcum;
+    kp.beta_f32 = beta_f32;
+    kp.a = a;
+    kn::walk_a_fwd::Params fp;
+    fp.problem = p;
+    fp.q = q;
+    fp.k = k;
+    fp.v = v;
+    fp.a = a;
+    fp.gcum = gcum;
+    fp.beta = beta_f32;
+    fp.h0 = h0;
+    fp.h = h;
+    kn::walk_a_bwd::Params bp;
+    bp.problem = p;
+    bp.q = q;
+    bp.k = k;
+    bp.v = v;
+    bp.dout = dout;
+    bp.a = a;
+    bp.gcum = gcum;
+    bp.beta = beta_f32;
+    bp.h = h;
+    bp.dht = dht;
+    bp.dq = dq;
+    bp.dk = dk;
+    bp.dv = dv;
+    bp.dbeta = dbeta;
+    bp.dg = dg;
+    bp.dh0 = dh0;
+    return kn::kkt_solve::launch(kp, stream) == cudaSuccess &&
+           kn::walk_a_fwd::launch(fp, stream) == cudaSuccess &&
+           kn::walk_a_bwd::launch(bp, stream) == cudaSuccess;
+  }
+  void release() {
+    for (void* x : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
+                    static_cast<void*>(dout), static_cast<void*>(a), static_cast<void*>(h),
+                    static_cast<void*>(dv), static_cast<void*>(g), static_cast<void*>(beta),
+                    static_cast<void*>(gcum), static_cast<void*>(beta_f32), static_cast<void*>(h0),
+                    static_cast<void*>(dht), static_cast<void*>(dq), static_cast<void*>(dk),
+                    static_cast<void*>(dbeta), static_cast<void*>(dg), static_cast<void*>(dh0),
+                    static_cast<void*>(cu)})
+      cudaFree(x);
+  }
+};
+
+std::vector<bf16> to_bf16(std::vector<double>& x) {  // rounds x in place to what it returns
+  std::vector<bf16> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    out[i] = __float2bfloat16(static_cast<float>(x[i]));
+    x[i] = __bfloat162float(out[i]);
+  }
+  return out;
+}
+std::vector<float> to_f32(std::vector<double>& x) {
+  std::vector<float> out(x.begin(), x.end());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = out[i];
+  return out;
+}
+
+struct Error {
+  double rel_rms = 0, max_rel = 0;
+  bool finite = true;
+  bool pass() const { return finite && rel_rms <= 1e-2 && max_rel <= 2e-2; }
+};
+Error compare(std::vector<double> const& got, std::vector<double> const& ref) {
+  Error e;
+  double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    e.finite = e.finite && std::isfinite(got[i]);
+    double const d = got[i] - ref[i];
+    err2 += d * d;
+    ref2 += ref[i] * ref[i];
+    max_err = std::max(max_err, std::abs(d));
+    max_ref = std::max(max_ref, std::abs(ref[i]));
+  }
+  e.rel_rms = std::sqrt(err2 / std::max(ref2, 1e-300));
+  e.max_rel = max_err / std::max(max_ref, 1e-300);
+  if (!e.finite) e.rel_rms = e.max_rel = INFINITY;
+  return e;
+}
+
+bool run_case(WalkCase const& wc, std::mt19937& rng) {
+  std::vector<int32_t> cu{0};
+  for (int len : wc.docs) cu.push_back(cu.back() + len);
+  int64_t const BT = cu.back();
+  int const H = wc.H, HV = wc.HV, N = static_cast<int>(wc.docs.size());
+  int64_t const states = int64_t{N} * HV * K * K;
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  auto normal_vec = [&](int64_t n) {
+    std::vector<double> x(n);
+    for (auto& e : x) e = normal(rng);
+    return x;
+  };
+  auto unit_rows = [&](int64_t rows) {  // L2-normalised rows of K, as after the q/k norm
+    std::vector<double> x = normal_vec(rows * K);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int c = 0; c < K; ++c) ss += x[r * K + c] * x[r * K + c];
+      for (int c = 0; c < K; ++c) x[r * K + c] /= std::sqrt(ss);
+    }
+    return x;
+  };
+  std::vector<double> q = unit_rows(BT * H), k = unit_rows(BT * H), v = normal_vec(BT * HV * K),
+                      dout = normal_vec(BT * HV * K), h0 = normal_vec(states),
+                      dht = normal_vec(states), g(BT * HV), beta(BT * HV);
+  for (auto& x : g) x = wc.g_lo + (wc.g_hi - wc.g_lo) * unit(rng);
+  for (auto& x : beta) x = wc.beta_lo + (wc.beta_hi - wc.beta_lo) * unit(rng);
+
+  Buffers b;
+  b.alloc(cu, H, HV);
+  double const scale = 1.0 / std::sqrt(static_cast<double>(K));
+  bool ok = b.ok;
+  if (ok) {
+    auto up = [](auto* dev, auto const& host) {
+      cudaMemcpy(dev, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice);
+    };
+    up(b.q, to_bf16(q));
+    up(b.k, to_bf16(k));
+    up(b.v, to_bf16(v));
+    up(b.dout, to_bf16(dout));
+    up(b.g, to_f32(g));
+    up(b.beta, to_f32(beta));
+    up(b.h0, to_f32(h0));
+    up(b.dht, to_f32(dht));
+    b.poison();
+    ok = b.run(static_cast<float>(scale), nullptr) && cudaDeviceSynchronize() == cudaSuccess;
+  }
+
+  // FP64 reference on the same (rounded) inputs
+  cake::ref::Shape shape;
+  shape.num_tokens = BT;
+  shape.num_qk_heads = H;
+  shape.num_v_heads = HV;
+  shape.head_dim_k = K;
+  shape.head_dim_v = K;
+  shape.cu_seqlens.assign(cu.begin(), cu.end());
+  std::vector<double> rq(q.size()), rk(k.size()), rv(v.size()), rg(g.size()), rbeta(beta.size()),
+      rh0(states);
+  cake::ref::Inputs const in{q.data(), k.data(), v.data(), g.data(), beta.data(), h0.data(), scale};
+  cake::ref::OutputGrads const out{dout.data(), dht.data()};
+  cake::ref::InputGrads const grad{rq.data(), rk.data(),    rv.data(),
+                                   rg.data(), rbeta.data(), rh0.data()};
+  cake::ref::chunked_backward(shape, in, out, grad);
+
+  // The kernel's dq, dk per value head, summed over each q/k head's value heads in double
+  std::vector<float> const dq_hv = host_copy(b.dq, BT * HV * K),
+                           dk_hv = host_copy(b.dk, BT * HV * K);
+  std::vector<double> dq(BT * H * K, 0.0), dk(BT * H * K, 0.0);
+  for (int64_t t = 0; t < BT; ++t)
+    for (int hv = 0; hv < HV; ++hv)
+      for (int c = 0; c < K; ++c) {
+        int64_t const at = (t * H + hv / (HV / H)) * K + c;
+        dq[at] += dq_hv[(t * HV + hv) * K + c];
+        dk[at] += dk_hv[(t * HV + hv) * K + c];
+      }
+  auto widen = [](auto const& x) { return std::vector<double>(x.begin(), x.end()); };
+  std::vector<double> dv;
+  for (bf16 x : host_copy(b.dv, BT * HV * K)) dv.push_back(__bfloat162float(x));
+  std::vector<std::pair<char const*, Error>> const errors = {
+      {"dq", compare(dq, rq)},
+      {"dk", compare(dk, rk)},
+      {"dv", compare(dv, rv)},
+      {"dg", compare(widen(host_copy(b.dg, BT * HV)), rg)},
+      {"dbeta", compare(widen(host_copy(b.dbeta, BT * HV)), rbeta)},
+      {"dh0", compare(widen(host_copy(b.dh0, states)), rh0)}};
+  std::printf("walk_a_bwd %-34s", wc.name.c_str());
+  for (auto const& [name, e] : errors) {
+    ok = ok && e.pass();
+    std::printf(" %s %.1e/%.1e%s", name, e.rel_rms, e.max_rel, e.pass() ? "" : "!");
+  }
+  std::printf("  %s\n", ok ? "PASS" : "FAIL");
+  b.release();
+  return ok;
+}
+
+}  // namespace
+
+bool check_walk_bwd() {
+  unsigned const seed = std::random_device{}();
+  std::printf("walk_a_bwd check (kkt_solve -> h-walk -> walk_a_bwd against FP64), seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::vector<WalkCase> cases;
+  cases.push_back({"docs 1,63,64,65,300 GVA 2/6", {1, 63, 64, 65, 300}});
+  cases.push_back({"docs 65,200 H=HV=4", {65, 200}, 4, 4});
+  cases.push_back({"docs 65,200,1 g=-20", {65, 200, 1}, 2, 4, -20.f, -20.f});
+  cases.push_back({"docs 65,200,1 g=0", {65, 200, 1}, 2, 4, 0.f, 0.f});
+  cases.push_back({"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f});
+  cases.push_back({"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f});
+  WalkCase many{"40 short + 1 long", {}, 2, 4};
+  for (int i = 0; i < 40; ++i) many.docs.push_back(1 + 6 * (i % 20));
+  many.docs.push_back(700);
+  cases.push_back(many);
+  bool ok = true;
+  for (auto const& c : cases) ok = run_case(c, rng) && ok;
+  return ok;
+}
+
+void time_walk_bwd() {
+  std::vector<int32_t> cu{0, 98304, 98304 + 65536, 98304 + 65536 + 57344, 262144};
+  Buffers b;
+  b.alloc(cu, 16, 48);
+  int64_t const BT = b.prob.num_tokens;
+  int const H = 16, HV = 48;
+  bool ok = b.ok;
+  if (ok) {  // bytes that read as small bf16 / fp32 values (the timing does not depend on them)
+    cudaMemset(b.q, 0x3c, BT * H * K * 2);
+    cudaMemset(b.k, 0x3c, BT * H * K * 2);
+    cudaMemset(b.v, 0x3c, BT * HV * K * 2);
+    cudaMemset(b.dout, 0x3c, BT * HV * K * 2);
+    cudaMemset(b.g, 0xbc, BT * HV * 4);
+    cudaMemset(b.beta, 0x3e, BT * HV * 4);
+    cudaMemset(b.h0, 0, int64_t{b.prob.num_seqs} * HV * K * K * 4);
+    cudaMemset(b.dht, 0, int64_t{b.prob.num_seqs} * HV * K * K * 4);
+  }
+  float const scale = 1.f / std::sqrt(static_cast<float>(K));
+  float total = 0;
+  if (ok) {
+    total = median_ms([&] { ok = b.run(scale, nullptr) && ok; }, 7);
+    ok = cudaDeviceSynchronize() == cudaSuccess && ok;
+  }
+  std::printf("workload A: kkt_solve + h-walk + walk_a_bwd %.3f ms (median of 7)%s\n", total,
+              ok ? "" : "  CUDA ERROR");
+  b.release();
+}

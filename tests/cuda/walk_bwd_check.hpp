@@ -1,0 +1,14 @@
+// GPU check of the fused backward on its own (plan step 4: kkt_solve -> the h-walk (walk_a_fwd
+// without o) -> walk_a_bwd), before it is wired into the op.
+#pragma once
+
+// dq, dk (this kernel's per-value-head terms summed over each q/k head's value heads on the host),
+// dv, dg, dbeta and dh0 of random packs (edge document lengths, grouped value heads, initial and
+// final state gradients, g = -20 and 0, beta near 0 and 1, more than 32 documents) against the
+// FP64 chunked reference on the same bf16 / fp32 inputs, with the accuracy gate of
+// workloads.json (relative RMS <= 1e-2, max error <= 2e-2 max|ref|, all finite); outputs are
+// poisoned before each run. One line per case; returns whether all pass.
+bool check_walk_bwd();
+
+// The three stages' median times at workload A (4 documents, 262,144 tokens, 16 / 48 heads).
+void time_walk_bwd();
