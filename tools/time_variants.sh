@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: the variants staged by tools/stage_variants.sh, side by side. Each one's
 # reverse-walk stage check against FP64 (cake_cuda_check --walk-bwd --no-time), then ROUNDS rounds
-# (default 3) that time every variant's backward stages at workload A in turn, in palindromic
-# order (a b c c b a ...), so drift shows as a difference between the halves.
+# (default 2) that time every variant at workload A in turn (the check's --time: forward and
+# backward in recompute and saved modes), in palindromic order (a b c c b a ...), so drift shows
+# as a difference between the halves.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p /tmp/variants
@@ -19,9 +20,9 @@ for n in "${names[@]}"; do
 done
 reversed=()
 for ((i = ${#names[@]} - 1; i >= 0; --i)); do reversed+=("${names[i]}"); done
-for ((r = 0; r < ${ROUNDS:-3}; ++r)); do
+for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
   if ((r % 2 == 0)); then order=("${names[@]}"); else order=("${reversed[@]}"); fi
   for n in "${order[@]}"; do
-    echo "$n $("/tmp/variants/$n" --walk-bwd --time 2>&1 | tail -1)"
+    "/tmp/variants/$n" --time 2>&1 | grep -E "^workload A.*mode" | sed "s/^workload A ([^)]*)/$n/"
   done
 done
