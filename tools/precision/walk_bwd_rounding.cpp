@@ -72,6 +72,8 @@ enum Fix {
                      // Z's element owns dDelta's fp32 accumulator too)
   kFixDSsplit = 4,   // K dS with dS = hi + lo bf16 (an extra [64x128x128] product, 32 KB tile)
   kFixH32 = 8,       // the backward reads h in fp32 (not bf16) -- reference point only
+  kFixEOsplit = 16,  // Q^T eO with eO = hi + lo bf16 (branch next/bwd-eo-split: lo from the
+                     // fused se * dO - hi, one more [128x128x64] product)
 };
 
 struct Cfg {
@@ -474,6 +476,17 @@ Grads emulate(Problem const& pb, Cfg const& cfg, Terms* terms = nullptr) {
         // D2
         for (auto& v : dS) v = cx.F(v * gamma);
         cx.mm(dS, x.Q, eO, K, c, V, true, false, true);
+        if (cfg.fix & kFixEOsplit) {  // lo = bf16(se dO - hi), the product exact (an fma)
+          Vec eO_lo(size_t(c) * V);
+          for (int i = 0; i < c; ++i) {
+            double const se = cx.F(s * e[i]);
+            for (int d = 0; d < V; ++d) {
+              size_t const at = size_t(i) * V + d;
+              eO_lo[at] = bf16_rne(float(se * x.dO[at] - eO[at]));
+            }
+          }
+          cx.mm(dS, x.Q, eO_lo, K, c, V, true, false, true);
+        }
         cx.mm(dS, x.Kk, Zs, K, c, V, true, false, true);
         Vec const yl = cx.mm(Y, x.A, c, c, c, false, true);
         Vec dL(size_t(c) * c, 0.0), M(size_t(c) * c, 0.0);
@@ -693,6 +706,8 @@ std::vector<std::pair<std::string, Cfg>> extras() {
                          {"fix Rt32+Zdiag", kFixRt32 | kFixZdiag},
                          {"fix dS hi/lo", kFixDSsplit},
                          {"fix Rt32+Zdiag+dS", kFixRt32 | kFixZdiag | kFixDSsplit},
+                         {"fix eO hi/lo", kFixEOsplit},
+                         {"fix eO hi/lo+Rt32+Zdiag", kFixEOsplit | kFixRt32 | kFixZdiag},
                          {"(h fp32 in bwd)", kFixH32}}) {
     Cfg c = Cfg::all();
     c.fix = f;
