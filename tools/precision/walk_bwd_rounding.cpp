@@ -429,32 +429,25 @@ Grads emulate(Problem const& pb, Cfg const& cfg, Terms* terms = nullptr) {
         }
         // C2
         Vec gate_row(c, 0.0), gate_col(c, 0.0);
-        Vec dt = cx.mm(dD, R, c, V, c, false, true);
-        Vec dA(size_t(c) * c, 0.0);
-        for (int i = 0; i < c; ++i)
-          for (int jj = 0; jj < c; ++jj) {
-            size_t const at = size_t(i) * c + jj;
-            double const d = i >= jj ? dt[at] : 0.0;
-            if (i > jj) {
-              double const gv = cx.F(Tm[at] * d);
-              gate_row[i] = cx.F(gate_row[i] + gv);
-              gate_col[jj] = cx.F(gate_col[jj] + gv);
+        // dX = mask(dx): gate sums of X o dX (i > j), then the bf16 tile of its gated form, scaled
+        // by s (dQK) or not (dA), as the kernel's masked_gate_grad
+        auto masked_gate_grad = [&](Vec const& dx, Vec const& X, Point point, bool scaled) {
+          Vec out(size_t(c) * c, 0.0);
+          for (int i = 0; i < c; ++i)
+            for (int jj = 0; jj < c; ++jj) {
+              size_t const at = size_t(i) * c + jj;
+              double const d = i >= jj ? dx[at] : 0.0;
+              if (i > jj) {
+                double const gv = cx.F(X[at] * d);
+                gate_row[i] = cx.F(gate_row[i] + gv);
+                gate_col[jj] = cx.F(gate_col[jj] + gv);
+              }
+              out[at] = cx.bf(point, (scaled ? cx.F(s * gate(x, i, jj)) : gate(x, i, jj)) * d);
             }
-            dA[at] = cx.bf(kDA, gate(x, i, jj) * d);
-          }
-        Vec dp = cx.mm(x.dO, Deltab, c, V, c, false, true);
-        Vec dQK(size_t(c) * c, 0.0);
-        for (int i = 0; i < c; ++i)
-          for (int jj = 0; jj < c; ++jj) {
-            size_t const at = size_t(i) * c + jj;
-            double const d = i >= jj ? dp[at] : 0.0;
-            if (i > jj) {
-              double const gv = cx.F(P[at] * d);
-              gate_row[i] = cx.F(gate_row[i] + gv);
-              gate_col[jj] = cx.F(gate_col[jj] + gv);
-            }
-            dQK[at] = cx.bf(kDQK, cx.F(s * gate(x, i, jj)) * d);
-          }
+          return out;
+        };
+        Vec const dA = masked_gate_grad(cx.mm(dD, R, c, V, c, false, true), Tm, kDA, false);
+        Vec const dQK = masked_gate_grad(cx.mm(x.dO, Deltab, c, V, c, false, true), P, kDQK, true);
         // D1
         Vec eO(size_t(c) * V);
         for (int i = 0; i < c; ++i) {
