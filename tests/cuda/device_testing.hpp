@@ -66,6 +66,18 @@ float median_ms(Launch const& launch, int runs) {
   return ms[ms.size() / 2];
 }
 
+// Workload A of bench/workloads.json, the shape every check times: its documents and heads.
+inline std::vector<int32_t> const kWorkloadADocs{98304, 65536, 57344, 40960};
+inline constexpr int kWorkloadAH = 16;
+inline constexpr int kWorkloadAHV = 48;
+
+// cu_seqlens of packed documents of the given lengths.
+inline std::vector<int32_t> cu_seqlens_of(std::vector<int32_t> const& docs) {
+  std::vector<int32_t> cu{0};
+  for (int32_t const len : docs) cu.push_back(cu.back() + len);
+  return cu;
+}
+
 // Relative RMS and max-abs / max|ref| errors of got against ref (absolute where ref is all
 // zero); pass() is the accuracy gate of bench/workloads.json unless tighter bounds are given.
 struct Errors {

@@ -426,10 +426,10 @@ bool run_case(Case const& c) {
 void time_workload_a(bool once, bool small) {
   Case c;
   c.name = "workload A";
-  c.docs = {98304, 65536, 57344, 40960};
+  c.docs.assign(cake::testing::kWorkloadADocs.begin(), cake::testing::kWorkloadADocs.end());
   if (small) c.docs = {8192};
-  c.H = 16;
-  c.HV = 48;
+  c.H = cake::testing::kWorkloadAH;
+  c.HV = cake::testing::kWorkloadAHV;
   c.with_state = false;
   Problem p(c, int64_t{1} << 20);
   std::vector<std::vector<double>> unused;

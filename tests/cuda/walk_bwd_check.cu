@@ -27,7 +27,11 @@ using cake::kernels::Problem;
 using cake::testing::compare;
 using cake::testing::device_copy;
 using cake::testing::Errors;
+using cake::testing::cu_seqlens_of;
 using cake::testing::host_copy;
+using cake::testing::kWorkloadADocs;
+using cake::testing::kWorkloadAH;
+using cake::testing::kWorkloadAHV;
 using cake::testing::make_problem;
 using cake::testing::median_ms;
 
@@ -159,8 +163,7 @@ std::vector<float> to_f32(std::vector<double>& x) {
 }
 
 bool run_case(WalkCase const& wc, std::mt19937& rng) {
-  std::vector<int32_t> cu{0};
-  for (int len : wc.docs) cu.push_back(cu.back() + len);
+  std::vector<int32_t> const cu = cu_seqlens_of(wc.docs);
   int64_t const BT = cu.back();
   int const H = wc.H, HV = wc.HV, N = static_cast<int>(wc.docs.size());
   int64_t const states = int64_t{N} * HV * K * K;
@@ -276,11 +279,10 @@ bool check_walk_bwd() {
 }
 
 void time_walk_bwd() {
-  std::vector<int32_t> cu{0, 98304, 98304 + 65536, 98304 + 65536 + 57344, 262144};
+  int const H = kWorkloadAH, HV = kWorkloadAHV;
   Buffers b;
-  b.alloc(cu, 16, 48);
+  b.alloc(cu_seqlens_of(kWorkloadADocs), H, HV);
   int64_t const BT = b.prob.num_tokens;
-  int const H = 16, HV = 48;
   bool ok = b.ok;
   if (ok) {  // bytes that read as small bf16 / fp32 values (the timing does not depend on them)
     cudaMemset(b.q, 0x3c, BT * H * K * 2);
