@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "commit first"; exit 1; }
 back=$(git rev-parse --abbrev-ref HEAD)
+trap 'git checkout -q "$back"' EXIT  # also when stopped midway (a failed build, a closed pipe)
 mkdir -p .devpkg/variants
 for ref in "$@"; do
   git checkout -q "$ref"
@@ -17,5 +18,4 @@ for ref in "$@"; do
   xz -9 -f ".devpkg/variants/$name"
   echo "$name: $(git rev-parse --short HEAD)" | tee -a .devpkg/variants/REFS
 done
-git checkout -q "$back"
 du -sh .devpkg/variants
