@@ -1,5 +1,10 @@
-// Raw PTX behind named functions: the only file of cake with inline assembly.
+// Raw PTX behind named functions: the only file of cake with inline assembly. Under the CPU
+// emulator (tests/emu, CAKE_EMULATE) the same functions come from emu/ptx.hpp instead.
 #pragma once
+
+#if defined(CAKE_EMULATE)
+#include "emu/ptx.hpp"
+#else
 
 #include <cstdint>
 
@@ -91,3 +96,5 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], void const* 
 }
 
 }  // namespace cake::kernels
+
+#endif  // CAKE_EMULATE

@@ -1,0 +1,182 @@
+// The instructions of kernels/common/ptx.cuh on the CPU emulator (runtime.hpp): the same
+// functions, computed from the fragment layouts that ptx.cuh documents (PTX ISA, "Matrix Fragments
+// for mma.m16n8k16" / "m16n8k8", and ldmatrix). Warp-wide instructions meet the warp's 32 lanes.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "emu/runtime.hpp"
+
+namespace cake::kernels {
+
+namespace emu_detail {
+
+inline float bf16_lo(uint32_t x) { return __bfloat162float(__ushort_as_bfloat16(x & 0xffffu)); }
+inline float bf16_hi(uint32_t x) { return __bfloat162float(__ushort_as_bfloat16(x >> 16)); }
+inline uint32_t pack_bf16(uint16_t lo, uint16_t hi) { return lo | (uint32_t{hi} << 16); }
+
+struct MmaIn {
+  uint32_t a[4];
+  uint32_t b[2];
+  float c[4];
+};
+struct MmaOut {
+  float d[4];
+};
+
+// D[16 x 8] = A[16 x kK] B[kK x 8] + C, A and B given per lane by `a_at` / `b_at`, summed in
+// double and rounded once (the tensor core's order and internal width are not specified; any
+// fp32-or-better sum is within the accuracy the tests ask for).
+template <int kK, class AAt, class BAt>
+void mma_op(MmaIn const* in, MmaOut* out, AAt const& a_at, BAt const& b_at) {
+  float A[16][kK], B[kK][8], C[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    int const group = lane / 4, quad = lane % 4;
+    a_at(in[lane], group, quad, A);
+    b_at(in[lane], group, quad, B);
+    C[group][2 * quad] = in[lane].c[0];
+    C[group][2 * quad + 1] = in[lane].c[1];
+    C[group + 8][2 * quad] = in[lane].c[2];
+    C[group + 8][2 * quad + 1] = in[lane].c[3];
+  }
+  float D[16][8];
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double sum = C[i][j];
+      for (int k = 0; k < kK; ++k) sum += double(A[i][k]) * double(B[k][j]);
+      D[i][j] = static_cast<float>(sum);
+    }
+  for (int lane = 0; lane < 32; ++lane) {
+    int const group = lane / 4, quad = lane % 4;
+    out[lane].d[0] = D[group][2 * quad];
+    out[lane].d[1] = D[group][2 * quad + 1];
+    out[lane].d[2] = D[group + 8][2 * quad];
+    out[lane].d[3] = D[group + 8][2 * quad + 1];
+  }
+}
+
+inline void mma_bf16_op(void const* in_v, void* out_v) {
+  mma_op<16>(
+      static_cast<MmaIn const*>(in_v), static_cast<MmaOut*>(out_v),
+      [](MmaIn const& x, int g, int q, float (&A)[16][16]) {
+        A[g][2 * q] = bf16_lo(x.a[0]);
+        A[g][2 * q + 1] = bf16_hi(x.a[0]);
+        A[g + 8][2 * q] = bf16_lo(x.a[1]);
+        A[g + 8][2 * q + 1] = bf16_hi(x.a[1]);
+        A[g][2 * q + 8] = bf16_lo(x.a[2]);
+        A[g][2 * q + 9] = bf16_hi(x.a[2]);
+        A[g + 8][2 * q + 8] = bf16_lo(x.a[3]);
+        A[g + 8][2 * q + 9] = bf16_hi(x.a[3]);
+      },
+      [](MmaIn const& x, int g, int q, float (&B)[16][8]) {
+        B[2 * q][g] = bf16_lo(x.b[0]);
+        B[2 * q + 1][g] = bf16_hi(x.b[0]);
+        B[2 * q + 8][g] = bf16_lo(x.b[1]);
+        B[2 * q + 9][g] = bf16_hi(x.b[1]);
+      });
+}
+
+inline void mma_tf32_op(void const* in_v, void* out_v) {
+  mma_op<8>(
+      static_cast<MmaIn const*>(in_v), static_cast<MmaOut*>(out_v),
+      [](MmaIn const& x, int g, int q, float (&A)[16][8]) {
+        A[g][q] = __builtin_bit_cast(float, x.a[0]);
+        A[g + 8][q] = __builtin_bit_cast(float, x.a[1]);
+        A[g][q + 4] = __builtin_bit_cast(float, x.a[2]);
+        A[g + 8][q + 4] = __builtin_bit_cast(float, x.a[3]);
+      },
+      [](MmaIn const& x, int g, int q, float (&B)[8][8]) {
+        B[q][g] = __builtin_bit_cast(float, x.b[0]);
+        B[q + 4][g] = __builtin_bit_cast(float, x.b[1]);
+      });
+}
+
+// ldmatrix .x4: lane l's address is row l % 8 of matrix l / 8 (8 bf16 each). Without .trans
+// thread t gets (row t / 4, columns 2 (t % 4) + {0, 1}) of each matrix; with .trans (rows
+// 2 (t % 4) + {0, 1}, column t / 4).
+template <bool kTrans>
+void ldmatrix_op(void const* in_v, void* out_v) {
+  auto const* rows = static_cast<uint16_t const* const*>(in_v);
+  auto* out = static_cast<uint32_t(*)[4]>(out_v);
+  for (int t = 0; t < 32; ++t)
+    for (int m = 0; m < 4; ++m) {
+      uint16_t lo, hi;
+      if constexpr (!kTrans) {
+        uint16_t const* row = rows[8 * m + t / 4];
+        lo = row[2 * (t % 4)];
+        hi = row[2 * (t % 4) + 1];
+      } else {
+        lo = rows[8 * m + 2 * (t % 4)][t / 4];
+        hi = rows[8 * m + 2 * (t % 4) + 1][t / 4];
+      }
+      out[t][m] = pack_bf16(lo, hi);
+    }
+}
+
+}  // namespace emu_detail
+
+inline void mma_m16n8k16_bf16(float (&d)[4], uint32_t const (&a)[4], uint32_t const (&b)[2]) {
+  emu_detail::MmaIn in;
+  std::memcpy(in.a, a, sizeof in.a);
+  std::memcpy(in.b, b, sizeof in.b);
+  std::memcpy(in.c, d, sizeof in.c);
+  auto const out =
+      emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(in, &emu_detail::mma_bf16_op, "mma.bf16");
+  std::memcpy(d, out.d, sizeof out.d);
+}
+
+inline void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (&a)[4], uint32_t const (&b)[2]) {
+  emu_detail::MmaIn in;
+  std::memcpy(in.a, a, sizeof in.a);
+  std::memcpy(in.b, b, sizeof in.b);
+  std::memcpy(in.c, d, sizeof in.c);
+  auto const out =
+      emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(in, &emu_detail::mma_tf32_op, "mma.tf32");
+  std::memcpy(d, out.d, sizeof out.d);
+}
+
+// cvt.rna.tf32.f32: nearest, ties away from zero, to 10 mantissa bits.
+inline uint32_t to_tf32(float x) {
+  uint32_t u = __builtin_bit_cast(uint32_t, x);
+  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+  return u & 0xffffe000u;
+}
+
+// The copies complete at once; commit and wait have nothing to do.
+inline void cp_async_16(void* smem, void const* gmem, bool valid) {
+  if (valid)
+    std::memcpy(smem, gmem, 16);
+  else
+    std::memset(smem, 0, 16);
+}
+inline void cp_async_4(void* smem, void const* gmem, bool valid) {
+  if (valid)
+    std::memcpy(smem, gmem, 4);
+  else
+    std::memset(smem, 0, 4);
+}
+inline void cp_async_commit() {}
+template <int kPending>
+void cp_async_wait() {}
+
+namespace emu_detail {
+struct Frag4 {
+  uint32_t r[4];
+};
+}  // namespace emu_detail
+
+inline void ldmatrix_x4(uint32_t (&r)[4], void const* smem) {
+  auto const out = emu::warp_meet<void const*, emu_detail::Frag4>(
+      smem, &emu_detail::ldmatrix_op<false>, "ldmatrix");
+  std::memcpy(r, out.r, sizeof out.r);
+}
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], void const* smem) {
+  auto const out = emu::warp_meet<void const*, emu_detail::Frag4>(
+      smem, &emu_detail::ldmatrix_op<true>, "ldmatrix.trans");
+  std::memcpy(r, out.r, sizeof out.r);
+}
+
+}  // namespace cake::kernels

@@ -1,0 +1,141 @@
+// A CPU emulator of the CUDA features cake's kernels use, so that the kernels' own source runs,
+// unchanged, on a machine without a GPU (CI) and is checked against the FP64 reference there.
+//
+// What it is: every CUDA thread of a block is a fiber (ucontext) on one OS thread; blocks run one
+// after another. __syncthreads is a barrier of the block's fibers; warp-collective operations
+// (shuffles, ballot, ldmatrix, mma.sync) meet the warp's 32 fibers and are computed once all have
+// arrived, from the fragment layouts PTX documents (emu/ptx.hpp). cp.async copies at once.
+// What it checks: each kernel's indexing, fragment layouts, barriers placed so that a thread
+// never waits forever, outputs written where they belong (the tests poison outputs and shared
+// memory). What it does not: timing, races between threads of one barrier phase (fibers run to
+// their next meeting point one at a time, so a read-before-write race within a phase can go
+// unseen), bitwise equality with the GPU (products are summed in another order, __expf is exact).
+//
+// Include this before any kernel header; build with CAKE_EMULATE defined (common/ptx.cuh then
+// takes its instructions from emu/ptx.hpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <vector_functions.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <type_traits>
+
+#define __CUDA_ARCH__ 900  // the kernels' bodies are guarded by it
+#define __launch_bounds__(...)
+
+namespace cake::emu {
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// The running fiber's coordinates.
+Dim3 const& thread_idx();
+Dim3 const& block_idx();
+Dim3 const& block_dim();
+Dim3 const& grid_dim();
+
+// Runs `body` as every thread of every block of `grid`, blocks in order (x fastest). Before each
+// block, `shared` (the kernel's dynamic shared memory) is filled with 0xff bytes (NaN as fp32 and
+// bf16), so that reading what the block did not write shows. Throws std::runtime_error on a
+// deadlock (threads waiting at different barriers, or a warp collective a lane never reaches).
+void launch(Dim3 grid, Dim3 block, std::span<char> shared, std::function<void()> const& body);
+
+// __syncthreads: waits for every thread of the block that has not exited.
+void sync_block();
+
+// The warp's 32 lanes meet: lane l contributes in[l]; once all have arrived, the last one runs
+// op(in, out) over the 32 inputs, and lane l continues with out[l]. `tag` names the operation,
+// so that lanes at different collectives are reported instead of mixed.
+void warp_meet_bytes(void const* in, size_t in_size, void* out, size_t out_size,
+                     void (*op)(void const* in, void* out), char const* tag);
+
+template <class In, class Out>
+Out warp_meet(In const& in, void (*op)(void const* in, void* out), char const* tag) {
+  static_assert(std::is_trivially_copyable_v<In> && std::is_trivially_copyable_v<Out>);
+  Out out;
+  warp_meet_bytes(&in, sizeof(In), &out, sizeof(Out), op, tag);
+  return out;
+}
+
+// Shuffles and ballot over a full warp (the kernels always pass the full mask).
+enum ShflKind { kIdx, kXor, kDown, kUp };
+
+template <class T, ShflKind kKind>
+struct Shfl {
+  struct In {
+    T x;
+    int arg;
+  };
+  static void op(void const* in_v, void* out_v) {
+    auto const* in = static_cast<In const*>(in_v);
+    auto* out = static_cast<T*>(out_v);
+    for (int l = 0; l < 32; ++l) {
+      int const a = in[l].arg;
+      int src = l;
+      if constexpr (kKind == kIdx) src = a & 31;
+      if constexpr (kKind == kXor) src = l ^ a;
+      if constexpr (kKind == kDown) src = l + a < 32 ? l + a : l;
+      if constexpr (kKind == kUp) src = l - a >= 0 ? l - a : l;
+      out[l] = in[src].x;
+    }
+  }
+  static T run(T x, int arg) { return warp_meet<In, T>(In{x, arg}, &op, "shfl"); }
+};
+
+inline unsigned ballot(bool pred) {
+  return warp_meet<int, unsigned>(pred ? 1 : 0, [](void const* in_v, void* out_v) {
+    auto const* in = static_cast<int const*>(in_v);
+    unsigned bits = 0;
+    for (int l = 0; l < 32; ++l) bits |= in[l] != 0 ? 1u << l : 0u;
+    for (int l = 0; l < 32; ++l) static_cast<unsigned*>(out_v)[l] = bits;
+  }, "ballot");
+}
+
+inline void sync_warp() {
+  warp_meet<int, int>(0, [](void const*, void* out_v) {
+    std::memset(out_v, 0, 32 * sizeof(int));
+  }, "syncwarp");
+}
+
+}  // namespace cake::emu
+
+#define threadIdx (::cake::emu::thread_idx())
+#define blockIdx (::cake::emu::block_idx())
+#define blockDim (::cake::emu::block_dim())
+#define gridDim (::cake::emu::grid_dim())
+
+inline void __syncthreads() { ::cake::emu::sync_block(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ::cake::emu::sync_warp(); }
+
+template <class T>
+T __shfl_sync(unsigned, T x, int src) {
+  return ::cake::emu::Shfl<T, ::cake::emu::kIdx>::run(x, src);
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T x, int mask) {
+  return ::cake::emu::Shfl<T, ::cake::emu::kXor>::run(x, mask);
+}
+template <class T>
+T __shfl_down_sync(unsigned, T x, unsigned delta) {
+  return ::cake::emu::Shfl<T, ::cake::emu::kDown>::run(x, static_cast<int>(delta));
+}
+template <class T>
+T __shfl_up_sync(unsigned, T x, unsigned delta) {
+  return ::cake::emu::Shfl<T, ::cake::emu::kUp>::run(x, static_cast<int>(delta));
+}
+inline unsigned __ballot_sync(unsigned, int pred) { return ::cake::emu::ballot(pred != 0); }
+
+// Math intrinsics, exact on the CPU (the GPU's __expf is an approximation: results differ in the
+// last bits, well inside the accuracy gate).
+inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }

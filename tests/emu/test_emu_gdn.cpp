@@ -1,0 +1,227 @@
+// The GDN CUDA kernels' own source, run on the CPU emulator (emu/runtime.hpp), against the FP64
+// chunked reference: the forward (kkt_solve -> walk_a_fwd) and the backward's stages (kkt_solve
+// -> h-walk -> walk_a_bwd) on small packed problems with the edge cases of the GPU check (document
+// lengths 1, 63, 64, 65, grouped value heads, states, g = -20 and 0, beta near 0 and 1). Outputs
+// and shared memory are poisoned (NaN) before each run.
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "emu/gdn_emu_testing.hpp"
+#include "kernels/kkt_solve/kernel.cuh"
+#include "kernels/walk_a_bwd/kernel.cuh"
+#include "kernels/walk_a_fwd/kernel.cuh"
+
+// Each kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a
+// time.
+namespace cake::kernels::kkt_solve {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+}
+namespace cake::kernels::walk_a_fwd {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+}
+namespace cake::kernels::walk_a_bwd {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+}
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cake::emu::Dim3;
+using cake::emu_testing::Case;
+using cake::emu_testing::compare;
+using cake::emu_testing::Errors;
+using cake::emu_testing::K;
+using cake::emu_testing::Problem;
+using cake::emu_testing::widen;
+namespace kn = cake::kernels;
+
+template <class T>
+std::vector<T> poisoned(size_t n) {
+  std::vector<T> x(n);
+  std::memset(x.data(), 0xff, n * sizeof(T));
+  return x;
+}
+
+// G, A and beta in fp32 of a problem (kkt_solve).
+struct Solved {
+  std::vector<float> gcum, beta;
+  std::vector<bf16> a;
+};
+
+Solved run_kkt_solve(Problem const& pr) {
+  Solved out{poisoned<float>(pr.BT * pr.HV), poisoned<float>(pr.BT * pr.HV),
+             poisoned<bf16>(pr.BT * pr.HV * kn::kChunk)};
+  kn::kkt_solve::Params p;
+  p.problem = pr.kernel_problem();
+  p.k = pr.k16.data();
+  p.g = pr.g32.data();
+  p.beta = pr.beta32.data();
+  p.gcum = out.gcum.data();
+  p.beta_f32 = out.beta.data();
+  p.a = out.a.data();
+  cake::emu::launch(Dim3{static_cast<unsigned>(p.problem.num_slots), static_cast<unsigned>(pr.H)},
+                    Dim3{kn::kkt_solve::kThreads}, kn::kkt_solve::smem_raw,
+                    [&] { kn::kkt_solve::kkt_solve_kernel(p); });
+  return out;
+}
+
+std::string report(char const* what, Case const& c,
+                   std::vector<std::pair<char const*, Errors>> const& errors, bool& ok) {
+  std::string line = std::string(what) + " " + c.name + ":";
+  ok = true;
+  for (auto const& [name, e] : errors) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %.1e/%.1e%s", name, e.rel_rms, e.max_rel,
+                  e.pass() ? "" : "!");
+    line += buf;
+    ok = ok && e.pass();
+  }
+  return line;
+}
+
+void check_forward(Case const& c, std::mt19937& rng) {
+  Problem const pr = cake::emu_testing::make_problem(c, rng);
+  Solved const s = run_kkt_solve(pr);
+  auto o = poisoned<bf16>(pr.BT * pr.HV * K);
+  auto ht = poisoned<float>(pr.states_size());
+  kn::walk_a_fwd::Params p;
+  p.problem = pr.kernel_problem();
+  p.q = pr.q16.data();
+  p.k = pr.k16.data();
+  p.v = pr.v16.data();
+  p.a = s.a.data();
+  p.gcum = s.gcum.data();
+  p.beta = s.beta.data();
+  p.h0 = c.states ? pr.h0_32.data() : nullptr;
+  p.o = o.data();
+  p.ht = ht.data();
+  cake::emu::launch(Dim3{static_cast<unsigned>(pr.N * pr.HV)}, Dim3{kn::walk_a_fwd::kThreads},
+                    kn::walk_a_fwd::smem_raw,
+                    [&] { kn::walk_a_fwd::walk_a_fwd_kernel<true, false>(p); });
+
+  std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size());
+  cake::ref::Inputs const in{pr.q.data(), pr.k.data(), pr.v.data(), pr.g.data(), pr.beta.data(),
+                             c.states ? pr.h0.data() : nullptr, pr.scale};
+  cake::ref::chunked_forward(pr.shape(), in, cake::ref::Outputs{ro.data(), rht.data()});
+  bool ok = false;
+  std::string const line =
+      report("forward", c, {{"o", compare(widen(o), ro)}, {"ht", compare(ht, rht)}}, ok);
+  std::printf("%s\n", line.c_str());
+  EXPECT_TRUE(ok) << line;
+}
+
+void check_backward(Case const& c, std::mt19937& rng) {
+  Problem const pr = cake::emu_testing::make_problem(c, rng);
+  Solved const s = run_kkt_solve(pr);
+  kn::Problem const kp = pr.kernel_problem();
+  auto h = poisoned<bf16>(kp.num_slots * pr.HV * K * K);
+  {  // the h-walk: the forward walk without o, bf16 h per chunk
+    kn::walk_a_fwd::Params p;
+    p.problem = kp;
+    p.q = pr.q16.data();
+    p.k = pr.k16.data();
+    p.v = pr.v16.data();
+    p.a = s.a.data();
+    p.gcum = s.gcum.data();
+    p.beta = s.beta.data();
+    p.h0 = c.states ? pr.h0_32.data() : nullptr;
+    p.h = h.data();
+    cake::emu::launch(Dim3{static_cast<unsigned>(pr.N * pr.HV)}, Dim3{kn::walk_a_fwd::kThreads},
+                      kn::walk_a_fwd::smem_raw,
+                      [&] { kn::walk_a_fwd::walk_a_fwd_kernel<false, true>(p); });
+  }
+  auto dq_hv = poisoned<float>(pr.BT * pr.HV * K);
+  auto dk_hv = poisoned<float>(pr.BT * pr.HV * K);
+  auto dv = poisoned<bf16>(pr.BT * pr.HV * K);
+  auto dg = poisoned<float>(pr.BT * pr.HV);
+  auto dbeta = poisoned<float>(pr.BT * pr.HV);
+  auto dh0 = poisoned<float>(pr.states_size());
+  {
+    kn::walk_a_bwd::Params p;
+    p.problem = kp;
+    p.q = pr.q16.data();
+    p.k = pr.k16.data();
+    p.v = pr.v16.data();
+    p.dout = pr.dout16.data();
+    p.a = s.a.data();
+    p.gcum = s.gcum.data();
+    p.beta = s.beta.data();
+    p.h = h.data();
+    p.dht = c.states ? pr.dht32.data() : nullptr;
+    p.dq = dq_hv.data();
+    p.dk = dk_hv.data();
+    p.dv = dv.data();
+    p.dbeta = dbeta.data();
+    p.dg = dg.data();
+    p.dh0 = dh0.data();
+    cake::emu::launch(Dim3{static_cast<unsigned>(pr.N * pr.HV)}, Dim3{kn::walk_a_bwd::kThreads},
+                      kn::walk_a_bwd::smem_raw,
+                      [&] { kn::walk_a_bwd::walk_a_bwd_kernel(p); });
+  }
+  // dq, dk per value head, summed over each q/k head's value heads
+  std::vector<double> dq(pr.BT * pr.H * K, 0.0), dk(pr.BT * pr.H * K, 0.0);
+  for (int64_t t = 0; t < pr.BT; ++t)
+    for (int hv = 0; hv < pr.HV; ++hv)
+      for (int i = 0; i < K; ++i) {
+        int64_t const at = (t * pr.H + hv / (pr.HV / pr.H)) * K + i;
+        dq[at] += dq_hv[(t * pr.HV + hv) * K + i];
+        dk[at] += dk_hv[(t * pr.HV + hv) * K + i];
+      }
+
+  std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K),
+      rg(pr.BT * pr.HV), rbeta(rg.size()), rh0(pr.states_size());
+  cake::ref::Inputs const in{pr.q.data(), pr.k.data(), pr.v.data(), pr.g.data(), pr.beta.data(),
+                             c.states ? pr.h0.data() : nullptr, pr.scale};
+  cake::ref::chunked_backward(pr.shape(), in,
+                              cake::ref::OutputGrads{pr.dout.data(),
+                                                     c.states ? pr.dht.data() : nullptr},
+                              cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(),
+                                                    rbeta.data(), rh0.data()});
+  bool ok = false;
+  std::string const line = report("backward", c,
+                                   {{"dq", compare(dq, rq)},
+                                    {"dk", compare(dk, rk)},
+                                    {"dv", compare(widen(dv), rv)},
+                                    {"dg", compare(dg, rg)},
+                                    {"dbeta", compare(dbeta, rbeta)},
+                                    {"dh0", compare(dh0, rh0)}},
+                                   ok);
+  std::printf("%s\n", line.c_str());
+  EXPECT_TRUE(ok) << line;
+}
+
+// The cases of the GPU check (tests/cuda/walk_bwd_check.cu), smaller: the emulator runs ~10^4x
+// slower than the GPU.
+std::vector<Case> cases() {
+  return {
+      {"docs 1,63,64,65,130 GVA 1/2", {1, 63, 64, 65, 130}},
+      {"docs 65,70 H=HV=2", {65, 70}, 2, 2},
+      {"docs 65,70,1 g=-20", {65, 70, 1}, 1, 2, -20.f, -20.f},
+      {"docs 65,70,1 g=0", {65, 70, 1}, 1, 2, 0.f, 0.f},
+      {"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f},
+      {"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f},
+      {"docs 64,65 no states", {64, 65}, 1, 2, -1.f, 0.f, 0.f, 1.f, false},
+  };
+}
+
+std::mt19937 seeded() {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  return std::mt19937(seed);
+}
+
+TEST(EmulatedGdn, ForwardMatchesTheFp64Reference) {
+  std::mt19937 rng = seeded();
+  for (Case const& c : cases()) check_forward(c, rng);
+}
+
+TEST(EmulatedGdn, BackwardStagesMatchTheFp64Reference) {
+  std::mt19937 rng = seeded();
+  for (Case const& c : cases()) check_backward(c, rng);
+}
+
+}  // namespace
