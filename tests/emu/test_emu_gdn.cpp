@@ -194,14 +194,17 @@ void check_backward(Case const& c, std::mt19937& rng) {
   EXPECT_TRUE(ok) << line;
 }
 
-// The cases of the GPU check (tests/cuda/walk_bwd_check.cu), smaller: the emulator runs ~10^4x
-// slower than the GPU.
+// The cases of the GPU check (tests/cuda/walk_bwd_check.cu), some smaller: the emulator runs
+// ~10^4x slower than the GPU. Not the strong-decay ones: at g = -20 the true dg is ~e^-20 and a
+// few elements carry its norm, so on 136 tokens x 2 heads its relative error has a long tail
+// (v9's GPU-validated kernels reached 1.0e-2 once in 16 seeds); the GPU check's 266 x 4 gave a
+// largest 3.8e-3 in 16.
 std::vector<Case> cases() {
   return {
       {"docs 1,63,64,65,130 GVA 1/2", {1, 63, 64, 65, 130}},
       {"docs 65,70 H=HV=2", {65, 70}, 2, 2},
-      {"docs 65,70,1 g=-20", {65, 70, 1}, 1, 2, -20.f, -20.f},
-      {"docs 65,70,1 g=0", {65, 70, 1}, 1, 2, 0.f, 0.f},
+      {"docs 65,200,1 g=-20", {65, 200, 1}, 2, 4, -20.f, -20.f},
+      {"docs 65,200,1 g=0", {65, 200, 1}, 2, 4, 0.f, 0.f},
       {"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f},
       {"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f},
       {"docs 64,65 no states", {64, 65}, 1, 2, -1.f, 0.f, 0.f, 1.f, false},
