@@ -1,14 +1,45 @@
-// The emulator's scheduler (runtime.hpp says what it models): one ucontext fiber per CUDA thread,
-// run cooperatively; a fiber runs until it meets a barrier or a warp collective, then yields.
+// The emulator's scheduler (runtime.hpp says what it models): one fiber per CUDA thread, run
+// cooperatively; a fiber runs until it meets a barrier or a warp collective, then yields.
 #include "emu/runtime.hpp"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+// Fiber switches: a kernel block meets ~10^5-10^6 times, so they must be cheap. swapcontext saves
+// the signal mask with a system call each time; this saves only what the x86-64 System V ABI
+// makes the callee preserve (rbx, rbp, r12-r15, and the stack pointer).
+//   cake_emu_switch(void** save_sp, void* load_sp): pushes the six registers, stores rsp in
+//   *save_sp, loads rsp = load_sp, pops six registers, returns into the other context.
+#if !defined(__x86_64__)
+#error "the kernel emulator's fiber switch is written for x86-64"
+#endif
+asm(R"(
+  .text
+  .globl cake_emu_switch
+  .type cake_emu_switch, @function
+cake_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cake_emu_switch, .-cake_emu_switch
+)");
+extern "C" void cake_emu_switch(void** save_sp, void* load_sp);
 
 namespace cake::emu {
 
@@ -19,7 +50,7 @@ constexpr size_t kGuardBytes = 4096;  // an inaccessible page below each stack: 
 constexpr size_t kMeetBytes = 128;    // the largest per-lane input or output of a collective
 
 struct Fiber {
-  ucontext_t context;
+  void* sp = nullptr;  // the saved stack pointer while the fiber is switched out
   char* stack = nullptr;  // kGuardBytes of guard, then kStackBytes
   Dim3 thread_idx;
   bool done = false;
@@ -45,7 +76,7 @@ struct Block {
   int arrived = 0;  // at the block barrier
   uint64_t generation = 0;
   int done = 0;
-  ucontext_t scheduler;
+  void* scheduler_sp = nullptr;
   Fiber* current = nullptr;
   std::function<void()> const* body = nullptr;
   std::exception_ptr error;  // thrown inside a fiber; rethrown by the scheduler
@@ -69,7 +100,17 @@ void fiber_entry() {
   }
   g_block->current->done = true;
   ++g_block->done;
-  swapcontext(&g_block->current->context, &g_block->scheduler);
+  cake_emu_switch(&g_block->current->sp, g_block->scheduler_sp);  // never switched back to
+}
+
+// A new fiber's stack, so that the first switch to it "returns" into fiber_entry: six zero
+// registers, then fiber_entry's address; rsp is 8 mod 16 on entry, as after a call.
+void* initial_stack(char* stack_top) {
+  auto* top = reinterpret_cast<uintptr_t*>(reinterpret_cast<uintptr_t>(stack_top) & ~uintptr_t{15});
+  *--top = 0;  // fiber_entry's would-be return address (it never returns): rsp = 8 mod 16
+  *--top = reinterpret_cast<uintptr_t>(&fiber_entry);
+  for (int r = 0; r < 6; ++r) *--top = 0;
+  return top;
 }
 
 // Yields to the scheduler until the fiber's wait is over.
@@ -77,7 +118,7 @@ void yield_until(Fiber::Wait wait, uint64_t generation) {
   Fiber* const f = g_block->current;
   f->wait = wait;
   f->wait_generation = generation;
-  swapcontext(&f->context, &g_block->scheduler);
+  cake_emu_switch(&f->sp, g_block->scheduler_sp);
 }
 
 bool runnable(Fiber const& f) {
@@ -110,11 +151,7 @@ void run_block() {
     f.wait = Fiber::kRunnable;
     f.thread_idx = Dim3{t % b.block_dim.x, t / b.block_dim.x % b.block_dim.y,
                         t / (b.block_dim.x * b.block_dim.y)};
-    getcontext(&f.context);
-    f.context.uc_stack.ss_sp = f.stack + kGuardBytes;
-    f.context.uc_stack.ss_size = kStackBytes;
-    f.context.uc_link = nullptr;
-    makecontext(&f.context, fiber_entry, 0);
+    f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes);
   }
   for (Warp& w : b.warps) w.arrived = 0;
   b.arrived = 0;
@@ -126,7 +163,7 @@ void run_block() {
       if (f.done || !runnable(f)) continue;
       f.wait = Fiber::kRunnable;
       b.current = &f;
-      swapcontext(&b.scheduler, &f.context);
+      cake_emu_switch(&b.scheduler_sp, f.sp);
       if (b.error) std::rethrow_exception(b.error);
       progress = true;
       maybe_release_block();  // a thread that exited may complete a barrier the others wait at

@@ -1,7 +1,7 @@
 // A CPU emulator of the CUDA features cake's kernels use, so that the kernels' own source runs,
 // unchanged, on a machine without a GPU (CI) and is checked against the FP64 reference there.
 //
-// What it is: every CUDA thread of a block is a fiber (ucontext) on one OS thread; blocks run one
+// What it is: every CUDA thread of a block is a fiber (own stack) on one OS thread; blocks run one
 // after another. __syncthreads is a barrier of the block's fibers; warp-collective operations
 // (shuffles, ballot, ldmatrix, mma.sync) meet the warp's 32 fibers and are computed once all have
 // arrived, from the fragment layouts PTX documents (emu/ptx.hpp). cp.async copies at once.
