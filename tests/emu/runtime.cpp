@@ -253,7 +253,7 @@ void launch(Dim3 grid, Dim3 block_dim, std::span<char> shared, std::function<voi
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           b.block_idx = Dim3{x, y, z};
-          std::memset(shared.data(), 0xff, shared.size());
+          if (!shared.empty()) std::memset(shared.data(), 0xff, shared.size());
           run_block();
         }
   } catch (...) {

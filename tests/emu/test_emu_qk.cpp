@@ -1,0 +1,129 @@
+// The q/k L2-norm kernels' own source on the CPU emulator (emu/runtime.hpp) against double
+// arithmetic: qk_norm (y = x / sqrt(sum x^2 + 1e-6), bf16 out) and qk_grad (dq, dk summed over
+// each q/k head's value heads, then the norm's backward dx = rstd (dy - <dy, y> y), bf16 out), on
+// row counts that leave the last block's warps partly or wholly idle. Outputs poisoned first.
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "emu/gdn_emu_testing.hpp"
+#include "kernels/qk_grad/kernel.cuh"
+#include "kernels/qk_norm/kernel.cuh"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cake::emu::Dim3;
+using cake::emu_testing::Errors;
+using cake::emu_testing::K;
+namespace kn = cake::kernels;
+
+std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, std::vector<double>& as_double) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<bf16> x(n);
+  as_double.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = __float2bfloat16(static_cast<float>(normal(rng)));
+    as_double[i] = __bfloat162float(x[i]);
+  }
+  return x;
+}
+
+std::vector<bf16> poisoned(size_t n) {
+  std::vector<bf16> x(n);
+  std::memset(x.data(), 0xff, n * sizeof(bf16));
+  return x;
+}
+
+unsigned blocks_for(int64_t rows, int threads) {
+  int64_t const per_block = threads / 32;
+  return static_cast<unsigned>((rows + per_block - 1) / per_block);
+}
+
+TEST(EmulatedQk, NormMatchesDouble) {
+  std::mt19937 rng(std::random_device{}());
+  int64_t const rows = 37;  // 8 rows a block: the last block has 3 warps with a row
+  std::vector<double> q, k;
+  std::vector<bf16> const q16 = random_bf16(rows * K, rng, q), k16 = random_bf16(rows * K, rng, k);
+  std::vector<bf16> q_norm = poisoned(rows * K), k_norm = poisoned(rows * K);
+  kn::qk_norm::Params p;
+  p.num_rows = rows;
+  p.q = q16.data();
+  p.k = k16.data();
+  p.q_norm = q_norm.data();
+  p.k_norm = k_norm.data();
+  cake::emu::launch(Dim3{blocks_for(rows, kn::qk_norm::kThreads)}, Dim3{kn::qk_norm::kThreads}, {},
+                    [&] { kn::qk_norm::qk_norm_kernel(p); });
+  for (auto [x, y] : {std::pair{&q, &q_norm}, std::pair{&k, &k_norm}}) {
+    std::vector<double> ref(rows * K);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int i = 0; i < K; ++i) ss += (*x)[r * K + i] * (*x)[r * K + i];
+      for (int i = 0; i < K; ++i) ref[r * K + i] = (*x)[r * K + i] / std::sqrt(ss + 1e-6);
+    }
+    Errors e;
+    e.add(cake::emu_testing::widen(*y), ref);
+    EXPECT_TRUE(e.finite);
+    EXPECT_LT(e.max_rel(), 1.0 / 128) << "bf16 rounding of a unit row's largest element";
+  }
+}
+
+// dq_hv, dk_hv [BT, HV, K] fp32 -> dq, dk [BT, H, K] bf16, with and without the norm's backward.
+void check_grad(bool use_l2norm, std::mt19937& rng) {
+  int64_t const tokens = 5;
+  int const H = 3, group = 3, HV = H * group;
+  int64_t const rows = tokens * H;  // 15 rows: the second block has 7 warps with a row
+  std::vector<double> q, k;
+  std::vector<bf16> const q16 = random_bf16(rows * K, rng, q), k16 = random_bf16(rows * K, rng, k);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<float> dq_hv(tokens * HV * K), dk_hv(tokens * HV * K);
+  for (auto& x : dq_hv) x = static_cast<float>(normal(rng));
+  for (auto& x : dk_hv) x = static_cast<float>(normal(rng));
+  std::vector<bf16> dq = poisoned(rows * K), dk = poisoned(rows * K);
+  kn::qk_grad::Params p;
+  p.num_tokens = tokens;
+  p.num_qk_heads = H;
+  p.group_size = group;
+  p.use_l2norm = use_l2norm;
+  p.q = q16.data();
+  p.k = k16.data();
+  p.dq_hv = dq_hv.data();
+  p.dk_hv = dk_hv.data();
+  p.dq = dq.data();
+  p.dk = dk.data();
+  cake::emu::launch(Dim3{blocks_for(rows, kn::qk_grad::kThreads)}, Dim3{kn::qk_grad::kThreads}, {},
+                    [&] { kn::qk_grad::qk_grad_kernel(p); });
+  for (auto [x, x_hv, dx] : {std::tuple{&q, &dq_hv, &dq}, std::tuple{&k, &dk_hv, &dk}}) {
+    std::vector<double> ref(rows * K);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> dy(K, 0.0);
+      for (int gi = 0; gi < group; ++gi)
+        for (int i = 0; i < K; ++i) dy[i] += (*x_hv)[(r * group + gi) * K + i];
+      if (!use_l2norm) {
+        for (int i = 0; i < K; ++i) ref[r * K + i] = dy[i];
+        continue;
+      }
+      double ss = 0, dot = 0;
+      for (int i = 0; i < K; ++i) ss += (*x)[r * K + i] * (*x)[r * K + i];
+      double const rstd = 1.0 / std::sqrt(ss + 1e-6);
+      for (int i = 0; i < K; ++i) dot += dy[i] * (*x)[r * K + i] * rstd;
+      for (int i = 0; i < K; ++i) ref[r * K + i] = rstd * (dy[i] - dot * (*x)[r * K + i] * rstd);
+    }
+    Errors e;
+    e.add(cake::emu_testing::widen(*dx), ref);
+    EXPECT_TRUE(e.pass()) << "l2norm " << use_l2norm << ": rel RMS " << e.rel_rms() << ", max "
+                          << e.max_rel();
+  }
+}
+
+TEST(EmulatedQk, GradMatchesDouble) {
+  std::mt19937 rng(std::random_device{}());
+  check_grad(false, rng);
+  check_grad(true, rng);
+}
+
+}  // namespace
