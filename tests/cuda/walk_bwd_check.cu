@@ -13,6 +13,7 @@
 
 #include "cuda/device_testing.hpp"
 #include "cuda/walk_bwd_check.hpp"
+#include "gdn_testing.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
@@ -24,6 +25,7 @@ using bf16 = __nv_bfloat16;
 using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
+using cake::gdn_testing::Case;
 using cake::testing::compare;
 using cake::testing::device_copy;
 using cake::testing::Errors;
@@ -37,16 +39,6 @@ using cake::testing::median_ms;
 
 constexpr int K = kHeadDim;
 
-struct WalkCase {
-  std::string name;
-  std::vector<int> docs;
-  int H = 2;
-  int HV = 6;
-  float g_lo = -1.f;  // g uniform in [g_lo, g_hi]
-  float g_hi = 0.f;
-  float beta_lo = 0.f;  // beta uniform in [beta_lo, beta_hi]
-  float beta_hi = 1.f;
-};
 
 // The device buffers of one run of the three stages.
 struct Buffers {
@@ -148,82 +140,39 @@ struct Buffers {
   }
 };
 
-std::vector<bf16> to_bf16(std::vector<double>& x) {  // rounds x in place to what it returns
-  std::vector<bf16> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    out[i] = __float2bfloat16(static_cast<float>(x[i]));
-    x[i] = __bfloat162float(out[i]);
-  }
-  return out;
-}
-std::vector<float> to_f32(std::vector<double>& x) {
-  std::vector<float> out(x.begin(), x.end());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = out[i];
-  return out;
-}
-
-bool run_case(WalkCase const& wc, std::mt19937& rng) {
-  std::vector<int32_t> const cu = cu_seqlens_of(wc.docs);
-  int64_t const BT = cu.back();
-  int const H = wc.H, HV = wc.HV, N = static_cast<int>(wc.docs.size());
-  int64_t const states = int64_t{N} * HV * K * K;
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  auto normal_vec = [&](int64_t n) {
-    std::vector<double> x(n);
-    for (auto& e : x) e = normal(rng);
-    return x;
-  };
-  auto unit_rows = [&](int64_t rows) {  // L2-normalised rows of K, as after the q/k norm
-    std::vector<double> x = normal_vec(rows * K);
-    for (int64_t r = 0; r < rows; ++r) {
-      double ss = 0;
-      for (int c = 0; c < K; ++c) ss += x[r * K + c] * x[r * K + c];
-      for (int c = 0; c < K; ++c) x[r * K + c] /= std::sqrt(ss);
-    }
-    return x;
-  };
-  std::vector<double> q = unit_rows(BT * H), k = unit_rows(BT * H), v = normal_vec(BT * HV * K),
-                      dout = normal_vec(BT * HV * K), h0 = normal_vec(states),
-                      dht = normal_vec(states), g(BT * HV), beta(BT * HV);
-  for (auto& x : g) x = wc.g_lo + (wc.g_hi - wc.g_lo) * unit(rng);
-  for (auto& x : beta) x = wc.beta_lo + (wc.beta_hi - wc.beta_lo) * unit(rng);
+bool run_case(Case const& wc, std::mt19937& rng) {
+  cake::gdn_testing::Problem const pr = cake::gdn_testing::make_problem(wc, rng);
+  int64_t const BT = pr.BT;
+  int const H = pr.H, HV = pr.HV;
 
   Buffers b;
-  b.alloc(cu, H, HV);
-  double const scale = 1.0 / std::sqrt(static_cast<double>(K));
+  b.alloc(pr.cu, H, HV);
   bool ok = b.ok;
   if (ok) {
     auto up = [](auto* dev, auto const& host) {
       cudaMemcpy(dev, host.data(), host.size() * sizeof(host[0]), cudaMemcpyHostToDevice);
     };
-    up(b.q, to_bf16(q));
-    up(b.k, to_bf16(k));
-    up(b.v, to_bf16(v));
-    up(b.dout, to_bf16(dout));
-    up(b.g, to_f32(g));
-    up(b.beta, to_f32(beta));
-    up(b.h0, to_f32(h0));
-    up(b.dht, to_f32(dht));
+    up(b.q, pr.q16);
+    up(b.k, pr.k16);
+    up(b.v, pr.v16);
+    up(b.dout, pr.dout16);
+    up(b.g, pr.g32);
+    up(b.beta, pr.beta32);
+    up(b.h0, pr.h0_32);
+    up(b.dht, pr.dht32);
     b.poison();
-    ok = b.run(static_cast<float>(scale), nullptr) && cudaDeviceSynchronize() == cudaSuccess;
+    ok = b.run(static_cast<float>(pr.scale), nullptr) && cudaDeviceSynchronize() == cudaSuccess;
   }
 
   // FP64 reference on the same (rounded) inputs
-  cake::ref::Shape shape;
-  shape.num_tokens = BT;
-  shape.num_qk_heads = H;
-  shape.num_v_heads = HV;
-  shape.head_dim_k = K;
-  shape.head_dim_v = K;
-  shape.cu_seqlens.assign(cu.begin(), cu.end());
-  std::vector<double> rq(q.size()), rk(k.size()), rv(v.size()), rg(g.size()), rbeta(beta.size()),
-      rh0(states);
-  cake::ref::Inputs const in{q.data(), k.data(), v.data(), g.data(), beta.data(), h0.data(), scale};
-  cake::ref::OutputGrads const out{dout.data(), dht.data()};
+  std::vector<double> rq(pr.q.size()), rk(pr.k.size()), rv(pr.v.size()), rg(pr.g.size()),
+      rbeta(pr.beta.size()), rh0(pr.states_size());
+  cake::ref::Inputs const in{pr.q.data(), pr.k.data(),    pr.v.data(),  pr.g.data(),
+                             pr.beta.data(), pr.h0.data(), pr.scale};
+  cake::ref::OutputGrads const out{pr.dout.data(), pr.dht.data()};
   cake::ref::InputGrads const grad{rq.data(), rk.data(),    rv.data(),
                                    rg.data(), rbeta.data(), rh0.data()};
-  cake::ref::chunked_backward(shape, in, out, grad);
+  cake::ref::chunked_backward(pr.shape(), in, out, grad);
 
   // The kernel's dq, dk per value head, summed over each q/k head's value heads in double
   std::vector<float> const dq_hv = host_copy(b.dq, BT * HV * K),
@@ -245,7 +194,7 @@ bool run_case(WalkCase const& wc, std::mt19937& rng) {
       {"dv", compare(dv, rv)},
       {"dg", compare(widen(host_copy(b.dg, BT * HV)), rg)},
       {"dbeta", compare(widen(host_copy(b.dbeta, BT * HV)), rbeta)},
-      {"dh0", compare(widen(host_copy(b.dh0, states)), rh0)}};
+      {"dh0", compare(widen(host_copy(b.dh0, pr.states_size())), rh0)}};
   std::printf("walk_a_bwd %-34s", wc.name.c_str());
   for (auto const& [name, e] : errors) {
     ok = ok && e.pass();
@@ -262,14 +211,14 @@ bool check_walk_bwd() {
   unsigned const seed = std::random_device{}();
   std::printf("walk_a_bwd check (kkt_solve -> h-walk -> walk_a_bwd against FP64), seed %u\n", seed);
   std::mt19937 rng(seed);
-  std::vector<WalkCase> cases;
-  cases.push_back({"docs 1,63,64,65,300 GVA 2/6", {1, 63, 64, 65, 300}});
+  std::vector<Case> cases;
+  cases.push_back({"docs 1,63,64,65,300 GVA 2/6", {1, 63, 64, 65, 300}, 2, 6});
   cases.push_back({"docs 65,200 H=HV=4", {65, 200}, 4, 4});
   cases.push_back({"docs 65,200,1 g=-20", {65, 200, 1}, 2, 4, -20.f, -20.f});
   cases.push_back({"docs 65,200,1 g=0", {65, 200, 1}, 2, 4, 0.f, 0.f});
   cases.push_back({"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f});
   cases.push_back({"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f});
-  WalkCase many{"40 short + 1 long", {}, 2, 4};
+  Case many{"40 short + 1 long", {}, 2, 4};
   for (int i = 0; i < 40; ++i) many.docs.push_back(1 + 6 * (i % 20));
   many.docs.push_back(700);
   cases.push_back(many);

@@ -31,10 +31,10 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu::Dim3;
-using cake::emu_testing::Case;
+using cake::gdn_testing::Case;
 using cake::emu_testing::Errors;
 using cake::emu_testing::K;
-using cake::emu_testing::Problem;
+using cake::gdn_testing::Problem;
 using cake::emu_testing::widen;
 namespace kn = cake::kernels;
 
@@ -90,7 +90,7 @@ void expect_pass(char const* what, Case const& c, Pool const& pool) {
 }
 
 void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
-  Problem const pr = cake::emu_testing::make_problem(c, rng);
+  Problem const pr = cake::gdn_testing::make_problem(c, rng);
   Solved const s = run_kkt_solve(pr);
   auto o = poisoned<bf16>(pr.BT * pr.HV * K);
   auto ht = poisoned<float>(pr.states_size());
@@ -118,7 +118,7 @@ void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
 }
 
 void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
-  Problem const pr = cake::emu_testing::make_problem(c, rng);
+  Problem const pr = cake::gdn_testing::make_problem(c, rng);
   Solved const s = run_kkt_solve(pr);
   kn::Problem const kp = pr.kernel_problem();
   auto h = poisoned<bf16>(kp.num_slots * pr.HV * K * K);
