@@ -192,6 +192,15 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   pool[5].second.add(dh0, rh0);
 }
 
+// More than 32 documents: the walks' longest-first ranking and find_chunk switch to their
+// many-document paths (in order; a binary search over cu_seqlens).
+Case many_documents() {
+  Case c{"34 short + 1 long", {}, 1, 2};
+  for (int i = 0; i < 34; ++i) c.docs.push_back(1 + 3 * (i % 12));
+  c.docs.push_back(150);
+  return c;
+}
+
 // The cases of the GPU check (tests/cuda/walk_bwd_check.cu), some smaller: the emulator runs
 // ~10^4x slower than the GPU. Not the strong-decay ones: at g = -20 the true dg is ~e^-20 and a
 // few elements carry its norm, so on 136 tokens x 2 heads its relative error has a long tail
@@ -206,6 +215,7 @@ std::vector<Case> cases() {
       {"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f},
       {"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f},
       {"docs 64,65 no states", {64, 65}, 1, 2, -1.f, 0.f, 0.f, 1.f, false},
+      many_documents(),
   };
 }
 
