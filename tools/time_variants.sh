@@ -2,8 +2,8 @@
 # On the GPU machine: the variants staged by tools/stage_variants.sh, side by side. Each one's
 # reverse-walk stage check against FP64 (cake_cuda_check --walk-bwd --no-time), then ROUNDS rounds
 # (default 2) that time every variant at workload A in turn (the check's --time: forward and
-# backward in recompute and saved modes, no states; then --walk-bwd --time: kkt_solve + h-walk +
-# walk_a_bwd with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
+# backward in recompute and saved modes, no states; then --walk-bwd --time: the backward's stages
+# with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
 # a difference between the halves.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ done
 cat .devpkg/variants/REFS
 for n in "${names[@]}"; do
   echo "== $n: stage check"
-  timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "walk_a_bwd|FAIL|ERROR"
+  timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "PASS|FAIL|ERROR"
 done
 reversed=()
 for ((i = ${#names[@]} - 1; i >= 0; --i)); do reversed+=("${names[i]}"); done
