@@ -3,34 +3,21 @@
 // -> h-walk -> walk_a_bwd) on small packed problems with the edge cases of the GPU check (document
 // lengths 1, 63, 64, 65, grouped value heads, states, g = -20 and 0, beta near 0 and 1). Outputs
 // and shared memory are poisoned (NaN) before each run.
-#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
-
+// The launches run on the emulator (launch_emu.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "emu/gdn_emu_testing.hpp"
-#include "kernels/kkt_solve/kernel.cuh"
-#include "kernels/walk_a_bwd/kernel.cuh"
-#include "kernels/walk_a_fwd/kernel.cuh"
-
-// Each kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a
-// time.
-namespace cake::kernels::kkt_solve {
-alignas(16) char smem_raw[sizeof(SharedStorage)];
-}
-namespace cake::kernels::walk_a_fwd {
-alignas(16) char smem_raw[sizeof(SharedStorage)];
-}
-namespace cake::kernels::walk_a_bwd {
-alignas(16) char smem_raw[sizeof(SharedStorage)];
-}
+#include "kernels/kkt_solve/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/walk_a_fwd/launch.hpp"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-using cake::emu::Dim3;
 using cake::gdn_testing::Case;
 using cake::emu_testing::Errors;
 using cake::emu_testing::K;
@@ -62,9 +49,7 @@ Solved run_kkt_solve(Problem const& pr) {
   p.gcum = out.gcum.data();
   p.beta_f32 = out.beta.data();
   p.a = out.a.data();
-  cake::emu::launch(Dim3{static_cast<unsigned>(p.problem.num_slots), static_cast<unsigned>(pr.H)},
-                    Dim3{kn::kkt_solve::kThreads}, kn::kkt_solve::smem_raw,
-                    [&] { kn::kkt_solve::kkt_solve_kernel(p); });
+  EXPECT_EQ(kn::kkt_solve::launch(p, nullptr), cudaSuccess);
   return out;
 }
 
@@ -105,9 +90,7 @@ void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   p.h0 = c.states ? pr.h0_32.data() : nullptr;
   p.o = o.data();
   p.ht = ht.data();
-  cake::emu::launch(Dim3{static_cast<unsigned>(pr.N * pr.HV)}, Dim3{kn::walk_a_fwd::kThreads},
-                    kn::walk_a_fwd::smem_raw,
-                    [&] { kn::walk_a_fwd::walk_a_fwd_kernel<true, false>(p); });
+  EXPECT_EQ(kn::walk_a_fwd::launch(p, nullptr), cudaSuccess);
 
   std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size());
   cake::ref::Inputs const in{pr.q.data(), pr.k.data(), pr.v.data(), pr.g.data(), pr.beta.data(),
@@ -133,9 +116,7 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.beta = s.beta.data();
     p.h0 = c.states ? pr.h0_32.data() : nullptr;
     p.h = h.data();
-    cake::emu::launch(Dim3{static_cast<unsigned>(pr.N * pr.HV)}, Dim3{kn::walk_a_fwd::kThreads},
-                      kn::walk_a_fwd::smem_raw,
-                      [&] { kn::walk_a_fwd::walk_a_fwd_kernel<false, true>(p); });
+    EXPECT_EQ(kn::walk_a_fwd::launch(p, nullptr), cudaSuccess);
   }
   auto dq_hv = poisoned<float>(pr.BT * pr.HV * K);
   auto dk_hv = poisoned<float>(pr.BT * pr.HV * K);
@@ -161,9 +142,7 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.dbeta = dbeta.data();
     p.dg = dg.data();
     p.dh0 = dh0.data();
-    cake::emu::launch(Dim3{static_cast<unsigned>(pr.N * pr.HV)}, Dim3{kn::walk_a_bwd::kThreads},
-                      kn::walk_a_bwd::smem_raw,
-                      [&] { kn::walk_a_bwd::walk_a_bwd_kernel(p); });
+    EXPECT_EQ(kn::walk_a_bwd::launch(p, nullptr), cudaSuccess);
   }
   // dq, dk per value head, summed over each q/k head's value heads
   std::vector<double> dq(pr.BT * pr.H * K, 0.0), dk(pr.BT * pr.H * K, 0.0);

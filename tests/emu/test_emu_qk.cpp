@@ -1,9 +1,8 @@
 // The q/k L2-norm kernels' own source on the CPU emulator (emu/runtime.hpp) against double
 // arithmetic: qk_norm (y = x / sqrt(sum x^2 + 1e-6), bf16 out) and qk_grad (dq, dk summed over
 // each q/k head's value heads, then the norm's backward dx = rstd (dy - <dy, y> y), bf16 out), on
-// row counts that leave the last block's warps partly or wholly idle. Outputs poisoned first.
-#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
-
+// row counts that leave the last block's warps partly or wholly idle (8 rows a block). Outputs
+// poisoned first. The launches run on the emulator (launch_emu.cpp).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,13 +10,12 @@
 #include <vector>
 
 #include "emu/gdn_emu_testing.hpp"
-#include "kernels/qk_grad/kernel.cuh"
-#include "kernels/qk_norm/kernel.cuh"
+#include "kernels/qk_grad/launch.hpp"
+#include "kernels/qk_norm/launch.hpp"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
-using cake::emu::Dim3;
 using cake::emu_testing::Errors;
 using cake::emu_testing::K;
 namespace kn = cake::kernels;
@@ -39,11 +37,6 @@ std::vector<bf16> poisoned(size_t n) {
   return x;
 }
 
-unsigned blocks_for(int64_t rows, int threads) {
-  int64_t const per_block = threads / 32;
-  return static_cast<unsigned>((rows + per_block - 1) / per_block);
-}
-
 TEST(EmulatedQk, NormMatchesDouble) {
   std::mt19937 rng(std::random_device{}());
   int64_t const rows = 37;  // 8 rows a block: the last block has 3 warps with a row
@@ -56,8 +49,7 @@ TEST(EmulatedQk, NormMatchesDouble) {
   p.k = k16.data();
   p.q_norm = q_norm.data();
   p.k_norm = k_norm.data();
-  cake::emu::launch(Dim3{blocks_for(rows, kn::qk_norm::kThreads)}, Dim3{kn::qk_norm::kThreads}, {},
-                    [&] { kn::qk_norm::qk_norm_kernel(p); });
+  EXPECT_EQ(kn::qk_norm::launch(p, nullptr), cudaSuccess);
   for (auto [x, y] : {std::pair{&q, &q_norm}, std::pair{&k, &k_norm}}) {
     std::vector<double> ref(rows * K);
     for (int64_t r = 0; r < rows; ++r) {
@@ -95,8 +87,7 @@ void check_grad(bool use_l2norm, std::mt19937& rng) {
   p.dk_hv = dk_hv.data();
   p.dq = dq.data();
   p.dk = dk.data();
-  cake::emu::launch(Dim3{blocks_for(rows, kn::qk_grad::kThreads)}, Dim3{kn::qk_grad::kThreads}, {},
-                    [&] { kn::qk_grad::qk_grad_kernel(p); });
+  EXPECT_EQ(kn::qk_grad::launch(p, nullptr), cudaSuccess);
   for (auto [x, x_hv, dx] : {std::tuple{&q, &dq_hv, &dq}, std::tuple{&k, &dk_hv, &dk}}) {
     std::vector<double> ref(rows * K);
     for (int64_t r = 0; r < rows; ++r) {

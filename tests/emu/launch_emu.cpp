@@ -1,0 +1,81 @@
+// The kernels' launch functions (kernels/<stage>/launch.hpp) on the CPU emulator: the grid each
+// launch.cu computes, run by emu::launch, so that the emulated tests call the stages as the GPU
+// check and the op (src/ops/cuda/gdn_cuda.cpp, compiled into the emulated tests) do. Also each
+// kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a time.
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
+
+#include "kernels/kkt_solve/kernel.cuh"
+#include "kernels/kkt_solve/launch.hpp"
+#include "kernels/qk_grad/kernel.cuh"
+#include "kernels/qk_grad/launch.hpp"
+#include "kernels/qk_norm/kernel.cuh"
+#include "kernels/qk_norm/launch.hpp"
+#include "kernels/walk_a_bwd/kernel.cuh"
+#include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/walk_a_fwd/kernel.cuh"
+#include "kernels/walk_a_fwd/launch.hpp"
+
+using cake::emu::Dim3;
+
+namespace {
+
+unsigned u(int64_t x) { return static_cast<unsigned>(x); }
+
+// Blocks of one warp per row (qk_norm, qk_grad).
+unsigned row_blocks(int64_t rows, int threads) { return u((rows + threads / 32 - 1) / (threads / 32)); }
+
+}  // namespace
+
+// The CUDA runtime's error strings, for the op's error path (no CUDA runtime is linked).
+extern "C" char const* cudaGetErrorName(cudaError_t) { return "cudaError (emulated)"; }
+extern "C" char const* cudaGetErrorString(cudaError_t) { return "emulated launch"; }
+
+namespace cake::kernels::kkt_solve {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+cudaError_t launch(Params const& p, cudaStream_t) {
+  emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_qk_heads)}, Dim3{kThreads}, smem_raw,
+              [&] { kkt_solve_kernel(p); });
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::kkt_solve
+
+namespace cake::kernels::qk_norm {
+cudaError_t launch(Params const& p, cudaStream_t) {
+  if (p.num_rows == 0) return cudaSuccess;
+  emu::launch(Dim3{row_blocks(p.num_rows, kThreads)}, Dim3{kThreads}, {},
+              [&] { qk_norm_kernel(p); });
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::qk_norm
+
+namespace cake::kernels::qk_grad {
+cudaError_t launch(Params const& p, cudaStream_t) {
+  int64_t const rows = p.num_tokens * p.num_qk_heads;
+  if (rows == 0) return cudaSuccess;
+  emu::launch(Dim3{row_blocks(rows, kThreads)}, Dim3{kThreads}, {}, [&] { qk_grad_kernel(p); });
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::qk_grad
+
+namespace cake::kernels::walk_a_fwd {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+cudaError_t launch(Params const& p, cudaStream_t) {
+  Dim3 const grid{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)};
+  if (p.o == nullptr)
+    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<false, true>(p); });
+  else if (p.h != nullptr)
+    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true, true>(p); });
+  else
+    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true, false>(p); });
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::walk_a_fwd
+
+namespace cake::kernels::walk_a_bwd {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+cudaError_t launch(Params const& p, cudaStream_t) {
+  emu::launch(Dim3{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)}, Dim3{kThreads},
+              smem_raw, [&] { walk_a_bwd_kernel(p); });
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::walk_a_bwd
