@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gdn_testing.hpp"
@@ -37,6 +38,15 @@ struct Errors {
   double max_rel() const { return max_ref > 0 ? max_err / max_ref : max_err; }
   bool pass() const { return finite && rel_rms() <= 1e-2 && max_rel() <= 2e-2; }
 };
+
+// An output buffer of n elements filled with 0xff bytes (NaN as fp32 and bf16), so that elements a
+// kernel does not write fail the comparison.
+template <class T>
+std::vector<T> poisoned(size_t n) {
+  std::vector<T> x(n);
+  std::memset(x.data(), 0xff, n * sizeof(T));
+  return x;
+}
 
 inline std::vector<double> widen(std::vector<__nv_bfloat16> const& x) {
   std::vector<double> out(x.size());

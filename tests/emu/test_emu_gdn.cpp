@@ -20,17 +20,11 @@ namespace {
 using bf16 = __nv_bfloat16;
 using cake::gdn_testing::Case;
 using cake::emu_testing::Errors;
+using cake::emu_testing::poisoned;
 using cake::emu_testing::K;
 using cake::gdn_testing::Problem;
 using cake::emu_testing::widen;
 namespace kn = cake::kernels;
-
-template <class T>
-std::vector<T> poisoned(size_t n) {
-  std::vector<T> x(n);
-  std::memset(x.data(), 0xff, n * sizeof(T));
-  return x;
-}
 
 // G, A and beta in fp32 of a problem (kkt_solve).
 struct Solved {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/tensor.hpp"
 #include "emu/gdn_emu_testing.hpp"
 #include "ops/gdn_cuda.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
+using cake::emu_testing::poisoned;
 using cake::emu_testing::K;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Case;
@@ -24,27 +26,10 @@ using cake::gdn_testing::Problem;
 constexpr size_t kGuard = 4096;
 constexpr unsigned char kGuardByte = 0xa5;
 
+// A dense view of a host buffer that the op takes for a CUDA tensor (the launches are emulated).
 template <class T>
 cakeTensor_t view(T const* data, cakeDtype_t dtype, std::vector<int64_t> const& shape) {
-  cakeTensor_t t{};
-  t.data = const_cast<T*>(data);
-  t.dtype = dtype;
-  t.device_type = cakeCUDA;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = stride;
-    stride *= shape[d];
-  }
-  return t;
-}
-
-template <class T>
-std::vector<T> poisoned(size_t n) {
-  std::vector<T> x(n);
-  std::memset(x.data(), 0xff, n * sizeof(T));
-  return x;
+  return cake::dense_view(const_cast<T*>(data), dtype, cakeCUDA, shape);
 }
 
 // bytes + kGuard, 256-byte aligned at the start (the saved set's rule), guard bytes filled.

@@ -17,6 +17,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
+using cake::emu_testing::poisoned;
 using cake::emu_testing::K;
 namespace kn = cake::kernels;
 
@@ -31,18 +32,12 @@ std::vector<bf16> random_bf16(size_t n, std::mt19937& rng, std::vector<double>& 
   return x;
 }
 
-std::vector<bf16> poisoned(size_t n) {
-  std::vector<bf16> x(n);
-  std::memset(x.data(), 0xff, n * sizeof(bf16));
-  return x;
-}
-
 TEST(EmulatedQk, NormMatchesDouble) {
   std::mt19937 rng(std::random_device{}());
   int64_t const rows = 37;  // 8 rows a block: the last block has 3 warps with a row
   std::vector<double> q, k;
   std::vector<bf16> const q16 = random_bf16(rows * K, rng, q), k16 = random_bf16(rows * K, rng, k);
-  std::vector<bf16> q_norm = poisoned(rows * K), k_norm = poisoned(rows * K);
+  std::vector<bf16> q_norm = poisoned<bf16>(rows * K), k_norm = poisoned<bf16>(rows * K);
   kn::qk_norm::Params p;
   p.num_rows = rows;
   p.q = q16.data();
@@ -75,7 +70,7 @@ void check_grad(bool use_l2norm, std::mt19937& rng) {
   std::vector<float> dq_hv(tokens * HV * K), dk_hv(tokens * HV * K);
   for (auto& x : dq_hv) x = static_cast<float>(normal(rng));
   for (auto& x : dk_hv) x = static_cast<float>(normal(rng));
-  std::vector<bf16> dq = poisoned(rows * K), dk = poisoned(rows * K);
+  std::vector<bf16> dq = poisoned<bf16>(rows * K), dk = poisoned<bf16>(rows * K);
   kn::qk_grad::Params p;
   p.num_tokens = tokens;
   p.num_qk_heads = H;
