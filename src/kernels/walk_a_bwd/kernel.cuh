@@ -9,13 +9,14 @@
 //
 // Per chunk (e = e^G, ebar = e^{G_last - G}, gamma = e^{G_last}, Gamma_ij = e^{G_i - G_j} for
 // i >= j; rows past the chunk's end are zero in every tile, so every product sees zeros there):
-//   A:  Q h, K h;  <dO, Q h> by rows;  Rt = V - e (K h) (-> v);  R = beta Rt (-> r);  K dS;
+//   A:  K h;  Rt = V - e (K h) (-> v);  R = beta Rt (-> r);  K dS;
 //       <dS, h>;  T = Gamma o A (-> t);  P = causal(s Q K^T o Gamma) (-> p)
 //   B:  Delta = T R (-> delta);  <K dS, Delta> by rows;  dDelta = ebar (K dS) + P^T dO (-> ddelta)
 //   C1: Z = T^T dDelta;  <Z, Rt> by rows;  dv = beta Z;  Zs = -beta e Z (-> v)
 //   C2: dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT (-> t, in place);
 //       dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP (-> p, in place)
-//   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K
+//   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K;
+//       <Q, dO h^T> by rows (= <dO, Q h>, so Q h is never formed)
 //   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers);  dL = -strict(Y A^T) (-> t), M = beta dL
 //   D3: dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K);  <dL K, K> and
 //       <Zs h^T, K> = -beta e <Z, K h> by rows (so that K h need not live past A)
@@ -62,7 +63,7 @@ struct SharedStorage {
   __nv_bfloat16 ddelta[kChunk * kLdBf16];  // [64 x 128] dDelta; then eO = s e dO
   float gcum[kChunk];                      // G; rows past the end repeat G of the last token
   float beta[kChunk];                      // beta; 0 past the end
-  float oqh[kParts * kChunk];              // row sums <dO, Q h>
+  float oqh[kParts * kChunk];              // row sums <Q, dO h^T> = <dO, Q h>
   float zkh[kParts * kChunk];              // <Zs h^T, K> = -beta e <Z, K h>
   float zrt[kParts * kChunk];              // <Z, Rt>
   float kdsd[kParts * kChunk];             // <K dS, Delta>
@@ -238,15 +239,10 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     float const b_hi = s.beta[o_row + 8];
     auto const by_row = [](int i, float lo, float hi) { return i % 16 < 8 ? lo : hi; };
 
-    {  // Q h, K h; <dO, Q h> by rows; Rt = V - e (K h) -> v in place (each thread its own
-       // elements); R = beta Rt -> r
-      Tile qh = {};
+    {  // K h; Rt = V - e (K h) -> v in place (each thread its own elements); R = beta Rt -> r
       Tile kh = {};
-      warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{s.q, kLdBf16}, RowMajor{s.k, kLdBf16},
-                                                  RowMajor{s.h, kLdBf16}, o_m0, o_n0, qh, kh);
-      float lo, hi;
-      dot_rows(qh, s.dout, kLdBf16, o_m0, o_n0, lo, hi);
-      store_row_parts(lo, hi, s.oqh, o_part, o_m0);
+      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.h, kLdBf16}, o_m0,
+                                         o_n0, kh);
       for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kh, [&](int i, int c, float& c0, float& c1) {
         float2 const vv = ld2(s.v, kLdBf16, i, c);
         float const e = by_row(i, e_lo, e_hi);
@@ -384,6 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
       Tile dq = {};
       warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16}, o_m0,
                                          o_n0, dq);
+      float lo, hi;
+      dot_rows(dq, s.q, kLdBf16, o_m0, o_n0, lo, hi);
+      store_row_parts(lo, hi, s.oqh, o_part, o_m0);
       for_each_acc_pair<1, kOutNi>(o_m0, o_n0, dq, [&](int i, int, float& c0, float& c1) {
         float const se = scale * by_row(i, e_lo, e_hi);
         c0 *= se;
