@@ -21,7 +21,8 @@
 //   D3: dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K);  <dL K, K> and
 //       <Zs h^T, K> = -beta e <Z, K h> by rows (so that K h need not live past A)
 //   E:  (warp 0) dbeta = <Z, Rt> + <dL K, K>;  dG from the row sums (the terms that cancel
-//       exactly left out, as in the model); dg = reverse cumsum of dG
+//       exactly left out, as in the model); dg = reverse cumsum of dG. It runs while the next
+//       chunk's tiles load (the row sums live until that chunk's first barrier; G is copied).
 // dq and dk are this value head's terms, fp32 [BT, HV, K]: a reduction over the value heads of
 // a q/k head follows (and the L2-norm backward).
 //
@@ -62,6 +63,7 @@ struct SharedStorage {
   __nv_bfloat16 delta[kChunk * kLdBf16];   // [64 x 128] Delta
   __nv_bfloat16 ddelta[kChunk * kLdBf16];  // [64 x 128] dDelta; then eO = s e dO
   float gcum[kChunk];                      // G; rows past the end repeat G of the last token
+  float g_prev[kChunk];                    // the previous chunk's G, for its E
   float beta[kChunk];                      // beta; 0 past the end
   float oqh[kParts * kChunk];              // row sums <Q, dO h^T> = <dO, Q h>
   float zkh[kParts * kChunk];              // <Zs h^T, K> = -beta e <Z, K h>
@@ -186,6 +188,63 @@ __device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, in
   cp_async_commit();
 }
 
+// E (warp 0; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
+// reverse cumsum dg from its row sums and G (g_prev), which stay in shared memory until the next
+// chunk's B1.
+__device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const& p, int64_t t0,
+                                            int len, int hv) {
+  int const lane = threadIdx.x % 32;
+  int const HV = p.problem.num_v_heads;
+  float const scale = p.problem.scale;
+  float const g_last = s.g_prev[len - 1];
+  float dg_row[2], dbeta_row[2], tail = 0.f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    float const gi = s.g_prev[i];
+    float const e = __expf(gi);
+    float const kd = sum_parts<kChunk, kParts>(s.kdsd, i);
+    float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
+    dbeta_row[half] = sum_parts<kChunk, kParts>(s.zrt, i) + sum_parts<kChunk, kParts>(s.dlk, i);
+    dg_row[half] = e * scale * sum_parts<kChunk, kParts>(s.oqh, i) +
+                   sum_parts<kChunk, kParts>(s.zkh, i) +
+                   sum_parts<kChunk, kParts>(s.gate_row, i) -
+                   sum_parts<kChunk, kParts>(s.gate_col, i) - t_i;
+    tail += t_i;
+  }
+  for (int d = 16; d > 0; d /= 2) tail += __shfl_xor_sync(0xffffffffu, tail, d);
+  float const dsh = sum_parts<1, kWarps>(s.dsh, 0);
+  float const extra = __expf(g_last) * dsh + tail;  // the last row's terms through G_last
+  if (lane == len - 1) dg_row[0] += extra;
+  if (lane + 32 == len - 1) dg_row[1] += extra;
+  // dg_i = sum over rows r >= i of dG_r: suffix sums of the upper half, then the lower half
+  // plus the upper half's total
+  float hi = dg_row[1];
+  float lo = dg_row[0];
+  for (int d = 1; d < 32; d *= 2) {
+    float const a = __shfl_down_sync(0xffffffffu, hi, d);
+    float const b = __shfl_down_sync(0xffffffffu, lo, d);
+    if (lane + d < 32) {
+      hi += a;
+      lo += b;
+    }
+  }
+  lo += __shfl_sync(0xffffffffu, hi, 0);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    if (i < len) {
+      int64_t const row = (t0 + i) * HV + hv;
+      if (p.dg != nullptr) p.dg[row] = half == 0 ? lo : hi;
+      if (p.dbeta == nullptr) continue;
+      if (p.dbeta_is_bf16)
+        static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
+      else
+        static_cast<float*>(p.dbeta)[row] = dbeta_row[half];
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
@@ -217,11 +276,14 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
   int const c_n0 = 16 * (warp % 4);
   __nv_bfloat16* const m = s.r + kChunk * kLdC;  // M, [64 x 64] with rows of 64
 
-  for (int64_t j = span.num_chunks() - 1; j >= 0; --j) {
+  int64_t const num_chunks = span.num_chunks();
+  for (int64_t j = num_chunks - 1; j >= 0; --j) {
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
-    __syncthreads();  // B0: the previous chunk's readers of every tile and sum are done
+    // (the previous chunk's B8: its readers of every tile are done)
     load_chunk(s, p, t0, len, span.slot0 + j, hk, hv);
+    if (warp == 0 && j + 1 < num_chunks)  // E of the previous chunk, under the loads
+      finish_rows(s, p, t0 + kChunk, span.chunk_len(j + 1), hv);
     store_acc_bf16<1, kStateCols / 8>(row0, col0, ds, s.ds, kLdBf16);
     cp_async_wait<0>();
     __syncthreads();  // B1: the chunk's tiles and bf16(dS) visible
@@ -450,58 +512,16 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
         if (i < len) *reinterpret_cast<float2*>(out + i * v_stride + c) = make_float2(c0, c1);
       });
     }
-    __syncthreads();  // B8: every row sum complete
-
-    // ---- E: dbeta, dG and its reverse cumsum, by warp 0 (lane l: rows l and l + 32)
+    // E of this chunk runs after the next chunk's loads are issued (its row sums stay until the
+    // next chunk's B1): G is kept for it now, before B8 lets those loads overwrite gcum
     if (warp == 0) {
-      float dg_row[2], dbeta_row[2], tail = 0.f;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int const i = lane + 32 * half;
-        float const gi = s.gcum[i];
-        float const e = __expf(gi);
-        float const kd = sum_parts<kChunk, kParts>(s.kdsd, i);
-        float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
-        dbeta_row[half] = sum_parts<kChunk, kParts>(s.zrt, i) + sum_parts<kChunk, kParts>(s.dlk, i);
-        dg_row[half] = e * scale * sum_parts<kChunk, kParts>(s.oqh, i) +
-                       sum_parts<kChunk, kParts>(s.zkh, i) +
-                       sum_parts<kChunk, kParts>(s.gate_row, i) -
-                       sum_parts<kChunk, kParts>(s.gate_col, i) - t_i;
-        tail += t_i;
-      }
-      for (int d = 16; d > 0; d /= 2) tail += __shfl_xor_sync(0xffffffffu, tail, d);
-      float const dsh = sum_parts<1, kWarps>(s.dsh, 0);
-      float const extra = gamma * dsh + tail;  // the last row's terms through G_last
-      if (lane == len - 1) dg_row[0] += extra;
-      if (lane + 32 == len - 1) dg_row[1] += extra;
-      // dg_i = sum over rows r >= i of dG_r: suffix sums of the upper half, then the lower half
-      // plus the upper half's total
-      float hi = dg_row[1];
-      float lo = dg_row[0];
-      for (int d = 1; d < 32; d *= 2) {
-        float const a = __shfl_down_sync(0xffffffffu, hi, d);
-        float const b = __shfl_down_sync(0xffffffffu, lo, d);
-        if (lane + d < 32) {
-          hi += a;
-          lo += b;
-        }
-      }
-      lo += __shfl_sync(0xffffffffu, hi, 0);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int const i = lane + 32 * half;
-        if (i < len) {
-          int64_t const row = (t0 + i) * HV + hv;
-          if (p.dg != nullptr) p.dg[row] = half == 0 ? lo : hi;
-          if (p.dbeta == nullptr) continue;
-          if (p.dbeta_is_bf16)
-            static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
-          else
-            static_cast<float*>(p.dbeta)[row] = dbeta_row[half];
-        }
-      }
+      s.g_prev[lane] = s.gcum[lane];
+      s.g_prev[lane + 32] = s.gcum[lane + 32];
     }
+    __syncthreads();  // B8: every row sum and g_prev complete; every tile's readers done
+
   }
+  if (warp == 0 && num_chunks > 0) finish_rows(s, p, span.begin, span.chunk_len(0), hv);
 
   if (p.dh0 != nullptr) store_state_rows<kStateCols>(ds, row0, p.dh0, state_offset + col0);
 #endif
