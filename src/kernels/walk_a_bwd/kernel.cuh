@@ -17,7 +17,8 @@
 //       dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP (-> p, in place)
 //   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K;
 //       <Q, dO h^T> by rows (= <dO, Q h>, so Q h is never formed)
-//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers);  dL = -strict(Y A^T) (-> t), M = beta dL
+//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers; when dh0 is wanted, eO as bf16 hi + lo
+//       parts, lo -> dout);  dL = -strict(Y A^T) (-> t), M = beta dL
 //   D3: dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K);  <dL K, K> and
 //       <Zs h^T, K> = -beta e <Z, K h> by rows (so that K h need not live past A)
 //   E:  (warp 0) dbeta = <Z, Rt> + <dL K, K>;  dG from the row sums (the terms that cancel
@@ -456,7 +457,23 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
         if (i < len) *reinterpret_cast<float2*>(out + i * v_stride + c) = make_float2(c0, c1);
       });
     }
-    __syncthreads();  // B6: eO, Y complete; dA no longer read
+    __syncthreads();  // B6: eO, Y complete; dA and dO no longer read
+
+    // eO's rounding residual, when dh0 is wanted: bf16(eO) costs dh0 ~1.4x FLA's error (whose
+    // product runs in TF32), and nothing else measurably (tools/precision/walk_bwd_rounding.cpp).
+    // eO_lo = bf16(s e dO - bf16(s e dO)) -> dout, in place (each thread its own elements)
+    bool const eo_split = p.dh0 != nullptr;  // the same for every thread: the barrier is safe
+    if (eo_split) {
+      for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
+        int const i = idx / (kHeadDim / 2);
+        int const c = idx % (kHeadDim / 2) * 2;
+        float const se = scale * __expf(s.gcum[i]);
+        float2 const d = ld2(s.dout, kLdBf16, i, c);
+        float2 const hi = ld2(s.ddelta, kLdBf16, i, c);
+        st2(s.dout, kLdBf16, i, c, se * d.x - hi.x, se * d.y - hi.y);
+      }
+      __syncthreads();  // B6b: eO_lo complete
+    }
 
     // ---- D2: dS of the previous chunk's end (registers; bf16(dS) in ds stays the old one)
     for_each_acc_pair<1, kStateCols / 8>(row0, col0, ds, [&](int, int, float& c0, float& c1) {
@@ -465,6 +482,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     });
     warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.q, kLdBf16}, RowMajor{s.ddelta, kLdBf16},
                                              row0, col0, ds);
+    if (eo_split)
+      warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.q, kLdBf16}, RowMajor{s.dout, kLdBf16},
+                                               row0, col0, ds);
     warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.k, kLdBf16}, RowMajor{s.v, kLdBf16}, row0,
                                              col0, ds);
     {  // dL = -strict(Y A^T) -> t, M = beta dL -> m
