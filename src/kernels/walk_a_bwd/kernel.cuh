@@ -9,10 +9,11 @@
 //
 // Per chunk (e = e^G, ebar = e^{G_last - G}, gamma = e^{G_last}, Gamma_ij = e^{G_i - G_j} for
 // i >= j; rows past the chunk's end are zero in every tile, so every product sees zeros there):
-//   A:  K h;  Rt = V - e (K h) (-> v);  R = beta Rt (-> r);  K dS;
+//   A:  K h;  Rt = V - e (K h) (fp32, registers);  R = beta Rt (-> r);  K dS;
 //       <dS, h>;  T = Gamma o A (-> t);  P = causal(s Q K^T o Gamma) (-> p)
 //   B:  Delta = T R (-> delta);  <K dS, Delta> by rows;  dDelta = ebar (K dS) + P^T dO (-> ddelta)
-//   C1: Z = T^T dDelta;  <Z, Rt> by rows;  dv = beta Z;  Zs = -beta e Z (-> v)
+//   C1: Z = T^T dDelta, its diagonal term from fp32 dDelta;  <Z, Rt> by rows (fp32 Rt);
+//       dv = beta Z;  Zs = -beta e Z (-> v)
 //   C2: dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT (-> t, in place);
 //       dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP (-> p, in place)
 //   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K;
@@ -53,7 +54,7 @@ inline constexpr int kParts = 4;         // column parts of a [64 x 128] or [64 
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];       // [64 x 128]
   __nv_bfloat16 k[kChunk * kLdBf16];       // [64 x 128]
-  __nv_bfloat16 v[kChunk * kLdBf16];       // [64 x 128] V; Rt; then Zs = -beta e Z
+  __nv_bfloat16 v[kChunk * kLdBf16];       // [64 x 128] V; then Zs = -beta e Z
   __nv_bfloat16 dout[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 h[kHeadDim * kLdBf16];     // [128 x 128] the chunk's start state
   __nv_bfloat16 ds[kHeadDim * kLdBf16];    // [128 x 128] bf16(dS) of the chunk's end state
@@ -302,20 +303,19 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     float const b_hi = s.beta[o_row + 8];
     auto const by_row = [](int i, float lo, float hi) { return i % 16 < 8 ? lo : hi; };
 
-    {  // K h; Rt = V - e (K h) -> v in place (each thread its own elements); R = beta Rt -> r
-      Tile kh = {};
-      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.h, kLdBf16}, o_m0,
-                                         o_n0, kh);
-      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kh, [&](int i, int c, float& c0, float& c1) {
-        float2 const vv = ld2(s.v, kLdBf16, i, c);
-        float const e = by_row(i, e_lo, e_hi);
-        float const b = by_row(i, b_lo, b_hi);
-        float const r0 = vv.x - e * c0;
-        float const r1 = vv.y - e * c1;
-        st2(s.v, kLdBf16, i, c, r0, r1);
-        st2(s.r, kLdBf16, i, c, b * r0, b * r1);
-      });
-    }
+    // K h, then Rt = V - e (K h) in place: fp32 in registers until <Z, Rt> (C1), which a bf16
+    // copy would make ~1.2x less accurate; R = beta Rt -> r
+    Tile rt = {};
+    warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.h, kLdBf16}, o_m0, o_n0,
+                                       rt);
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, rt, [&](int i, int c, float& c0, float& c1) {
+      float2 const vv = ld2(s.v, kLdBf16, i, c);
+      float const e = by_row(i, e_lo, e_hi);
+      float const b = by_row(i, b_lo, b_hi);
+      c0 = vv.x - e * c0;
+      c1 = vv.y - e * c1;
+      st2(s.r, kLdBf16, i, c, b * c0, b * c1);
+    });
     Tile kds = {};  // K dS; then dDelta
     warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.ds, kLdBf16}, o_m0, o_n0,
                                        kds);
@@ -368,15 +368,20 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.p, kLdC}, RowMajor{s.dout, kLdBf16}, o_m0, o_n0,
                                      kds);
     store_acc_bf16<1, kOutNi>(o_m0, o_n0, kds, s.ddelta, kLdBf16);
+    // dDelta - bf16(dDelta): Z's diagonal term T_ii dDelta_i (T_ii = 1) in fp32, not bf16
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kds, [&](int, int, float& c0, float& c1) {
+      c0 -= __bfloat162float(__float2bfloat16_rn(c0));
+      c1 -= __bfloat162float(__float2bfloat16_rn(c1));
+    });
     __syncthreads();  // B3: Delta, dDelta complete
 
     // ---- C1
     {
-      Tile z = {};
+      Tile& z = kds;  // Z = T^T dDelta, from dDelta's rounding residual on the diagonal
       warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.t, kLdC}, RowMajor{s.ddelta, kLdBf16}, o_m0, o_n0,
                                        z);
       float lo, hi;
-      dot_rows(z, s.v, kLdBf16, o_m0, o_n0, lo, hi);
+      dot_rows(z, rt, lo, hi);
       store_row_parts(lo, hi, s.zrt, o_part, o_m0);
       for_each_acc_pair<1, kOutNi>(o_m0, o_n0, z, [&](int i, int c, float& c0, float& c1) {
         float const b = by_row(i, b_lo, b_hi);
@@ -384,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
         if (p.dv != nullptr && i < len)  // p in the constant bank: no register for the test
           *reinterpret_cast<__nv_bfloat162*>(p.dv + ((t0 + i) * HV + hv) * kHeadDim + c) =
               __floats2bfloat162_rn(b * c0, b * c1);
-        st2(s.v, kLdBf16, i, c, -be * c0, -be * c1);  // Zs, after this thread read its Rt
+        st2(s.v, kLdBf16, i, c, -be * c0, -be * c1);  // Zs
       });
     }
     __syncthreads();  // B4: Z's readers of T done; Zs complete
