@@ -7,6 +7,11 @@ beta near 0 and 1, subsampled workloads): both implementations run forward and b
 GPU; the FP64 reference (cake's CPU path on the same inputs, upcast) gives the truth. Printed per
 output: relative RMS error and max-abs error / max|ref| of cake and of FLA, and whether cake meets
 the gate of bench/workloads.json ("no worse than 1.1 x the error of flash-linear-attention").
+
+--seeds N draws each case N times (seeds crc32(case) + 0 .. N - 1) and pools the errors: the
+relative RMS over all draws together, the largest max-abs ratio. One draw can mislead: with a
+random dht, dg and dbeta are dominated by a document's last few tokens, so one draw's relative
+RMS is a statistic of a handful of numbers (docs/perf-notes.md, accuracy at v9).
 """
 
 import argparse
@@ -42,34 +47,42 @@ def run(fn, inputs, dout, dht, l2):
     return {n: t.detach().double().cpu() for n, t in out.items()}
 
 
-def errors(got, ref):
-    err = got - ref
-    return dict(rel_rms=(err.norm() / ref.norm().clamp_min(1e-30)).item(),
-                max_abs_rel=(err.abs().max() / ref.abs().max().clamp_min(1e-30)).item(),
-                finite=bool(torch.isfinite(got).all()))
+def errors(pairs):
+    """Pooled errors of (got, ref) pairs: relative RMS over all of them together, the largest
+    max-abs error / max|ref| of any one, and whether every value is finite."""
+    err2 = sum(float((got - ref).square().sum()) for got, ref in pairs)
+    ref2 = sum(float(ref.square().sum()) for _, ref in pairs)
+    return dict(rel_rms=(err2 / max(ref2, 1e-60)) ** 0.5,
+                max_abs_rel=max(float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+                                for got, ref in pairs),
+                finite=all(bool(torch.isfinite(got).all()) for got, _ in pairs))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--cases", nargs="+", default=list(CASES))
+    parser.add_argument("--seeds", type=int, default=1, help="draws per case, errors pooled")
     args = parser.parse_args()
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
     import fla
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=os.environ.get("CAKE_COMMIT", "unknown"), torch=torch.__version__,
-                fla=getattr(fla, "__version__", "?"))
+                fla=getattr(fla, "__version__", "?"), seeds=args.seeds)
     out = args.out.open("a") if args.out else None
     print(f"{'case':22s} {'output':12s} {'cake rel_rms':>12s} {'fla rel_rms':>12s} "
           f"{'cake max':>9s} {'fla max':>9s}  gate")
     for case in args.cases:
         docs, H, HV, kw, l2 = CASES[case]
-        inputs, dout, dht = make_inputs(docs, H, HV, seed=zlib.crc32(case.encode()), **kw)
-        ref = reference(inputs, dout, dht, l2)
-        ours = run(cake.chunk_gated_delta_rule, inputs, dout, dht, l2)
-        theirs = run(fla_gdn, inputs, dout, dht, l2)
-        for name, r in ref.items():
-            e_cake, e_fla = errors(ours[name], r.double()), errors(theirs[name], r.double())
+        draws = []  # (reference, cake, FLA) per seed
+        for seed in range(zlib.crc32(case.encode()), zlib.crc32(case.encode()) + args.seeds):
+            inputs, dout, dht = make_inputs(docs, H, HV, seed=seed, **kw)
+            draws.append((reference(inputs, dout, dht, l2),
+                          run(cake.chunk_gated_delta_rule, inputs, dout, dht, l2),
+                          run(fla_gdn, inputs, dout, dht, l2)))
+        for name in draws[0][0]:
+            e_cake = errors([(ours[name], ref[name].double()) for ref, ours, _ in draws])
+            e_fla = errors([(theirs[name], ref[name].double()) for ref, _, theirs in draws])
             ok = (e_cake["finite"] and e_cake["rel_rms"] <= 1e-2 and e_cake["max_abs_rel"] <= 2e-2
                   and e_cake["rel_rms"] <= 1.1 * e_fla["rel_rms"])
             print(f"{case:22s} {name:12s} {e_cake['rel_rms']:12.2e} {e_fla['rel_rms']:12.2e} "

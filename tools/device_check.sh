@@ -4,7 +4,8 @@
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
 # Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, ncu.txt,
 # gpu_tests.log, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool returns at most 8).
-# CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases).
+# CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases),
+# CAKE_ACCURACY_SEEDS the draws per case (--seeds; errors pooled over them).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on failure; "profile" adds Nsight Compute on one forward +
 # backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
@@ -97,7 +98,8 @@ if [[ $stages == *" stalls "* ]]; then
   tail -3 "$OUT/ncu_stalls.txt"
 fi
 if [[ $stages == *" accuracy "* ]]; then
-  python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} 2>&1
+  python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} \
+    ${CAKE_ACCURACY_SEEDS:+--seeds $CAKE_ACCURACY_SEEDS} 2>&1
 fi
 if [[ $stages == *" bench "* ]]; then
   python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1

@@ -17,7 +17,16 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r tools/requirements-dev.txt
+# torch from PyPI brings its CUDA libraries: about 5.5 GB installed. Without a wheel cache pip needs
+# that much once, not twice (a CI run failed with ENOSPC while the cache held a second copy).
+pip_install=(.venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir)
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+  if [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
+    echo "setup: warning: $((free_kb / 1024)) MiB free here; installing torch needs about 5.5 GiB" >&2
+  fi
+fi
+"${pip_install[@]}" -r tools/requirements-dev.txt
 
 # CUDA kernels are built when nvcc is there (CAKE_CUDA=OFF skips them); no GPU is needed to build.
 if [ -z "${CAKE_CUDA:-}" ]; then
@@ -25,5 +34,4 @@ if [ -z "${CAKE_CUDA:-}" ]; then
 fi
 export CAKE_CUDA
 echo "setup: building cake (CAKE_CUDA=$CAKE_CUDA)"
-.venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
-  -Ccmake.define.CAKE_CUDA="$CAKE_CUDA" .
+"${pip_install[@]}" --no-build-isolation --no-deps -Ccmake.define.CAKE_CUDA="$CAKE_CUDA" .

@@ -1,10 +1,11 @@
-// Helpers of the stage-level GPU checks (kkt_check.cu, walk_bwd_check.cu): host <-> device copies,
-// the kernels' Problem of a packed batch, a median time.
+// Helpers of the GPU checks (gdn_check.cpp, kkt_check.cu, walk_bwd_check.cu): host <-> device
+// copies, the kernels' Problem of a packed batch, a median time, errors against a reference.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +64,45 @@ float median_ms(Launch const& launch, int runs) {
   cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Workload A of bench/workloads.json, the shape every check times: its documents and heads.
+inline std::vector<int32_t> const kWorkloadADocs{98304, 65536, 57344, 40960};
+inline constexpr int kWorkloadAH = 16;
+inline constexpr int kWorkloadAHV = 48;
+
+// cu_seqlens of packed documents of the given lengths.
+inline std::vector<int32_t> cu_seqlens_of(std::vector<int32_t> const& docs) {
+  std::vector<int32_t> cu{0};
+  for (int32_t const len : docs) cu.push_back(cu.back() + len);
+  return cu;
+}
+
+// Relative RMS and max-abs / max|ref| errors of got against ref (absolute where ref is all
+// zero); pass() is the accuracy gate of bench/workloads.json unless tighter bounds are given.
+struct Errors {
+  double rel_rms = 0, max_rel = 0;
+  bool finite = true;
+  bool pass(double rel_tol = 1e-2, double max_tol = 2e-2) const {
+    return finite && rel_rms <= rel_tol && max_rel <= max_tol;
+  }
+};
+
+inline Errors compare(std::vector<double> const& got, std::vector<double> const& ref) {
+  Errors e;
+  double num = 0, den = 0, max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) e.finite = false;
+    double const d = got[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+    max_err = std::max(max_err, std::abs(d));
+    max_ref = std::max(max_ref, std::abs(ref[i]));
+  }
+  e.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  e.max_rel = max_ref > 0 ? max_err / max_ref : max_err;
+  if (!e.finite) e.rel_rms = e.max_rel = NAN;
+  return e;
 }
 
 }  // namespace cake::testing

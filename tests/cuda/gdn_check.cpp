@@ -26,6 +26,7 @@
 #include "cake/cake.h"
 #include "abi_testing.hpp"
 #include "core/tensor.hpp"
+#include "cuda/device_testing.hpp"
 #include "cuda/kkt_check.hpp"
 #include "cuda/walk_bwd_check.hpp"
 
@@ -167,30 +168,8 @@ struct Case {
   bool beta_bf16 = false;
 };
 
-struct Errors {
-  double rel_rms = 0, max_rel = 0;
-  bool finite = true;
-  bool pass(double rel_tol = 1e-2, double max_tol = 2e-2) const {
-    return finite && rel_rms <= rel_tol && max_rel <= max_tol;
-  }
-};
-
-Errors compare(std::vector<double> const& got, std::vector<double> const& ref) {
-  Errors e;
-  double num = 0, den = 0, max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) e.finite = false;
-    double const d = got[i] - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-    max_err = std::max(max_err, std::abs(d));
-    max_ref = std::max(max_ref, std::abs(ref[i]));
-  }
-  e.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  e.max_rel = max_ref > 0 ? max_err / max_ref : max_err;
-  if (!e.finite) e.rel_rms = e.max_rel = NAN;
-  return e;
-}
+using cake::testing::compare;
+using cake::testing::Errors;
 
 std::mt19937_64 rng(20261129);
 
@@ -447,10 +426,10 @@ bool run_case(Case const& c) {
 void time_workload_a(bool once, bool small) {
   Case c;
   c.name = "workload A";
-  c.docs = {98304, 65536, 57344, 40960};
+  c.docs.assign(cake::testing::kWorkloadADocs.begin(), cake::testing::kWorkloadADocs.end());
   if (small) c.docs = {8192};
-  c.H = 16;
-  c.HV = 48;
+  c.H = cake::testing::kWorkloadAH;
+  c.HV = cake::testing::kWorkloadAHV;
   c.with_state = false;
   Problem p(c, int64_t{1} << 20);
   std::vector<std::vector<double>> unused;

@@ -21,7 +21,11 @@ using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
 using cake::testing::device_copy;
+using cake::testing::cu_seqlens_of;
 using cake::testing::host_copy;
+using cake::testing::kWorkloadADocs;
+using cake::testing::kWorkloadAH;
+using cake::testing::kWorkloadAHV;
 using cake::testing::make_problem;
 using cake::testing::median_ms;
 
@@ -43,8 +47,7 @@ struct KktCase {
 };
 
 bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
-  std::vector<int32_t> cu{0};
-  for (int len : kc.docs) cu.push_back(cu.back() + len);
+  std::vector<int32_t> const cu = cu_seqlens_of(kc.docs);
   int64_t const BT = cu.back();
   int const H = kc.H;
   int const HV = kc.HV;
@@ -194,9 +197,9 @@ bool check_kkt_solve() {
 }
 
 void time_kkt_solve() {
-  std::vector<int32_t> cu{0, 98304, 98304 + 65536, 98304 + 65536 + 57344, 262144};
-  int const H = 16;
-  int const HV = 48;
+  std::vector<int32_t> const cu = cu_seqlens_of(kWorkloadADocs);
+  int const H = kWorkloadAH;
+  int const HV = kWorkloadAHV;
   int64_t const BT = cu.back();
   Problem prob = make_problem(cu, H, HV);
   int32_t* cu_dev = device_copy(cu);

@@ -24,8 +24,14 @@ using bf16 = __nv_bfloat16;
 using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
+using cake::testing::compare;
 using cake::testing::device_copy;
+using cake::testing::Errors;
+using cake::testing::cu_seqlens_of;
 using cake::testing::host_copy;
+using cake::testing::kWorkloadADocs;
+using cake::testing::kWorkloadAH;
+using cake::testing::kWorkloadAHV;
 using cake::testing::make_problem;
 using cake::testing::median_ms;
 
@@ -156,31 +162,8 @@ std::vector<float> to_f32(std::vector<double>& x) {
   return out;
 }
 
-struct Error {
-  double rel_rms = 0, max_rel = 0;
-  bool finite = true;
-  bool pass() const { return finite && rel_rms <= 1e-2 && max_rel <= 2e-2; }
-};
-Error compare(std::vector<double> const& got, std::vector<double> const& ref) {
-  Error e;
-  double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    e.finite = e.finite && std::isfinite(got[i]);
-    double const d = got[i] - ref[i];
-    err2 += d * d;
-    ref2 += ref[i] * ref[i];
-    max_err = std::max(max_err, std::abs(d));
-    max_ref = std::max(max_ref, std::abs(ref[i]));
-  }
-  e.rel_rms = std::sqrt(err2 / std::max(ref2, 1e-300));
-  e.max_rel = max_err / std::max(max_ref, 1e-300);
-  if (!e.finite) e.rel_rms = e.max_rel = INFINITY;
-  return e;
-}
-
 bool run_case(WalkCase const& wc, std::mt19937& rng) {
-  std::vector<int32_t> cu{0};
-  for (int len : wc.docs) cu.push_back(cu.back() + len);
+  std::vector<int32_t> const cu = cu_seqlens_of(wc.docs);
   int64_t const BT = cu.back();
   int const H = wc.H, HV = wc.HV, N = static_cast<int>(wc.docs.size());
   int64_t const states = int64_t{N} * HV * K * K;
@@ -256,7 +239,7 @@ bool run_case(WalkCase const& wc, std::mt19937& rng) {
   auto widen = [](auto const& x) { return std::vector<double>(x.begin(), x.end()); };
   std::vector<double> dv;
   for (bf16 x : host_copy(b.dv, BT * HV * K)) dv.push_back(__bfloat162float(x));
-  std::vector<std::pair<char const*, Error>> const errors = {
+  std::vector<std::pair<char const*, Errors>> const errors = {
       {"dq", compare(dq, rq)},
       {"dk", compare(dk, rk)},
       {"dv", compare(dv, rv)},
@@ -296,11 +279,10 @@ bool check_walk_bwd() {
 }
 
 void time_walk_bwd() {
-  std::vector<int32_t> cu{0, 98304, 98304 + 65536, 98304 + 65536 + 57344, 262144};
+  int const H = kWorkloadAH, HV = kWorkloadAHV;
   Buffers b;
-  b.alloc(cu, 16, 48);
+  b.alloc(cu_seqlens_of(kWorkloadADocs), H, HV);
   int64_t const BT = b.prob.num_tokens;
-  int const H = 16, HV = 48;
   bool ok = b.ok;
   if (ok) {  // bytes that read as small bf16 / fp32 values (the timing does not depend on them)
     cudaMemset(b.q, 0x3c, BT * H * K * 2);

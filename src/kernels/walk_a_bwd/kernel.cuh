@@ -178,6 +178,27 @@ __device__ __forceinline__ void gate_sums(Tile64& acc, int m0, int n0, float* ga
   }
 }
 
+// One of C2's two [64 x 64] gradients on this warp's tile: dX = mask(A B) (i >= j), the gate sums
+// of X o dX (i > j; `first` stores them, else adds), then factor Gamma o dX -> x in place (each
+// thread overwrites only the elements of X it has read). X is T (dA) or P (dQK).
+template <class A, class B>
+__device__ __forceinline__ void masked_gate_grad(A const& a, B const& b, __nv_bfloat16* x,
+                                                 float factor, bool first, SharedStorage& s,
+                                                 int m0, int n0) {
+  Tile64 dx = {};
+  warp_tile_mma<kHeadDim, 1, 2>(a, b, m0, n0, dx);
+  gate_sums(dx, m0, n0, s.gate_row, s.gate_col, first, [&](int i, int jc, float& c) {
+    float const d = i >= jc ? c : 0.f;
+    float const xx = __bfloat162float(x[i * kLdC + jc]);
+    c = d;
+    return i > jc ? xx * d : 0.f;
+  });
+  for_each_acc_pair<1, 2>(m0, n0, dx, [&](int i, int jc, float& c0, float& c1) {
+    float2 const gate = causal_gates(s.gcum, i, jc);
+    st2(x, kLdC, i, jc, factor * gate.x * c0, factor * gate.y * c1);
+  });
+}
+
 __device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
                                            int64_t slot, int h, int hv) {
   int const HV = p.problem.num_v_heads;
@@ -395,40 +416,12 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     __syncthreads();  // B4: Z's readers of T done; Zs complete
 
     // ---- C2
-    {
-      Tile64 dt = {};
-      warp_tile_mma<kHeadDim, 1, 2>(RowMajor{s.ddelta, kLdBf16}, ColMajor{s.r, kLdBf16}, c_m0, c_n0,
-                                    dt);
-      gate_sums(dt, c_m0, c_n0, s.gate_row, s.gate_col, true, [&](int i, int jc, float& c) {
-        float const d = i >= jc ? c : 0.f;
-        float const tt = __bfloat162float(s.t[i * kLdC + jc]);
-        c = d;
-        return i > jc ? tt * d : 0.f;
-      });
-      for_each_acc_pair<1, 2>(c_m0, c_n0, dt, [&](int i, int jc, float& c0, float& c1) {
-        float2 const gate = causal_gates(s.gcum, i, jc);
-        float const e0 = gate.x;
-        float const e1 = gate.y;
-        st2(s.t, kLdC, i, jc, e0 * c0, e1 * c1);  // dA, after this thread read its T
-      });
-    }
-    {
-      Tile64 dp = {};
-      warp_tile_mma<kHeadDim, 1, 2>(RowMajor{s.dout, kLdBf16}, ColMajor{s.delta, kLdBf16}, c_m0,
-                                    c_n0, dp);
-      gate_sums(dp, c_m0, c_n0, s.gate_row, s.gate_col, false, [&](int i, int jc, float& c) {
-        float const d = i >= jc ? c : 0.f;
-        float const pp = __bfloat162float(s.p[i * kLdC + jc]);
-        c = d;
-        return i > jc ? pp * d : 0.f;
-      });
-      for_each_acc_pair<1, 2>(c_m0, c_n0, dp, [&](int i, int jc, float& c0, float& c1) {
-        float2 const gate = causal_gates(s.gcum, i, jc);
-        float const e0 = gate.x;
-        float const e1 = gate.y;
-        st2(s.p, kLdC, i, jc, scale * e0 * c0, scale * e1 * c1);  // dQK, after reading P
-      });
-    }
+    // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t (in place)
+    masked_gate_grad(RowMajor{s.ddelta, kLdBf16}, ColMajor{s.r, kLdBf16}, s.t, 1.f, true, s, c_m0,
+                     c_n0);
+    // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p (in place)
+    masked_gate_grad(RowMajor{s.dout, kLdBf16}, ColMajor{s.delta, kLdBf16}, s.p, scale, false, s,
+                     c_m0, c_n0);
     __syncthreads();  // B5: dA, dQK complete; dDelta and R no longer read
 
     // ---- D1

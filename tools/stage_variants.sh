@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the C++ GPU check (cake_cuda_check) of several git refs into .devpkg/variants/<name>.xz,
+# for tools/time_variants.sh to time them side by side in one device call (each variant is a
+# branch that changes a kernel; the check's --walk-bwd stage check and timing need no Python).
+#   bash tools/stage_variants.sh main next/bwd-8warps ...     (after tools/stage_device.sh)
+# Uses build/py312 (configured by tools/stage_device.sh) and restores the checked-out ref.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "commit first"; exit 1; }
+back=$(git rev-parse --abbrev-ref HEAD)
+trap 'git checkout -q "$back"' EXIT  # also when stopped midway (a failed build, a closed pipe)
+mkdir -p .devpkg/variants
+for ref in "$@"; do
+  git checkout -q "$ref"
+  cmake --build build/py312 -j 8 --target cake_cuda_check >/dev/null
+  name=$(echo "$ref" | tr '/' '_')
+  strip --strip-unneeded -o ".devpkg/variants/$name" build/py312/cake_cuda_check
+  xz -9 -f ".devpkg/variants/$name"
+  echo "$name: $(git rev-parse --short HEAD)" | tee -a .devpkg/variants/REFS
+done
+du -sh .devpkg/variants

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On the GPU machine: the variants staged by tools/stage_variants.sh, side by side. Each one's
+# reverse-walk stage check against FP64 (cake_cuda_check --walk-bwd --no-time), then ROUNDS rounds
+# (default 2) that time every variant at workload A in turn (the check's --time: forward and
+# backward in recompute and saved modes, no states; then --walk-bwd --time: kkt_solve + h-walk +
+# walk_a_bwd with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
+# a difference between the halves.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p /tmp/variants
+names=()
+for f in .devpkg/variants/*.xz; do
+  n=$(basename "$f" .xz)
+  python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
+    "$f" "/tmp/variants/$n" && chmod +x "/tmp/variants/$n" && names+=("$n")
+done
+cat .devpkg/variants/REFS
+for n in "${names[@]}"; do
+  echo "== $n: stage check"
+  timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "walk_a_bwd|FAIL|ERROR"
+done
+reversed=()
+for ((i = ${#names[@]} - 1; i >= 0; --i)); do reversed+=("${names[i]}"); done
+for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
+  if ((r % 2 == 0)); then order=("${names[@]}"); else order=("${reversed[@]}"); fi
+  for n in "${order[@]}"; do
+    "/tmp/variants/$n" --time 2>&1 | grep -E "^workload A.*mode" | sed "s/^workload A ([^)]*)/$n/"
+    # the backward stages alone, with states (dh0 wanted)
+    echo "$n $("/tmp/variants/$n" --walk-bwd --time 2>&1 | tail -1)"
+  done
+done
