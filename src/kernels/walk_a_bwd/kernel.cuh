@@ -18,7 +18,7 @@
 //       dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP (-> p, in place)
 //   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K;
 //       <Q, dO h^T> by rows (= <dO, Q h>, so Q h is never formed)
-//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers; when dh0 is wanted, eO as bf16 hi + lo
+//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers; with an initial state, eO as bf16 hi + lo
 //       parts, lo -> dout);  dL = -strict(Y A^T) (-> t), M = beta dL
 //   D3: dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K);  <dL K, K> and
 //       <Zs h^T, K> = -beta e <Z, K h> by rows (so that K h need not live past A)
@@ -457,10 +457,11 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     }
     __syncthreads();  // B6: eO, Y complete; dA and dO no longer read
 
-    // eO's rounding residual, when dh0 is wanted: bf16(eO) costs dh0 ~1.4x FLA's error (whose
-    // product runs in TF32), and nothing else measurably (tools/precision/walk_bwd_rounding.cpp).
+    // eO's rounding residual, with an initial state (Params::eo_split): bf16(eO) costs dh0 ~1.4x
+    // FLA's error (whose product runs in TF32), and nothing else measurably
+    // (tools/precision/walk_bwd_rounding.cpp).
     // eO_lo = bf16(s e dO - bf16(s e dO)) -> dout, in place (each thread its own elements)
-    bool const eo_split = p.dh0 != nullptr;  // the same for every thread: the barrier is safe
+    bool const eo_split = p.eo_split;  // the same for every thread: the barrier is safe
     if (eo_split) {
       for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
         int const i = idx / (kHeadDim / 2);
