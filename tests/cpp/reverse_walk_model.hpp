@@ -23,7 +23,8 @@
 //     dK     = -(beta e) o (Z h^T) + dQK^T Q + ebar o (Delta dS^T) + (M + M^T) K,
 //              M = diag(beta) dL
 //     dbeta  = rowdot(Z, Rt) + rowdot(dL, K K^T)
-//     dG     = e o (s rowdot(dO, Q h) - beta o rowdot(Z, K h))
+//     dG     = e o (s rowdot(Q, dO h^T) - beta o rowdot(Z, K h))   (rowdot(Q, dO h^T) =
+//              rowdot(dO, Q h): the reverse step reuses dq's dO h^T and never forms Q h)
 //              - ebar o rowdot(K dS, Delta) (+ its sum at the last row) + gamma <dS, h> (last row)
 //              + rowsum(T o dT) - colsum(T o dT) + rowsum(P o dP) - colsum(P o dP)
 //     dg     = reverse cumsum of dG within the chunk
@@ -259,10 +260,10 @@ inline void reverse_walk_backward(ref::Shape const& shape, ref::Inputs const& in
           double z_rt = 0, o_qh = 0, z_kh = 0, kds_delta = 0;
           for (int64_t x = 0; x < dv; ++x) {
             z_rt += Z[i * dv + x] * f.Rt[i * dv + x];
-            o_qh += dO[i * dv + x] * f.Qh[i * dv + x];
             z_kh += Z[i * dv + x] * f.Kh[i * dv + x];
             kds_delta += KdS[i * dv + x] * f.Delta[i * dv + x];
           }
+          for (int64_t x = 0; x < dk; ++x) o_qh += Q[i * dk + x] * dOht[i * dk + x];
           double l_kk = 0;
           for (int64_t k = 0; k < i; ++k) l_kk += dL[i * c + k] * f.KKt[i * c + k];
           grad.dbeta[(t0 + i) * HV + hv] = z_rt + l_kk;

@@ -136,6 +136,7 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.dbeta = dbeta.data();
     p.dg = dg.data();
     p.dh0 = dh0.data();
+    p.eo_split = c.states;
     EXPECT_EQ(kn::walk_a_bwd::launch(p, nullptr), cudaSuccess);
   }
   // dq, dk per value head, summed over each q/k head's value heads

@@ -61,7 +61,8 @@ struct OpRun {
   Grads grads;
 };
 
-OpRun run_op(Problem const& pr, bool saved_mode) {
+// all_grads = false: dq, dk and dh0 absent (as a caller that freezes q, k and the initial state).
+OpRun run_op(Problem const& pr, bool saved_mode, bool all_grads = true) {
   int64_t const BT = pr.BT;
   cakeOptions_t options{};
   options.struct_size = sizeof options;
@@ -117,6 +118,7 @@ OpRun run_op(Problem const& pr, bool saved_mode) {
   ba.dg = view(gr.dg.data(), cakeFloat32, {1, BT, pr.HV});
   ba.dbeta = view(gr.dbeta.data(), cakeFloat32, {1, BT, pr.HV});
   ba.dh0 = view(gr.dh0.data(), cakeFloat32, {pr.N, pr.HV, K, K});
+  if (!all_grads) ba.dq = ba.dk = ba.dh0 = cakeTensor_t{};
   Guarded bws(cake::ops::gdn_cuda_backward_workspace_bytes(options, ba));
   cake::ops::gdn_cuda_backward(options, ba, saved_mode ? saved.data : nullptr, bws.data, bws.bytes,
                                nullptr);
@@ -180,6 +182,27 @@ TEST(EmulatedOp, BothModesMatchTheFp64ReferenceAndEachOtherBitwise) {
     EXPECT_TRUE(e.finite && e.rel_rms() <= 2e-2 && e.max_rel() <= 4e-2) << name;
   }
   std::printf("\n");
+}
+
+// A gradient left absent changes no other bit: the backward's arithmetic does not depend on which
+// gradients are wanted (the H200 test test_absent_gradients caught dv moving with dh0 once, when
+// walk_a_bwd keyed eO's hi + lo split on dh0), and nothing is written where one is absent.
+TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  Case const c{"docs 1,64,65 GVA 1/2", {1, 64, 65}};
+  Problem const pr = cake::gdn_testing::make_problem(c, rng);
+  OpRun const full = run_op(pr, false);
+  OpRun const part = run_op(pr, false, false);
+  EXPECT_TRUE(bitwise_equal(full.grads.dv, part.grads.dv)) << "dv moved with dq, dk, dh0 absent";
+  EXPECT_TRUE(bitwise_equal(full.grads.dg, part.grads.dg)) << "dg moved with dq, dk, dh0 absent";
+  EXPECT_TRUE(bitwise_equal(full.grads.dbeta, part.grads.dbeta))
+      << "dbeta moved with dq, dk, dh0 absent";
+  EXPECT_TRUE(bitwise_equal(part.grads.dq, poisoned<bf16>(part.grads.dq.size())) &&
+              bitwise_equal(part.grads.dk, poisoned<bf16>(part.grads.dk.size())) &&
+              bitwise_equal(part.grads.dh0, poisoned<float>(part.grads.dh0.size())))
+      << "an absent gradient's buffer was written";
 }
 
 }  // namespace

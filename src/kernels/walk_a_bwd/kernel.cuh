@@ -9,18 +9,22 @@
 //
 // Per chunk (e = e^G, ebar = e^{G_last - G}, gamma = e^{G_last}, Gamma_ij = e^{G_i - G_j} for
 // i >= j; rows past the chunk's end are zero in every tile, so every product sees zeros there):
-//   A:  Q h, K h;  <dO, Q h> by rows;  Rt = V - e (K h) (-> v);  R = beta Rt (-> r);  K dS;
+//   A:  K h;  Rt = V - e (K h) (fp32, registers);  R = beta Rt (-> r);  K dS;
 //       <dS, h>;  T = Gamma o A (-> t);  P = causal(s Q K^T o Gamma) (-> p)
 //   B:  Delta = T R (-> delta);  <K dS, Delta> by rows;  dDelta = ebar (K dS) + P^T dO (-> ddelta)
-//   C1: Z = T^T dDelta;  <Z, Rt> by rows;  dv = beta Z;  Zs = -beta e Z (-> v)
+//   C1: Z = T^T dDelta, its diagonal term from fp32 dDelta;  <Z, Rt> by rows (fp32 Rt);
+//       dv = beta Z;  Zs = -beta e Z (-> v)
 //   C2: dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT (-> t, in place);
 //       dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP (-> p, in place)
-//   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K
-//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers);  dL = -strict(Y A^T) (-> t), M = beta dL
+//   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K;
+//       <Q, dO h^T> by rows (= <dO, Q h>, so Q h is never formed)
+//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers; with an initial state, eO as bf16 hi + lo
+//       parts, lo -> dout);  dL = -strict(Y A^T) (-> t), M = beta dL
 //   D3: dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K);  <dL K, K> and
 //       <Zs h^T, K> = -beta e <Z, K h> by rows (so that K h need not live past A)
 //   E:  (warp 0) dbeta = <Z, Rt> + <dL K, K>;  dG from the row sums (the terms that cancel
-//       exactly left out, as in the model); dg = reverse cumsum of dG
+//       exactly left out, as in the model); dg = reverse cumsum of dG. It runs while the next
+//       chunk's tiles load (the row sums live until that chunk's first barrier; G is copied).
 // dq and dk are this value head's terms, fp32 [BT, HV, K]: a reduction over the value heads of
 // a q/k head follows (and the L2-norm backward).
 //
@@ -50,7 +54,7 @@ inline constexpr int kParts = 4;         // column parts of a [64 x 128] or [64 
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];       // [64 x 128]
   __nv_bfloat16 k[kChunk * kLdBf16];       // [64 x 128]
-  __nv_bfloat16 v[kChunk * kLdBf16];       // [64 x 128] V; Rt; then Zs = -beta e Z
+  __nv_bfloat16 v[kChunk * kLdBf16];       // [64 x 128] V; then Zs = -beta e Z
   __nv_bfloat16 dout[kChunk * kLdBf16];    // [64 x 128]
   __nv_bfloat16 h[kHeadDim * kLdBf16];     // [128 x 128] the chunk's start state
   __nv_bfloat16 ds[kHeadDim * kLdBf16];    // [128 x 128] bf16(dS) of the chunk's end state
@@ -61,8 +65,9 @@ struct SharedStorage {
   __nv_bfloat16 delta[kChunk * kLdBf16];   // [64 x 128] Delta
   __nv_bfloat16 ddelta[kChunk * kLdBf16];  // [64 x 128] dDelta; then eO = s e dO
   float gcum[kChunk];                      // G; rows past the end repeat G of the last token
+  float g_prev[kChunk];                    // the previous chunk's G, for its E
   float beta[kChunk];                      // beta; 0 past the end
-  float oqh[kParts * kChunk];              // row sums <dO, Q h>
+  float oqh[kParts * kChunk];              // row sums <Q, dO h^T> = <dO, Q h>
   float zkh[kParts * kChunk];              // <Zs h^T, K> = -beta e <Z, K h>
   float zrt[kParts * kChunk];              // <Z, Rt>
   float kdsd[kParts * kChunk];             // <K dS, Delta>
@@ -206,6 +211,63 @@ __device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, in
   cp_async_commit();
 }
 
+// E (warp 0; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
+// reverse cumsum dg from its row sums and G (g_prev), which stay in shared memory until the next
+// chunk's B1.
+__device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const& p, int64_t t0,
+                                            int len, int hv) {
+  int const lane = threadIdx.x % 32;
+  int const HV = p.problem.num_v_heads;
+  float const scale = p.problem.scale;
+  float const g_last = s.g_prev[len - 1];
+  float dg_row[2], dbeta_row[2], tail = 0.f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    float const gi = s.g_prev[i];
+    float const e = __expf(gi);
+    float const kd = sum_parts<kChunk, kParts>(s.kdsd, i);
+    float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
+    dbeta_row[half] = sum_parts<kChunk, kParts>(s.zrt, i) + sum_parts<kChunk, kParts>(s.dlk, i);
+    dg_row[half] = e * scale * sum_parts<kChunk, kParts>(s.oqh, i) +
+                   sum_parts<kChunk, kParts>(s.zkh, i) +
+                   sum_parts<kChunk, kParts>(s.gate_row, i) -
+                   sum_parts<kChunk, kParts>(s.gate_col, i) - t_i;
+    tail += t_i;
+  }
+  for (int d = 16; d > 0; d /= 2) tail += __shfl_xor_sync(0xffffffffu, tail, d);
+  float const dsh = sum_parts<1, kWarps>(s.dsh, 0);
+  float const extra = __expf(g_last) * dsh + tail;  // the last row's terms through G_last
+  if (lane == len - 1) dg_row[0] += extra;
+  if (lane + 32 == len - 1) dg_row[1] += extra;
+  // dg_i = sum over rows r >= i of dG_r: suffix sums of the upper half, then the lower half
+  // plus the upper half's total
+  float hi = dg_row[1];
+  float lo = dg_row[0];
+  for (int d = 1; d < 32; d *= 2) {
+    float const a = __shfl_down_sync(0xffffffffu, hi, d);
+    float const b = __shfl_down_sync(0xffffffffu, lo, d);
+    if (lane + d < 32) {
+      hi += a;
+      lo += b;
+    }
+  }
+  lo += __shfl_sync(0xffffffffu, hi, 0);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    if (i < len) {
+      int64_t const row = (t0 + i) * HV + hv;
+      if (p.dg != nullptr) p.dg[row] = half == 0 ? lo : hi;
+      if (p.dbeta == nullptr) continue;
+      if (p.dbeta_is_bf16)
+        static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
+      else
+        static_cast<float*>(p.dbeta)[row] = dbeta_row[half];
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
@@ -237,11 +299,14 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
   int const c_n0 = 16 * (warp % 4);
   __nv_bfloat16* const m = s.r + kChunk * kLdC;  // M, [64 x 64] with rows of 64
 
-  for (int64_t j = span.num_chunks() - 1; j >= 0; --j) {
+  int64_t const num_chunks = span.num_chunks();
+  for (int64_t j = num_chunks - 1; j >= 0; --j) {
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
-    __syncthreads();  // B0: the previous chunk's readers of every tile and sum are done
+    // (the previous chunk's B8: its readers of every tile are done)
     load_chunk(s, p, t0, len, span.slot0 + j, hk, hv);
+    if (warp == 0 && j + 1 < num_chunks)  // E of the previous chunk, under the loads
+      finish_rows(s, p, t0 + kChunk, span.chunk_len(j + 1), hv);
     store_acc_bf16<1, kStateCols / 8>(row0, col0, ds, s.ds, kLdBf16);
     cp_async_wait<0>();
     __syncthreads();  // B1: the chunk's tiles and bf16(dS) visible
@@ -259,25 +324,19 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     float const b_hi = s.beta[o_row + 8];
     auto const by_row = [](int i, float lo, float hi) { return i % 16 < 8 ? lo : hi; };
 
-    {  // Q h, K h; <dO, Q h> by rows; Rt = V - e (K h) -> v in place (each thread its own
-       // elements); R = beta Rt -> r
-      Tile qh = {};
-      Tile kh = {};
-      warp_tile_mma_shared_b<kHeadDim, 1, kOutNi>(RowMajor{s.q, kLdBf16}, RowMajor{s.k, kLdBf16},
-                                                  RowMajor{s.h, kLdBf16}, o_m0, o_n0, qh, kh);
-      float lo, hi;
-      dot_rows(qh, s.dout, kLdBf16, o_m0, o_n0, lo, hi);
-      store_row_parts(lo, hi, s.oqh, o_part, o_m0);
-      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kh, [&](int i, int c, float& c0, float& c1) {
-        float2 const vv = ld2(s.v, kLdBf16, i, c);
-        float const e = by_row(i, e_lo, e_hi);
-        float const b = by_row(i, b_lo, b_hi);
-        float const r0 = vv.x - e * c0;
-        float const r1 = vv.y - e * c1;
-        st2(s.v, kLdBf16, i, c, r0, r1);
-        st2(s.r, kLdBf16, i, c, b * r0, b * r1);
-      });
-    }
+    // K h, then Rt = V - e (K h) in place: fp32 in registers until <Z, Rt> (C1), which a bf16
+    // copy would make ~1.2x less accurate; R = beta Rt -> r
+    Tile rt = {};
+    warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.h, kLdBf16}, o_m0, o_n0,
+                                       rt);
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, rt, [&](int i, int c, float& c0, float& c1) {
+      float2 const vv = ld2(s.v, kLdBf16, i, c);
+      float const e = by_row(i, e_lo, e_hi);
+      float const b = by_row(i, b_lo, b_hi);
+      c0 = vv.x - e * c0;
+      c1 = vv.y - e * c1;
+      st2(s.r, kLdBf16, i, c, b * c0, b * c1);
+    });
     Tile kds = {};  // K dS; then dDelta
     warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.ds, kLdBf16}, o_m0, o_n0,
                                        kds);
@@ -330,15 +389,20 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.p, kLdC}, RowMajor{s.dout, kLdBf16}, o_m0, o_n0,
                                      kds);
     store_acc_bf16<1, kOutNi>(o_m0, o_n0, kds, s.ddelta, kLdBf16);
+    // dDelta - bf16(dDelta): Z's diagonal term T_ii dDelta_i (T_ii = 1) in fp32, not bf16
+    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kds, [&](int, int, float& c0, float& c1) {
+      c0 -= __bfloat162float(__float2bfloat16_rn(c0));
+      c1 -= __bfloat162float(__float2bfloat16_rn(c1));
+    });
     __syncthreads();  // B3: Delta, dDelta complete
 
     // ---- C1
     {
-      Tile z = {};
+      Tile& z = kds;  // Z = T^T dDelta, from dDelta's rounding residual on the diagonal
       warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.t, kLdC}, RowMajor{s.ddelta, kLdBf16}, o_m0, o_n0,
                                        z);
       float lo, hi;
-      dot_rows(z, s.v, kLdBf16, o_m0, o_n0, lo, hi);
+      dot_rows(z, rt, lo, hi);
       store_row_parts(lo, hi, s.zrt, o_part, o_m0);
       for_each_acc_pair<1, kOutNi>(o_m0, o_n0, z, [&](int i, int c, float& c0, float& c1) {
         float const b = by_row(i, b_lo, b_hi);
@@ -346,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
         if (p.dv != nullptr && i < len)  // p in the constant bank: no register for the test
           *reinterpret_cast<__nv_bfloat162*>(p.dv + ((t0 + i) * HV + hv) * kHeadDim + c) =
               __floats2bfloat162_rn(b * c0, b * c1);
-        st2(s.v, kLdBf16, i, c, -be * c0, -be * c1);  // Zs, after this thread read its Rt
+        st2(s.v, kLdBf16, i, c, -be * c0, -be * c1);  // Zs
       });
     }
     __syncthreads();  // B4: Z's readers of T done; Zs complete
@@ -377,6 +441,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
       Tile dq = {};
       warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16}, o_m0,
                                          o_n0, dq);
+      float lo, hi;
+      dot_rows(dq, s.q, kLdBf16, o_m0, o_n0, lo, hi);
+      store_row_parts(lo, hi, s.oqh, o_part, o_m0);
       for_each_acc_pair<1, kOutNi>(o_m0, o_n0, dq, [&](int i, int, float& c0, float& c1) {
         float const se = scale * by_row(i, e_lo, e_hi);
         c0 *= se;
@@ -388,7 +455,24 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
         if (i < len) *reinterpret_cast<float2*>(out + i * v_stride + c) = make_float2(c0, c1);
       });
     }
-    __syncthreads();  // B6: eO, Y complete; dA no longer read
+    __syncthreads();  // B6: eO, Y complete; dA and dO no longer read
+
+    // eO's rounding residual, with an initial state (Params::eo_split): bf16(eO) costs dh0 ~1.4x
+    // FLA's error (whose product runs in TF32), and nothing else measurably
+    // (tools/precision/walk_bwd_rounding.cpp).
+    // eO_lo = bf16(s e dO - bf16(s e dO)) -> dout, in place (each thread its own elements)
+    bool const eo_split = p.eo_split;  // the same for every thread: the barrier is safe
+    if (eo_split) {
+      for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
+        int const i = idx / (kHeadDim / 2);
+        int const c = idx % (kHeadDim / 2) * 2;
+        float const se = scale * __expf(s.gcum[i]);
+        float2 const d = ld2(s.dout, kLdBf16, i, c);
+        float2 const hi = ld2(s.ddelta, kLdBf16, i, c);
+        st2(s.dout, kLdBf16, i, c, se * d.x - hi.x, se * d.y - hi.y);
+      }
+      __syncthreads();  // B6b: eO_lo complete
+    }
 
     // ---- D2: dS of the previous chunk's end (registers; bf16(dS) in ds stays the old one)
     for_each_acc_pair<1, kStateCols / 8>(row0, col0, ds, [&](int, int, float& c0, float& c1) {
@@ -397,6 +481,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     });
     warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.q, kLdBf16}, RowMajor{s.ddelta, kLdBf16},
                                              row0, col0, ds);
+    if (eo_split)
+      warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.q, kLdBf16}, RowMajor{s.dout, kLdBf16},
+                                               row0, col0, ds);
     warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.k, kLdBf16}, RowMajor{s.v, kLdBf16}, row0,
                                              col0, ds);
     {  // dL = -strict(Y A^T) -> t, M = beta dL -> m
@@ -444,58 +531,16 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
         if (i < len) *reinterpret_cast<float2*>(out + i * v_stride + c) = make_float2(c0, c1);
       });
     }
-    __syncthreads();  // B8: every row sum complete
-
-    // ---- E: dbeta, dG and its reverse cumsum, by warp 0 (lane l: rows l and l + 32)
+    // E of this chunk runs after the next chunk's loads are issued (its row sums stay until the
+    // next chunk's B1): G is kept for it now, before B8 lets those loads overwrite gcum
     if (warp == 0) {
-      float dg_row[2], dbeta_row[2], tail = 0.f;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int const i = lane + 32 * half;
-        float const gi = s.gcum[i];
-        float const e = __expf(gi);
-        float const kd = sum_parts<kChunk, kParts>(s.kdsd, i);
-        float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
-        dbeta_row[half] = sum_parts<kChunk, kParts>(s.zrt, i) + sum_parts<kChunk, kParts>(s.dlk, i);
-        dg_row[half] = e * scale * sum_parts<kChunk, kParts>(s.oqh, i) +
-                       sum_parts<kChunk, kParts>(s.zkh, i) +
-                       sum_parts<kChunk, kParts>(s.gate_row, i) -
-                       sum_parts<kChunk, kParts>(s.gate_col, i) - t_i;
-        tail += t_i;
-      }
-      for (int d = 16; d > 0; d /= 2) tail += __shfl_xor_sync(0xffffffffu, tail, d);
-      float const dsh = sum_parts<1, kWarps>(s.dsh, 0);
-      float const extra = gamma * dsh + tail;  // the last row's terms through G_last
-      if (lane == len - 1) dg_row[0] += extra;
-      if (lane + 32 == len - 1) dg_row[1] += extra;
-      // dg_i = sum over rows r >= i of dG_r: suffix sums of the upper half, then the lower half
-      // plus the upper half's total
-      float hi = dg_row[1];
-      float lo = dg_row[0];
-      for (int d = 1; d < 32; d *= 2) {
-        float const a = __shfl_down_sync(0xffffffffu, hi, d);
-        float const b = __shfl_down_sync(0xffffffffu, lo, d);
-        if (lane + d < 32) {
-          hi += a;
-          lo += b;
-        }
-      }
-      lo += __shfl_sync(0xffffffffu, hi, 0);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int const i = lane + 32 * half;
-        if (i < len) {
-          int64_t const row = (t0 + i) * HV + hv;
-          if (p.dg != nullptr) p.dg[row] = half == 0 ? lo : hi;
-          if (p.dbeta == nullptr) continue;
-          if (p.dbeta_is_bf16)
-            static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
-          else
-            static_cast<float*>(p.dbeta)[row] = dbeta_row[half];
-        }
-      }
+      s.g_prev[lane] = s.gcum[lane];
+      s.g_prev[lane + 32] = s.gcum[lane + 32];
     }
+    __syncthreads();  // B8: every row sum and g_prev complete; every tile's readers done
+
   }
+  if (warp == 0 && num_chunks > 0) finish_rows(s, p, span.begin, span.chunk_len(0), hv);
 
   if (p.dh0 != nullptr) store_state_rows<kStateCols>(ds, row0, p.dh0, state_offset + col0);
 #endif

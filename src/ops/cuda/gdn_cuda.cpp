@@ -263,6 +263,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   wp.dg = ptr<float>(args.dg);
   wp.dh0 = ptr<float>(args.dh0);
+  wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
   check_cuda(kernels::walk_a_bwd::launch(wp, stream), "walk_a_bwd launch");
   if (p.num_tokens == 0) return;
 
