@@ -1,6 +1,7 @@
 // The instructions of kernels/common/ptx.cuh on the CPU emulator (runtime.hpp): the same
 // functions, computed from the fragment layouts that ptx.cuh documents (PTX ISA, "Matrix Fragments
-// for mma.m16n8k16" / "m16n8k8", and ldmatrix). Warp-wide instructions meet the warp's 32 lanes.
+// for mma.m16n8k16" / "m16n8k8", and ldmatrix). Warp-wide instructions meet the warp's 32 lanes;
+// wgmma meets the warpgroup's 128 threads (emu/wgmma.hpp); named barriers are the runtime's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 
 #include "emu/runtime.hpp"
+#include "emu/wgmma.hpp"
 
 namespace cake::kernels {
 
@@ -177,6 +179,51 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], void const* smem) {
   auto const out = emu::warp_meet<void const*, emu_detail::Frag4>(
       smem, &emu_detail::ldmatrix_op<true>, "ldmatrix.trans");
   std::memcpy(r, out.r, sizeof out.r);
+}
+
+template <int kTransA, int kTransB>
+void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
+  emu::wgmma_issue(32, kTransA != 0, kTransB != 0, d, desc_a, desc_b);
+}
+template <int kTransA, int kTransB>
+void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  emu::wgmma_issue(64, kTransA != 0, kTransB != 0, d, desc_a, desc_b);
+}
+template <int kTransA, int kTransB>
+void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  emu::wgmma_issue(128, kTransA != 0, kTransB != 0, d, desc_a, desc_b);
+}
+
+// The compiler already sees the accumulators escape into the emulator at issue and wait; the
+// proxy fence orders nothing here (shared memory is plain memory, written in program order).
+template <int kN>
+void fence_accumulators(float (&)[kN]) {}
+inline void fence_proxy_async_shared() {}
+
+inline void wgmma_fence() { emu::wgmma_fence(); }
+inline void wgmma_commit() { emu::wgmma_commit(); }
+template <int kPending>
+void wgmma_wait() {
+  emu::wgmma_wait(kPending);
+}
+
+inline void named_barrier_sync(int id, int num_threads) {
+  emu::named_barrier(id, num_threads, true);
+}
+inline void named_barrier_arrive(int id, int num_threads) {
+  emu::named_barrier(id, num_threads, false);
+}
+
+// No register budget to move on the CPU; the bounds are checked as on the GPU path.
+template <int kRegs>
+void setmaxnreg_inc() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256,
+                "setmaxnreg: a multiple of 8 in 24 .. 256");
+}
+template <int kRegs>
+void setmaxnreg_dec() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256,
+                "setmaxnreg: a multiple of 8 in 24 .. 256");
 }
 
 }  // namespace cake::kernels

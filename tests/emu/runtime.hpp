@@ -2,14 +2,26 @@
 // unchanged, on a machine without a GPU (CI) and is checked against the FP64 reference there.
 //
 // What it is: every CUDA thread of a block is a fiber (own stack) on one OS thread; blocks run one
-// after another. __syncthreads is a barrier of the block's fibers; warp-collective operations
-// (shuffles, ballot, ldmatrix, mma.sync) meet the warp's 32 fibers and are computed once all have
-// arrived, from the fragment layouts PTX documents (emu/ptx.hpp). cp.async copies at once.
-// What it checks: each kernel's indexing, fragment layouts, barriers placed so that a thread
-// never waits forever, outputs written where they belong (the tests poison outputs and shared
-// memory). What it does not: timing, races between threads of one barrier phase (fibers run to
+// after another. __syncthreads is a barrier of the block's fibers, and named barriers (bar.sync /
+// bar.arrive id, count) count whole warps as the hardware does; warp-collective operations
+// (shuffles, ballot, ldmatrix, mma.sync) meet the warp's 32 fibers and warpgroup ones (wgmma and
+// its fence / commit / wait) the warpgroup's 128, and are computed once all have arrived, from the
+// fragment layouts PTX documents (emu/ptx.hpp, emu/wgmma.cpp). cp.async copies at once. wgmma is
+// asynchronous as on the GPU: it reads its operands (descriptors into the block's shared memory,
+// unswizzled canonical layouts) and accumulators at issue, and writes the product into the
+// accumulator registers at the wgmma_wait that completes its group.
+// What it checks: each kernel's indexing, fragment layouts and descriptors, barriers placed so
+// that a thread never waits forever (a deadlock throws, naming where the threads wait), outputs
+// written where they belong (the tests poison outputs and shared memory); for wgmma, that its
+// shared-memory operands and its accumulator registers are left alone until the wait that
+// completes it, and that no warpgroup exits with a product in flight.
+// What it does not: timing, races between threads of one barrier phase (fibers run to
 // their next meeting point one at a time, so a read-before-write race within a phase can go
-// unseen), bitwise equality with the GPU (products are summed in another order, __expf is exact).
+// unseen), the proxy fences (fence_proxy_async_shared, wgmma_fence: the order they guard is
+// the fibers' program order here), swizzled wgmma layouts, register budgets (setmaxnreg is a
+// no-op), warps with exited lanes at a named barrier (the GPU counts the warp; here its lanes
+// never meet: a deadlock), bitwise equality with the GPU (products are summed in another order,
+// __expf is exact).
 //
 // Include this before any kernel header; build with CAKE_EMULATE defined (common/ptx.cuh then
 // takes its instructions from emu/ptx.hpp).
@@ -22,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <type_traits>
 
@@ -43,17 +56,42 @@ Dim3 const& grid_dim();
 // Runs `body` as every thread of every block of `grid`, blocks in order (x fastest). Before each
 // block, `shared` (the kernel's dynamic shared memory) is filled with 0xff bytes (NaN as fp32 and
 // bf16), so that reading what the block did not write shows. Throws std::runtime_error on a
-// deadlock (threads waiting at different barriers, or a warp collective a lane never reaches).
+// deadlock (threads waiting at different barriers, a named barrier that cannot complete, a warp
+// or warpgroup collective a thread never reaches), on a warpgroup ending with wgmma in flight, and
+// with what an emulated instruction throws (a wgmma operand changed before its wait, ...).
 void launch(Dim3 grid, Dim3 block, std::span<char> shared, std::function<void()> const& body);
 
 // __syncthreads: waits for every thread of the block that has not exited.
 void sync_block();
+
+// bar.sync (wait) / bar.arrive (!wait) id, num_threads: barrier `id` (0 .. 15; its state is
+// apart from __syncthreads's) completes once num_threads threads (a multiple of 32) have arrived.
+// The warp's 32 lanes meet first and arrive as one warp, as on the GPU; a sync then waits for
+// the completion. Every arrival at one phase names the same num_threads.
+void named_barrier(int id, int num_threads, bool wait);
+
+// Shared memory: the buffer given to launch() is the block's shared window, its first byte at
+// shared address 0, as `extern __shared__` buffers are in the emulated kernels (launch_emu.cpp).
+// shared_address(p) is __cvta_generic_to_shared (throws unless p is in the buffer), so that the
+// addresses the kernels put in wgmma descriptors resolve back into the buffer (shared_memory()).
+uint32_t shared_address(void const* p);
+std::span<char> shared_memory();
 
 // The warp's 32 lanes meet: lane l contributes in[l]; once all have arrived, the last one runs
 // op(in, out) over the 32 inputs, and lane l continues with out[l]. `tag` names the operation,
 // so that lanes at different collectives are reported instead of mixed.
 void warp_meet_bytes(void const* in, size_t in_size, void* out, size_t out_size,
                      void (*op)(void const* in, void* out), char const* tag);
+
+// The same for the warpgroup's 128 threads (warps 4 g .. 4 g + 3; the block must be whole
+// warpgroups): thread t % 128 contributes in[t % 128]. wgmma and its fence / commit / wait.
+void warpgroup_meet_bytes(void const* in, size_t in_size, void* out, size_t out_size,
+                          void (*op)(void const* in, void* out), char const* tag);
+
+// The running thread's warpgroup's slot for the asynchronous operations it has in flight
+// (emu/wgmma.cpp keeps its wgmma groups there, and empties the slot when none is in flight). Empty
+// at the start of each block; a block that ends with a slot not empty throws.
+std::shared_ptr<void>& warpgroup_async_state();
 
 template <class In, class Out>
 Out warp_meet(In const& in, void (*op)(void const* in, void* out), char const* tag) {
@@ -111,6 +149,7 @@ inline void sync_warp() {
 #define gridDim (::cake::emu::grid_dim())
 
 inline void __syncthreads() { ::cake::emu::sync_block(); }
+inline size_t __cvta_generic_to_shared(void const* p) { return ::cake::emu::shared_address(p); }
 inline void __syncwarp(unsigned = 0xffffffffu) { ::cake::emu::sync_warp(); }
 
 template <class T>

@@ -1,0 +1,185 @@
+// Warpgroup products (Hopper wgmma) on bf16 tiles in shared memory.
+//
+// Why: mma.sync reads its operands per warp tile with ldmatrix, ~384 bytes of shared memory per
+// 16x8x16 product at 16 x 32 warp tiles, and that traffic bounds cake's walks and chunk kernels
+// (docs/perf-notes.md, v6). wgmma reads A [64 x 16] and B [16 x N] once per warpgroup (4 warps):
+// for N = 128 about a quarter of the bytes per FLOP.
+//
+// Layout ("blocked"): a tile of R x C bf16 elements, row-major in global memory, is stored as
+// 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16 bytes), core (r / 8, c / 8) at
+// ((r / 8) (C / 8) + c / 8) x 128 bytes, element (r, c) at byte (r % 8) x 16 + (c % 8) x 2 within
+// it. Without swizzling this is wgmma's canonical layout for both majors, with the byte offsets
+// between core matrices along K (LBO) and along M or N (SBO):
+//   rows = M or N, columns = K   (K-major):    LBO = 128,          SBO = (C / 8) x 128
+//   rows = K, columns = M or N   (M/N-major):  LBO = (C / 8) x 128, SBO = 128
+// so one copy of a tile serves as either operand of either product (Q as A of Q h; K as B of
+// Q K^T, K-major, and as A of K^T Delta, M-major). ldmatrix reads the same layout conflict-free
+// (each core matrix is one 8 x 16-byte ldmatrix matrix).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+
+namespace cake::kernels {
+
+// Element offset of (r, c) in a blocked tile of kCols columns.
+template <int kCols>
+__device__ __forceinline__ int blocked_offset(int r, int c) {
+  static_assert(kCols % 8 == 0, "blocked tiles have whole core matrices");
+  return ((r / 8) * (kCols / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8;
+}
+
+// Steps between blocked offsets: blocked_offset(r, c + 8) = blocked_offset(r, c) + kNext8Cols and
+// blocked_offset(r + 8, c) = blocked_offset(r, c) + kNext8Rows<kCols>. Written as such, offsets of
+// a loop over column blocks fold into the addresses (the compiler does not see through
+// (8 j + 2 q) / 8 and keeps one address register per block).
+inline constexpr int kNext8Cols = 64;
+template <int kCols>
+inline constexpr int kNext8Rows = kCols / 8 * 64;
+
+// dst (blocked, kRows x kCols) <- src[r * row_stride + c], rows at or past `valid` zero-filled;
+// 16-byte cp.async copies, all in flight. Asynchronous: cp_async_wait, fence_proxy_async_shared
+// (the wgmma reads through the async proxy), then a barrier. Lanes 8 b .. 8 b + 7 of a warp copy
+// the 8 rows of one core matrix (128 contiguous bytes of shared memory, so a warp's 512 bytes
+// take the minimum 4 wavefronts; one row's 16 vectors at 128-byte steps would meet in 4 banks,
+// 4x slower), and a warp reads 64 contiguous bytes of each of 8 rows (whole 32-byte sectors). A
+// thread copies the same columns of rows r0, r0 + kStep, ...: its shared-memory offsets differ
+// by constants (no address register per copy).
+template <int kRows, int kCols, int kThreads>
+__device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
+                                                        __nv_bfloat16 const* src,
+                                                        int64_t row_stride, int valid) {
+  constexpr int kVecs = kCols / 8;
+  constexpr int kStep = kThreads / kVecs;  // rows per round of copies
+  static_assert(kThreads % kVecs == 0 && kStep % 8 == 0 && kRows % kStep == 0,
+                "the tile must split into rounds of whole core-matrix rows");
+  int const tid = threadIdx.x;
+  int const r0 = tid / (8 * kVecs) * 8 + tid % 8;
+  int const c = tid / 8 % kVecs * 8;
+  __nv_bfloat16* const d = dst + blocked_offset<kCols>(r0, c);
+  __nv_bfloat16 const* const s = src + r0 * row_stride + c;
+#pragma unroll
+  for (int it = 0; it < kRows / kStep; ++it) {
+    bool const ok = r0 + it * kStep < valid;
+    cp_async_16(d + it * (kStep / 8) * kNext8Rows<kCols>, ok ? s + it * kStep * row_stride : src,
+                ok);
+  }
+}
+
+// A wgmma matrix descriptor: start address, LBO and SBO in bytes (16-byte units in the
+// descriptor), no swizzle, base offset 0.
+__device__ __forceinline__ uint64_t wgmma_descriptor(void const* start, uint32_t lbo,
+                                                     uint32_t sbo) {
+  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(start));
+  return uint64_t{(addr >> 4) & 0x3FFFu} | uint64_t{(lbo >> 4) & 0x3FFFu} << 16 |
+         uint64_t{(sbo >> 4) & 0x3FFFu} << 32;
+}
+
+// Operand views of blocked tiles of kCols columns.
+// KMajorTile: rows are M (or N), columns are K. The operand at (mn0, k0): rows mn0.., K k0..+15.
+template <int kCols>
+struct KMajorTile {
+  static constexpr int kTrans = 0;
+  __nv_bfloat16 const* p;
+  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
+    return wgmma_descriptor(p + blocked_offset<kCols>(mn0, k0), 128, kCols / 8 * 128);
+  }
+};
+// MNMajorTile: rows are K, columns are M (or N). The operand at (mn0, k0): K rows k0..+15,
+// columns mn0...
+template <int kCols>
+struct MNMajorTile {
+  static constexpr int kTrans = 1;
+  __nv_bfloat16 const* p;
+  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
+    return wgmma_descriptor(p + blocked_offset<kCols>(k0, mn0), kCols / 8 * 128, 128);
+  }
+};
+
+// acc += A[m0 .. m0 + 63, 0 .. kKd) B[0 .. kKd, n0 .. n0 + kN) for this thread's warpgroup
+// (kN = 32, 64 or 128; acc in the layout of ptx.cuh's wgmma): issues kKd / 16 wgmma and returns
+// at once. A group of such products: fence_accumulators(acc) for each of its accumulators,
+// wgmma_fence(), the products, wgmma_commit(), wgmma_wait<0>(), fence_accumulators(acc) again;
+// nothing else touches the accumulators in between. Shared-memory operands written by this CTA
+// need fence_proxy_async_shared() and a barrier before.
+template <int kN, int kKd, class A, class B>
+__device__ __forceinline__ void warpgroup_mma_async(A const& a, B const& b, int m0, int n0,
+                                                    float (&acc)[kN / 2]) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "wgmma widths built: 32, 64, 128");
+  static_assert(kKd % 16 == 0, "the reduction length must be a multiple of 16");
+#pragma unroll
+  for (int k0 = 0; k0 < kKd; k0 += 16) {
+    if constexpr (kN == 32)
+      wgmma_m64n32k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+    else if constexpr (kN == 64)
+      wgmma_m64n64k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+    else
+      wgmma_m64n128k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+  }
+}
+
+// One product, complete on return: fence, issue, commit, wait.
+template <int kN, int kKd, class A, class B>
+__device__ __forceinline__ void warpgroup_mma(A const& a, B const& b, int m0, int n0,
+                                              float (&acc)[kN / 2]) {
+  fence_accumulators(acc);
+  wgmma_fence();
+  warpgroup_mma_async<kN, kKd>(a, b, m0, n0, acc);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(acc);
+}
+
+// For each pair of adjacent accumulator elements of this thread, f(r, c, c_j, c_j+1) with (r, c)
+// the row and column in the [64 x kN] product at (m0, n0).
+template <int kN, class F>
+__device__ __forceinline__ void for_each_wgmma_pair(int m0, int n0, float (&acc)[kN / 2],
+                                                    F const& f) {
+  int const lane = threadIdx.x % 32;
+  int const r = m0 + 16 * (threadIdx.x % 128 / 32) + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    int const c = n0 + 8 * j + 2 * (lane % 4);
+    f(r, c, acc[4 * j], acc[4 * j + 1]);
+    f(r + 8, c, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+// The sum over the 4 lanes of a quad (the lanes that hold one accumulator row in
+// for_each_wgmma_pair's layout), in a fixed order: the row sums of a product.
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The sum over the 8 lanes of a warp that hold one accumulator column (lanes with the same
+// lane % 4), in a fixed order: the column sums of a product over a warp's 16 rows.
+__device__ __forceinline__ float column_sum(float x) {
+#pragma unroll
+  for (int d = 4; d < 32; d *= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+// This thread's shares of the row dots <acc_r, x_r> for its rows r_lo and r_lo + 8 over a
+// warpgroup's kN accumulator columns (for_each_wgmma_pair's layout): x points at element
+// (r_lo, n0 + 2 (lane % 4)) of a blocked bf16 tile of kCols columns. quad_sum completes them.
+template <int kN, int kCols>
+__device__ __forceinline__ float2 row_dot_shares(float const (&acc)[kN / 2],
+                                                 __nv_bfloat16 const* x) {
+  float2 dot = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int jb = 0; jb < kN / 8; ++jb) {
+    float2 const lo =
+        __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(x + kNext8Cols * jb));
+    float2 const hi = __bfloat1622float2(
+        *reinterpret_cast<__nv_bfloat162 const*>(x + kNext8Rows<kCols> + kNext8Cols * jb));
+    dot.x += acc[4 * jb] * lo.x + acc[4 * jb + 1] * lo.y;
+    dot.y += acc[4 * jb + 2] * hi.x + acc[4 * jb + 3] * hi.y;
+  }
+  return dot;
+}
+
+}  // namespace cake::kernels
