@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the variants staged by tools/stage_variants.sh, side by side. Each one's
-# reverse-walk stage check against FP64 (cake_cuda_check --walk-bwd --no-time), then ROUNDS rounds
+# checks against FP64 (cake_cuda_check --no-time: the forward and op cases; --walk-bwd --no-time:
+# the backward's stages), then ROUNDS rounds
 # (default 2) that time every variant at workload A in turn (the check's --time: forward and
 # backward in recompute and saved modes, no states; then --walk-bwd --time: the backward's stages
 # with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
@@ -19,7 +20,8 @@ for f in .devpkg/variants/*.xz; do
 done
 cat .devpkg/variants/REFS
 for n in "${names[@]}"; do
-  echo "== $n: stage check"
+  echo "== $n: check (forward and op cases) and the backward's stage check"
+  timeout 180 "/tmp/variants/$n" --no-time 2>&1 | grep -E "PASS|FAIL|ERROR|failed"
   timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "PASS|FAIL|ERROR"
 done
 reversed=()
