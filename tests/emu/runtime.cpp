@@ -71,6 +71,7 @@ struct Fiber {
   char* stack = nullptr;  // kGuardBytes of guard, then kStackBytes
   Dim3 thread_idx;
   bool done = false;
+  size_t points = 0;  // preemption points passed (Order::kPriority)
 };
 
 // A collective of `threads` threads (a warp or a warpgroup): each contributes its input at
@@ -93,116 +94,176 @@ struct NamedBarrier {
   std::vector<int> waiting;  // the fibers whose bar.sync waits for this phase
 };
 
-// The fibers ready to run, kept as the schedule picks from them: under the fixed order a bit each
-// (the next in thread order costs a few word operations per 64 threads), under a random one a
-// list in no order (one at random costs one operation). A warp's meeting makes 31 ready at once.
+// The random bits of a schedule, drawn from a seed.
+class Randomness {
+ public:
+  void restart(uint64_t seed, uint64_t stream) {
+    std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
+    rng_.seed(seq);
+    left_ = 0;
+  }
+  // k <= 32 random bits, from a reservoir of unused ones (a pick takes 16 or 32, a coin flip 1).
+  uint32_t bits(int k) {
+    if (left_ < k) {
+      reservoir_ = rng_();
+      left_ = 64;
+    }
+    auto const out = static_cast<uint32_t>(reservoir_ & ((uint64_t{1} << k) - 1));
+    reservoir_ >>= k;
+    left_ -= k;
+    return out;
+  }
+  // Uniform in [0, n) from 32 random bits (the bias, under n / 2^32, is immaterial).
+  int below(int n) {
+    return static_cast<int>((uint64_t{bits(32)} * static_cast<uint32_t>(n)) >> 32);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  uint64_t reservoir_ = 0;
+  int left_ = 0;
+};
+
+// How a block's scheduler picks the next fiber from those ready.
+enum class Order {
+  kFixed,     // seed 0: the first after the last one run, in thread order (round robin)
+  kAny,       // a random warp with ready threads, a random one of them
+  kPriority,  // the role first in a random order of the block's roles (warpgroups, or warps in a
+              // block of one warpgroup), then as kAny within it; the order is drawn anew whenever
+              // a barrier completes, and a role that yields at a preemption point goes last. So
+              // roles run ahead of each other for long stretches, which kAny almost never does
+              // (a role must then win every pick of a stretch)
+};
+
+// A set bit of `mask` (not 0), uniformly from r (16 random bits). (Rotating the mask by r and
+// taking the first bit is cheaper but favours the bit after the widest gap: the lowest of a warp's
+// remaining lanes, or warp 0 of two, nearly always.)
+int pick_bit(uint32_t mask, uint32_t r) {
+  for (int k = static_cast<int>(r * std::popcount(mask) >> 16); k > 0; --k) mask &= mask - 1;
+  return std::countr_zero(mask);
+}
+
+// The fibers ready to run, a bit per thread in a word per warp, with a bit per warp that has any
+// ready and one per role that has any (by priority), so that each order picks in a few word
+// operations. A warp's meeting makes 31 ready at once.
 class ReadySet {
  public:
-  void reset(int n, bool random) {
-    random_ = random;
+  void reset(int n) {
+    int const warps = n / 32;
+    lanes_.assign(warps, 0);
+    warps_ = ranked_ = 0;
     count_ = 0;
-    words_.assign((n + 63) / 64, 0);
-    list_.clear();
-    list_.reserve(n);
-    position_.assign(n, -1);
+    role_warps_ = warps >= 8 ? 4 : 1;
+    role_at_.resize(warps / role_warps_);
+    rank_.resize(warps / role_warps_);
+    for (size_t r = 0; r < role_at_.size(); ++r) role_at_[r] = rank_[r] = static_cast<int>(r);
   }
   int count() const { return count_; }
+  int roles() const { return static_cast<int>(role_at_.size()); }
+  int role_of(int t) const { return t / 32 / role_warps_; }
   void add(int t) {
-    if (random_) {
-      if (position_[t] >= 0) throw std::logic_error("emulator: a fiber made ready twice");
-      position_[t] = static_cast<int>(list_.size());
-      list_.push_back(t);
-    } else {
-      uint64_t const bit = uint64_t{1} << (t % 64);
-      if (words_[t / 64] & bit) throw std::logic_error("emulator: a fiber made ready twice");
-      words_[t / 64] |= bit;
-    }
+    int const w = t / 32;
+    uint32_t const bit = uint32_t{1} << (t % 32);
+    if (lanes_[w] & bit) throw std::logic_error("emulator: a fiber made ready twice");
+    lanes_[w] |= bit;
+    mark(w);
     ++count_;
   }
   // Fibers first .. first + n - 1 but `except`; first and n multiples of 32 (a warp or a
   // warpgroup).
   void add_range(int first, int n, int except) {
-    if (random_) {
-      for (int t = first; t < first + n; ++t)
-        if (t != except) add(t);
-      return;
-    }
-    for (int t = first; t < first + n; t += 32) {
-      uint64_t bits = uint64_t{0xffffffffu} << (t % 64);
-      if (except / 32 == t / 32) bits &= ~(uint64_t{1} << (except % 64));
-      if (words_[t / 64] & bits) throw std::logic_error("emulator: a fiber made ready twice");
-      words_[t / 64] |= bits;
+    for (int w = first / 32; w < (first + n) / 32; ++w) {
+      uint32_t const bits = except / 32 == w ? ~(uint32_t{1} << (except % 32)) : ~uint32_t{0};
+      if (lanes_[w] & bits) throw std::logic_error("emulator: a fiber made ready twice");
+      lanes_[w] |= bits;
+      mark(w);
     }
     count_ += n - 1;
   }
-  // Removes and returns the fiber the fixed order runs after t: the first ready one after t in
-  // thread order, wrapping around to 0 (t itself last). Only under the fixed order, count() > 0.
+  // Order::kFixed: the first ready fiber after t in thread order, wrapping around to 0 (t itself
+  // last). The take_ functions remove what they return; count() > 0.
   int take_next_after(int t) {
-    int const w0 = (t + 1) / 64;
-    int w = w0;
-    uint64_t bits =
-        w0 < static_cast<int>(words_.size()) ? words_[w0] & (~uint64_t{0} << ((t + 1) % 64)) : 0;
+    int const warps = static_cast<int>(lanes_.size());
+    int w = (t + 1) / 32;
+    uint32_t bits = w < warps ? lanes_[w] & (~uint32_t{0} << ((t + 1) % 32)) : 0;
     while (bits == 0) {
-      w = w + 1 < static_cast<int>(words_.size()) ? w + 1 : 0;
-      bits = words_[w];
+      w = w + 1 < warps ? w + 1 : 0;
+      bits = lanes_[w];
     }
-    int const next = w * 64 + std::countr_zero(bits);
-    words_[w] &= ~(uint64_t{1} << (next % 64));
-    --count_;
-    return next;
+    return take(w, std::countr_zero(bits));
   }
-  // Removes and returns the ready fiber at `i` of the list, 0 <= i < count(): which one is at i
-  // depends on the earlier adds and takes, and only on them (a schedule replays). Only under a
-  // random order.
-  int take_at(int i) {
-    int const t = list_[i];
-    int const last = list_.back();
-    list_[i] = last;
-    position_[last] = i;
-    list_.pop_back();
-    position_[t] = -1;
-    --count_;
-    return t;
+  // Order::kAny, from 32 random bits.
+  int take_any(uint32_t r) { return take_in(warps_, r); }
+  // Order::kPriority, from 32 random bits.
+  int take_first(uint32_t r) {
+    return take_in(warps_ & role_mask(role_at_[31 - std::countl_zero(ranked_)]), r);
+  }
+  // Order::kPriority: a new order of the roles.
+  void shuffle(Randomness& random) {
+    for (int i = roles() - 1; i > 0; --i) std::swap(role_at_[i], role_at_[random.below(i + 1)]);
+    ranks_changed();
+  }
+  // Order::kPriority: role `role` goes last.
+  void demote(int role) {
+    for (int r = rank_[role]; r > 0; --r) role_at_[r] = role_at_[r - 1];
+    role_at_[0] = role;
+    ranks_changed();
   }
 
  private:
-  bool random_ = false;
+  uint32_t role_mask(int role) const {
+    return static_cast<uint32_t>(((uint64_t{1} << role_warps_) - 1) << (role * role_warps_));
+  }
+  void mark(int w) {
+    warps_ |= uint32_t{1} << w;
+    ranked_ |= uint32_t{1} << rank_[w / role_warps_];
+  }
+  // A random ready thread of a random warp of `warps` (not 0).
+  int take_in(uint32_t warps, uint32_t r) {
+    int const w = pick_bit(warps, r & 0xffff);
+    return take(w, pick_bit(lanes_[w], r >> 16));
+  }
+  int take(int w, int lane) {
+    lanes_[w] &= ~(uint32_t{1} << lane);
+    if (lanes_[w] == 0) {
+      warps_ &= ~(uint32_t{1} << w);
+      int const role = w / role_warps_;
+      if ((warps_ & role_mask(role)) == 0) ranked_ &= ~(uint32_t{1} << rank_[role]);
+    }
+    --count_;
+    return 32 * w + lane;
+  }
+  void ranks_changed() {
+    ranked_ = 0;
+    for (int r = 0; r < roles(); ++r) {
+      rank_[role_at_[r]] = r;
+      if ((warps_ & role_mask(role_at_[r])) != 0) ranked_ |= uint32_t{1} << r;
+    }
+  }
+
+  std::vector<uint32_t> lanes_;  // bit l of lanes_[w]: thread 32 w + l is ready
+  uint32_t warps_ = 0;           // bit w: lanes_[w] != 0
+  int role_warps_ = 1;           // warps per role: 4 (warpgroups) in blocks of 8 warps or more
+  uint32_t ranked_ = 0;          // bit rank_[role]: a warp of the role has ready threads
+  std::vector<int> role_at_;     // the roles by priority, the first last
+  std::vector<int> rank_;        // role r at role_at_[rank_[r]]
   int count_ = 0;
-  std::vector<uint64_t> words_;  // the fixed order's: bit t % 64 of word t / 64
-  std::vector<int> list_;        // a random order's
-  std::vector<int> position_;    // fiber t at list_[position_[t]] while ready, else -1
 };
 
-// The order in which ready fibers run: round robin in thread order (seed 0, the order the
-// emulator had before schedules were random), or random from a seed, with coin flips for the
-// preemption points.
+// The process's schedule: the fixed order (seed 0), or random ones, each block's drawn from the
+// schedule's randomness: Order::kAny or Order::kPriority, a coin flip per block. Each catches
+// what the other rarely does: kAny alone catches test_emu_schedule.cpp's lagging producer under
+// none of its 20 seeds, nor did random picks of any thread show a bug planted in walk_a_fwd's
+// warpgroup roles (the state roles arriving at kHbFull before writing h) under seeds 1-3, which
+// the two together show under each of seeds 1-5.
 struct Schedule {
   bool random = false;
-  std::mt19937_64 rng;
-  uint64_t coins = 0;  // unused random bits, one flip each
-  int coins_left = 0;
+  Randomness randomness;
 
-  // Uniform in [0, n) from 64 random bits (the bias, n / 2^64, is immaterial).
-  int below(int n) {
-    return static_cast<int>((static_cast<unsigned __int128>(rng()) * static_cast<unsigned>(n)) >>
-                            64);
-  }
   void restart(uint64_t seed, uint64_t stream) {
     random = seed != 0;
-    std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
-    rng.seed(seq);
-    coins_left = 0;
-  }
-  bool coin() {
-    if (coins_left == 0) {
-      coins = rng();
-      coins_left = 64;
-    }
-    --coins_left;
-    bool const heads = (coins & 1) != 0;
-    coins >>= 1;
-    return heads;
+    randomness.restart(seed, stream);
   }
 };
 
@@ -243,6 +304,10 @@ struct Block {
   uint64_t generation = 0;
   int done = 0;
   ReadySet ready;
+  Order order = Order::kFixed;
+  // Order::kPriority: whether each role yields (and goes last) at its 1st, 2nd, ... preemption
+  // point, drawn by the first of its threads there, so that a role yields as one.
+  std::vector<std::vector<bool>> yields;
   void* scheduler_sp = nullptr;
   Fiber* current = nullptr;
   std::function<void()> const* body = nullptr;
@@ -295,6 +360,7 @@ void maybe_release_block() {
     int const self = current_tid();
     for (int t = 0; t < n; ++t)
       if (t != self && !b.fibers[t].done) b.ready.add(t);
+    if (b.order == Order::kPriority) b.ready.shuffle(schedule().randomness);
   }
 }
 
@@ -325,11 +391,15 @@ std::string waiting(Block const& b) {
 void run_block() {
   Block& b = *g_block;
   int const n = num_threads(b.block_dim);
-  Schedule& order = schedule();
-  b.ready.reset(n, order.random);
+  Randomness& random = schedule().randomness;
+  b.order = !schedule().random ? Order::kFixed : random.bits(1) ? Order::kPriority : Order::kAny;
+  b.ready.reset(n);
+  if (b.order == Order::kPriority) b.ready.shuffle(random);
+  b.yields.assign(b.ready.roles(), {});
   for (int t = 0; t < n; ++t) {
     Fiber& f = b.fibers[t];
     f.done = false;
+    f.points = 0;
     f.thread_idx = Dim3{t % b.block_dim.x, t / b.block_dim.x % b.block_dim.y,
                         t / (b.block_dim.x * b.block_dim.y)};
     f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes - t % kStaggers * kStaggerBytes);
@@ -349,10 +419,18 @@ void run_block() {
   while (b.done < n) {
     if (b.ready.count() == 0)
       throw std::runtime_error("emulator deadlock in " + block_name(b) + ": " + waiting(b));
-    // Round robin: a fiber made ready behind the last one runs in the next round, as when the
-    // scheduler swept the fibers in thread order.
-    int const t = order.random ? b.ready.take_at(order.below(b.ready.count()))
-                               : b.ready.take_next_after(last);
+    int t = 0;
+    switch (b.order) {
+      case Order::kFixed:
+        t = b.ready.take_next_after(last);
+        break;
+      case Order::kAny:
+        t = b.ready.take_any(random.bits(32));
+        break;
+      case Order::kPriority:
+        t = b.ready.take_first(random.bits(32));
+        break;
+    }
     b.current = &b.fibers[t];
     cake_emu_switch(&b.scheduler_sp, b.current->sp);
     if (b.error) std::rethrow_exception(b.error);
@@ -444,6 +522,7 @@ void barrier_arrival_op(void const* in_v, void* out_v) {
     ++bar.generation;
     for (int t : bar.waiting) g_block->ready.add(t);
     bar.waiting.clear();
+    if (g_block->order == Order::kPriority) g_block->ready.shuffle(schedule().randomness);
   }
 }
 
@@ -492,11 +571,29 @@ uint64_t schedule_seed() {
 void set_schedule(uint64_t seed, uint64_t stream) { schedule().restart(seed, stream); }
 
 void preemption_point() {
-  Schedule& s = schedule();
-  if (s.random && s.coin()) {
-    g_block->ready.add(current_tid());
-    switch_out();
+  Block& b = *g_block;
+  Randomness& random = schedule().randomness;
+  int const self = current_tid();
+  switch (b.order) {
+    case Order::kFixed:
+      return;
+    case Order::kAny:
+      if (random.bits(1) == 0) return;
+      break;
+    case Order::kPriority: {
+      int const role = b.ready.role_of(self);
+      std::vector<bool>& yields = b.yields[role];
+      size_t const point = b.current->points++;
+      if (point == yields.size()) {
+        yields.push_back(random.bits(1) != 0);
+        if (yields.back()) b.ready.demote(role);
+      }
+      if (!yields[point]) return;
+      break;
+    }
   }
+  b.ready.add(self);
+  switch_out();
 }
 
 uint32_t shared_address(void const* p) {

@@ -11,12 +11,18 @@
 // unswizzled canonical layouts) and accumulators at issue, and writes the product into the
 // accumulator registers at the wgmma_wait that completes its group.
 // Schedules: a fiber runs until it waits (a barrier, a collective) or yields at a preemption
-// point; then the scheduler picks the next fiber from those ready, at random from a seed
-// (set_schedule; CAKE_EMU_SEED, else a seed drawn and printed once per process), or with seed 0
-// in thread order, round robin. Random schedules also yield, with probability 1/2, at the
-// preemption points: after a bar.arrive, at cp_async_wait, fence_proxy_async_shared and
-// wgmma_commit, where a producer's writes and its hand-over meet, so that other roles run in
-// between.
+// point; then the scheduler picks the next fiber from those ready: with seed 0 in thread order,
+// round robin (the fixed order), else at random from the seed (set_schedule; CAKE_EMU_SEED, else
+// a seed drawn and printed once per process), each block in one of two ways, a coin flip per
+// block: any ready thread of any warp (fine interleavings), or by a random priority of the roles
+// (the warpgroups of a block of two or more, else its warps), drawn anew at each barrier
+// completion, so that a role runs ahead of or lags behind the others for long stretches (a role
+// that reads before its producer is done must run first right after a hand-over; any-thread picks
+// almost never keep a role of 4 warps ahead of 8 others). Random schedules also yield with
+// probability 1/2 at the preemption points: after a bar.arrive, at cp_async_wait,
+// fence_proxy_async_shared and after wgmma_commit, where a producer's writes and its hand-over
+// meet, so that other roles run in between (each thread on its own coin; by priority, the role as
+// one, which then goes last).
 // What it checks: each kernel's indexing, fragment layouts and descriptors, barriers placed so
 // that a thread never waits forever (a deadlock throws, naming where the threads wait), outputs
 // written where they belong (the tests poison outputs and shared memory); for wgmma, that its
@@ -113,7 +119,8 @@ uint64_t schedule_seed();
 // is schedule_seed()'s.
 void set_schedule(uint64_t seed, uint64_t stream = 0);
 
-// Under a random schedule, yields with probability 1/2: the running fiber stays ready, and the
+// Under a random schedule, yields with probability 1/2 (the thread's coin, or its role's at its
+// n-th preemption point, the role then going last): the running fiber stays ready, and the
 // scheduler may run others first. Nothing under the fixed order.
 void preemption_point();
 
