@@ -147,7 +147,8 @@ inline uint32_t to_tf32(float x) {
   return u & 0xffffe000u;
 }
 
-// The copies complete at once; commit and wait have nothing to do.
+// The copies complete at once; commit has nothing to do, and the wait is a preemption point (the
+// other threads may run between a thread's copies and what it does once they landed).
 inline void cp_async_16(void* smem, void const* gmem, bool valid) {
   if (valid)
     std::memcpy(smem, gmem, 16);
@@ -162,7 +163,9 @@ inline void cp_async_4(void* smem, void const* gmem, bool valid) {
 }
 inline void cp_async_commit() {}
 template <int kPending>
-void cp_async_wait() {}
+void cp_async_wait() {
+  emu::preemption_point();
+}
 
 namespace emu_detail {
 struct Frag4 {
@@ -195,10 +198,12 @@ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
 }
 
 // The compiler already sees the accumulators escape into the emulator at issue and wait; the
-// proxy fence orders nothing here (shared memory is plain memory, written in program order).
+// proxy fence orders nothing here (shared memory is plain memory, written in program order), but
+// it is a preemption point: it stands between a thread's shared-memory writes and the barrier
+// that publishes them.
 template <int kN>
 void fence_accumulators(float (&)[kN]) {}
-inline void fence_proxy_async_shared() {}
+inline void fence_proxy_async_shared() { emu::preemption_point(); }
 
 inline void wgmma_fence() { emu::wgmma_fence(); }
 inline void wgmma_commit() { emu::wgmma_commit(); }

@@ -1,10 +1,17 @@
 // The emulator's scheduler (runtime.hpp says what it models): one fiber per CUDA thread, run
-// cooperatively; a fiber runs until it meets a barrier or a warp collective, then yields.
+// cooperatively; a fiber runs until it meets a barrier or a warp collective (or yields at a
+// preemption point), and the scheduler then picks the next from those ready, in thread order or
+// at random (set_schedule).
 #include "emu/runtime.hpp"
 
 #include <sys/mman.h>
 
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,17 +56,22 @@ constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kGuardBytes = 4096;  // an inaccessible page below each stack: overflow faults
 constexpr size_t kMeetBytes = 128;    // the largest per-thread input or output of a collective
 constexpr int kNamedBarriers = 16;    // bar.sync / bar.arrive ids 0 .. 15
+constexpr int kMaxThreads = 1024;     // CUDA's largest block: 32 warps, one bit each below
+// The stacks are page aligned; their tops are moved down by a cache line per fiber (64 fibers
+// over a page), so that the fibers' hot frames, at the same depth in each stack, fall in
+// different cache sets rather than all in the same few: unstaggered, the switches (their loads
+// of the saved registers) took 3x as long in EmulatedGdn's forward test.
+constexpr size_t kStaggerBytes = 64;
+constexpr int kStaggers = 4096 / kStaggerBytes;
 
+// A fiber waits by leaving the ready set; what it waits for (a meeting, a barrier) puts it back
+// when it passes, so that picking the next fiber never polls the waiting ones.
 struct Fiber {
-  void* sp = nullptr;  // the saved stack pointer while the fiber is switched out
+  void* sp = nullptr;     // the saved stack pointer while the fiber is switched out
   char* stack = nullptr;  // kGuardBytes of guard, then kStackBytes
   Dim3 thread_idx;
   bool done = false;
-  // What the fiber waits for: a generation of the block barrier, of its warp's or warpgroup's
-  // meeting, or of named barrier `wait_barrier` to pass; or nothing.
-  enum Wait { kRunnable, kBlock, kWarp, kWarpgroup, kBarrier } wait = kRunnable;
-  uint64_t wait_generation = 0;
-  int wait_barrier = 0;
+  size_t points = 0;  // preemption points passed (Order::kPriority)
 };
 
 // A collective of `threads` threads (a warp or a warpgroup): each contributes its input at
@@ -67,20 +79,219 @@ struct Fiber {
 // out[rank * out_size].
 struct Meeting {
   int arrived = 0;
-  uint64_t generation = 0;
   char const* tag = nullptr;
   void (*op)(void const*, void*) = nullptr;
   size_t in_size = 0, out_size = 0;
   std::vector<char> in, out;  // threads x kMeetBytes
-
   explicit Meeting(int threads) : in(threads * kMeetBytes), out(threads * kMeetBytes) {}
 };
 
 struct NamedBarrier {
-  int arrived = 0;   // threads, in whole warps
-  int expected = 0;  // the count the phase's first arrival named
+  int arrived = 0;     // threads, in whole warps
+  int expected = 0;    // the count the phase's first arrival named
+  uint32_t warps = 0;  // bit w: warp w has arrived in this phase
   uint64_t generation = 0;
+  std::vector<int> waiting;  // the fibers whose bar.sync waits for this phase
 };
+
+// The random bits of a schedule, drawn from a seed.
+class Randomness {
+ public:
+  void restart(uint64_t seed, uint64_t stream) {
+    std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
+    rng_.seed(seq);
+    left_ = 0;
+  }
+  // k <= 32 random bits, from a reservoir of unused ones (a pick takes 16 or 32, a coin flip 1).
+  uint32_t bits(int k) {
+    if (left_ < k) {
+      reservoir_ = rng_();
+      left_ = 64;
+    }
+    auto const out = static_cast<uint32_t>(reservoir_ & ((uint64_t{1} << k) - 1));
+    reservoir_ >>= k;
+    left_ -= k;
+    return out;
+  }
+  // Uniform in [0, n) from 32 random bits (the bias, under n / 2^32, is immaterial).
+  int below(int n) {
+    return static_cast<int>((uint64_t{bits(32)} * static_cast<uint32_t>(n)) >> 32);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  uint64_t reservoir_ = 0;
+  int left_ = 0;
+};
+
+// How a block's scheduler picks the next fiber from those ready.
+enum class Order {
+  kFixed,     // seed 0: the first after the last one run, in thread order (round robin)
+  kAny,       // a random warp with ready threads, a random one of them
+  kPriority,  // the role first in a random order of the block's roles (warpgroups, or warps in a
+              // block of one warpgroup), then as kAny within it; the order is drawn anew whenever
+              // a barrier completes, and a role that yields at a preemption point goes last. So
+              // roles run ahead of each other for long stretches, which kAny almost never does
+              // (a role must then win every pick of a stretch)
+};
+
+// A set bit of `mask` (not 0), uniformly from r (16 random bits). (Rotating the mask by r and
+// taking the first bit is cheaper but favours the bit after the widest gap: the lowest of a warp's
+// remaining lanes, or warp 0 of two, nearly always.)
+int pick_bit(uint32_t mask, uint32_t r) {
+  for (int k = static_cast<int>(r * std::popcount(mask) >> 16); k > 0; --k) mask &= mask - 1;
+  return std::countr_zero(mask);
+}
+
+// The fibers ready to run, a bit per thread in a word per warp, with a bit per warp that has any
+// ready and one per role that has any (by priority), so that each order picks in a few word
+// operations. A warp's meeting makes 31 ready at once.
+class ReadySet {
+ public:
+  void reset(int n) {
+    int const warps = n / 32;
+    lanes_.assign(warps, 0);
+    warps_ = ranked_ = 0;
+    count_ = 0;
+    role_warps_ = warps >= 8 ? 4 : 1;
+    role_at_.resize(warps / role_warps_);
+    rank_.resize(warps / role_warps_);
+    for (size_t r = 0; r < role_at_.size(); ++r) role_at_[r] = rank_[r] = static_cast<int>(r);
+  }
+  int count() const { return count_; }
+  int roles() const { return static_cast<int>(role_at_.size()); }
+  int role_of(int t) const { return t / 32 / role_warps_; }
+  void add(int t) {
+    int const w = t / 32;
+    uint32_t const bit = uint32_t{1} << (t % 32);
+    if (lanes_[w] & bit) throw std::logic_error("emulator: a fiber made ready twice");
+    lanes_[w] |= bit;
+    mark(w);
+    ++count_;
+  }
+  // Fibers first .. first + n - 1 but `except`; first and n multiples of 32 (a warp or a
+  // warpgroup).
+  void add_range(int first, int n, int except) {
+    for (int w = first / 32; w < (first + n) / 32; ++w) {
+      uint32_t const bits = except / 32 == w ? ~(uint32_t{1} << (except % 32)) : ~uint32_t{0};
+      if (lanes_[w] & bits) throw std::logic_error("emulator: a fiber made ready twice");
+      lanes_[w] |= bits;
+      mark(w);
+    }
+    count_ += n - 1;
+  }
+  // Order::kFixed: the first ready fiber after t in thread order, wrapping around to 0 (t itself
+  // last). The take_ functions remove what they return; count() > 0.
+  int take_next_after(int t) {
+    int const warps = static_cast<int>(lanes_.size());
+    int w = (t + 1) / 32;
+    uint32_t bits = w < warps ? lanes_[w] & (~uint32_t{0} << ((t + 1) % 32)) : 0;
+    while (bits == 0) {
+      w = w + 1 < warps ? w + 1 : 0;
+      bits = lanes_[w];
+    }
+    return take(w, std::countr_zero(bits));
+  }
+  // Order::kAny, from 32 random bits.
+  int take_any(uint32_t r) { return take_in(warps_, r); }
+  // Order::kPriority, from 32 random bits.
+  int take_first(uint32_t r) {
+    return take_in(warps_ & role_mask(role_at_[31 - std::countl_zero(ranked_)]), r);
+  }
+  // Order::kPriority: a new order of the roles.
+  void shuffle(Randomness& random) {
+    for (int i = roles() - 1; i > 0; --i) std::swap(role_at_[i], role_at_[random.below(i + 1)]);
+    ranks_changed();
+  }
+  // Order::kPriority: role `role` goes last.
+  void demote(int role) {
+    for (int r = rank_[role]; r > 0; --r) role_at_[r] = role_at_[r - 1];
+    role_at_[0] = role;
+    ranks_changed();
+  }
+
+ private:
+  uint32_t role_mask(int role) const {
+    return static_cast<uint32_t>(((uint64_t{1} << role_warps_) - 1) << (role * role_warps_));
+  }
+  void mark(int w) {
+    warps_ |= uint32_t{1} << w;
+    ranked_ |= uint32_t{1} << rank_[w / role_warps_];
+  }
+  // A random ready thread of a random warp of `warps` (not 0).
+  int take_in(uint32_t warps, uint32_t r) {
+    int const w = pick_bit(warps, r & 0xffff);
+    return take(w, pick_bit(lanes_[w], r >> 16));
+  }
+  int take(int w, int lane) {
+    lanes_[w] &= ~(uint32_t{1} << lane);
+    if (lanes_[w] == 0) {
+      warps_ &= ~(uint32_t{1} << w);
+      int const role = w / role_warps_;
+      if ((warps_ & role_mask(role)) == 0) ranked_ &= ~(uint32_t{1} << rank_[role]);
+    }
+    --count_;
+    return 32 * w + lane;
+  }
+  void ranks_changed() {
+    ranked_ = 0;
+    for (int r = 0; r < roles(); ++r) {
+      rank_[role_at_[r]] = r;
+      if ((warps_ & role_mask(role_at_[r])) != 0) ranked_ |= uint32_t{1} << r;
+    }
+  }
+
+  std::vector<uint32_t> lanes_;  // bit l of lanes_[w]: thread 32 w + l is ready
+  uint32_t warps_ = 0;           // bit w: lanes_[w] != 0
+  int role_warps_ = 1;           // warps per role: 4 (warpgroups) in blocks of 8 warps or more
+  uint32_t ranked_ = 0;          // bit rank_[role]: a warp of the role has ready threads
+  std::vector<int> role_at_;     // the roles by priority, the first last
+  std::vector<int> rank_;        // role r at role_at_[rank_[r]]
+  int count_ = 0;
+};
+
+// The process's schedule: the fixed order (seed 0), or random ones, each block's drawn from the
+// schedule's randomness: Order::kAny or Order::kPriority, a coin flip per block. Each catches
+// what the other rarely does: kAny alone catches test_emu_schedule.cpp's lagging producer under
+// none of its 20 seeds, nor did random picks of any thread show a bug planted in walk_a_fwd's
+// warpgroup roles (the state roles arriving at kHbFull before writing h) under seeds 1-3, which
+// the two together show under each of seeds 1-5.
+struct Schedule {
+  bool random = false;
+  Randomness randomness;
+
+  void restart(uint64_t seed, uint64_t stream) {
+    random = seed != 0;
+    randomness.restart(seed, stream);
+  }
+};
+
+uint64_t seed_from_environment() {
+  if (char const* text = std::getenv("CAKE_EMU_SEED")) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long const seed = std::strtoull(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || errno != 0 || *text == '-')
+      throw std::invalid_argument(std::string("CAKE_EMU_SEED=") + text +
+                                  ": not a seed (a decimal 64-bit unsigned integer)");
+    return seed;
+  }
+  std::random_device device;
+  uint64_t seed = 0;
+  while (seed == 0) seed = uint64_t{device()} << 32 | device();
+  std::fprintf(stderr, "cake emu: schedule seed %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+Schedule& schedule() {
+  static Schedule s = [] {
+    Schedule first;
+    first.restart(schedule_seed(), 0);
+    return first;
+  }();
+  return s;
+}
 
 struct Block {
   Dim3 grid, block_dim, block_idx;
@@ -92,6 +303,11 @@ struct Block {
   int arrived = 0;  // at the block barrier
   uint64_t generation = 0;
   int done = 0;
+  ReadySet ready;
+  Order order = Order::kFixed;
+  // Order::kPriority: whether each role yields (and goes last) at its 1st, 2nd, ... preemption
+  // point, drawn by the first of its threads there, so that a role yields as one.
+  std::vector<std::vector<bool>> yields;
   void* scheduler_sp = nullptr;
   Fiber* current = nullptr;
   std::function<void()> const* body = nullptr;
@@ -102,10 +318,13 @@ Block* g_block = nullptr;
 
 int num_threads(Dim3 const& d) { return static_cast<int>(d.x * d.y * d.z); }
 
-int linear_tid(Fiber const& f) {
-  Dim3 const& d = g_block->block_dim;
-  return static_cast<int>(f.thread_idx.x + d.x * (f.thread_idx.y + d.y * f.thread_idx.z));
-}
+// The running fiber's index in the block, its linear thread index.
+int current_tid() { return static_cast<int>(g_block->current - g_block->fibers.data()); }
+
+// Switches to the scheduler; the fiber runs again once it is back in the ready set.
+void switch_out() { cake_emu_switch(&g_block->current->sp, g_block->scheduler_sp); }
+
+void maybe_release_block();
 
 // Exceptions cannot unwind across contexts: a fiber's is kept and rethrown by the scheduler.
 void fiber_entry() {
@@ -116,7 +335,8 @@ void fiber_entry() {
   }
   g_block->current->done = true;
   ++g_block->done;
-  cake_emu_switch(&g_block->current->sp, g_block->scheduler_sp);  // never switched back to
+  maybe_release_block();  // its exit may complete the barrier the others wait at
+  switch_out();           // never switched back to
 }
 
 // A new fiber's stack, so that the first switch to it "returns" into fiber_entry: six zero
@@ -129,37 +349,18 @@ void* initial_stack(char* stack_top) {
   return top;
 }
 
-// Yields to the scheduler until the fiber's wait is over.
-void yield_until(Fiber::Wait wait, uint64_t generation, int barrier = 0) {
-  Fiber* const f = g_block->current;
-  f->wait = wait;
-  f->wait_generation = generation;
-  f->wait_barrier = barrier;
-  cake_emu_switch(&f->sp, g_block->scheduler_sp);
-}
-
-bool runnable(Fiber const& f) {
-  switch (f.wait) {
-    case Fiber::kRunnable:
-      return true;
-    case Fiber::kBlock:
-      return g_block->generation != f.wait_generation;
-    case Fiber::kWarp:
-      return g_block->warps[linear_tid(f) / 32].generation != f.wait_generation;
-    case Fiber::kWarpgroup:
-      return g_block->warpgroups[linear_tid(f) / 128].generation != f.wait_generation;
-    case Fiber::kBarrier:
-      return g_block->barriers[f.wait_barrier].generation != f.wait_generation;
-  }
-  return false;
-}
-
-// The block barrier completes when every thread that has not exited has arrived.
+// The block barrier completes when every thread that has not exited has arrived; all but the
+// running thread (the last to arrive, or one that exited) wait there.
 void maybe_release_block() {
-  if (g_block->arrived > 0 &&
-      g_block->arrived + g_block->done == num_threads(g_block->block_dim)) {
-    g_block->arrived = 0;
-    ++g_block->generation;
+  Block& b = *g_block;
+  int const n = num_threads(b.block_dim);
+  if (b.arrived > 0 && b.arrived + b.done == n) {
+    b.arrived = 0;
+    ++b.generation;
+    int const self = current_tid();
+    for (int t = 0; t < n; ++t)
+      if (t != self && !b.fibers[t].done) b.ready.add(t);
+    if (b.order == Order::kPriority) b.ready.shuffle(schedule().randomness);
   }
 }
 
@@ -190,34 +391,50 @@ std::string waiting(Block const& b) {
 void run_block() {
   Block& b = *g_block;
   int const n = num_threads(b.block_dim);
+  Randomness& random = schedule().randomness;
+  b.order = !schedule().random ? Order::kFixed : random.bits(1) ? Order::kPriority : Order::kAny;
+  b.ready.reset(n);
+  if (b.order == Order::kPriority) b.ready.shuffle(random);
+  b.yields.assign(b.ready.roles(), {});
   for (int t = 0; t < n; ++t) {
     Fiber& f = b.fibers[t];
     f.done = false;
-    f.wait = Fiber::kRunnable;
+    f.points = 0;
     f.thread_idx = Dim3{t % b.block_dim.x, t / b.block_dim.x % b.block_dim.y,
                         t / (b.block_dim.x * b.block_dim.y)};
-    f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes);
+    f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes - t % kStaggers * kStaggerBytes);
+    b.ready.add(t);
   }
   for (Meeting& w : b.warps) w.arrived = 0;
   for (Meeting& g : b.warpgroups) g.arrived = 0;
   for (auto& state : b.async_state) state.reset();
-  for (NamedBarrier& bar : b.barriers) bar.arrived = 0;
+  for (NamedBarrier& bar : b.barriers) {
+    bar.arrived = 0;
+    bar.warps = 0;
+    bar.waiting.clear();
+  }
   b.arrived = 0;
   b.done = 0;
+  int last = -1;  // the fiber that ran last
   while (b.done < n) {
-    bool progress = false;
-    for (int t = 0; t < n; ++t) {
-      Fiber& f = b.fibers[t];
-      if (f.done || !runnable(f)) continue;
-      f.wait = Fiber::kRunnable;
-      b.current = &f;
-      cake_emu_switch(&b.scheduler_sp, f.sp);
-      if (b.error) std::rethrow_exception(b.error);
-      progress = true;
-      maybe_release_block();  // a thread that exited may complete a barrier the others wait at
-    }
-    if (!progress)
+    if (b.ready.count() == 0)
       throw std::runtime_error("emulator deadlock in " + block_name(b) + ": " + waiting(b));
+    int t = 0;
+    switch (b.order) {
+      case Order::kFixed:
+        t = b.ready.take_next_after(last);
+        break;
+      case Order::kAny:
+        t = b.ready.take_any(random.bits(32));
+        break;
+      case Order::kPriority:
+        t = b.ready.take_first(random.bits(32));
+        break;
+    }
+    b.current = &b.fibers[t];
+    cake_emu_switch(&b.scheduler_sp, b.current->sp);
+    if (b.error) std::rethrow_exception(b.error);
+    last = t;
   }
   for (size_t g = 0; g < b.async_state.size(); ++g)
     if (b.async_state[g])
@@ -228,9 +445,9 @@ void run_block() {
 
 // The calling thread's part in `m`, the meeting of `threads` threads (`kind` number `index`: a
 // warp or a warpgroup) of which it is `rank`.
-void meet(Meeting& m, int threads, int rank, char const* kind, int index, Fiber::Wait wait,
-          void const* in, size_t in_size, void* out, size_t out_size,
-          void (*op)(void const*, void*), char const* tag) {
+void meet(Meeting& m, int threads, int rank, char const* kind, int index, void const* in,
+          size_t in_size, void* out, size_t out_size, void (*op)(void const*, void*),
+          char const* tag) {
   if (in_size > kMeetBytes || out_size > kMeetBytes)
     throw std::logic_error("emulator: a collective's operands exceed kMeetBytes");
   if (m.arrived == 0) {
@@ -244,13 +461,15 @@ void meet(Meeting& m, int threads, int rank, char const* kind, int index, Fiber:
                              ", " + tag + ")");
   }
   std::memcpy(m.in.data() + rank * in_size, in, in_size);
-  uint64_t const generation = m.generation;
   if (++m.arrived == threads) {
     op(m.in.data(), m.out.data());
     m.arrived = 0;
-    ++m.generation;
+    // The others arrived before this one and wait here: each reads its output when it runs, before
+    // it can arrive at the next meeting (which cannot complete without it and so leaves `out`).
+    int const self = current_tid();
+    g_block->ready.add_range(self - rank, threads, self);
   } else {
-    yield_until(wait, generation);
+    switch_out();
   }
   std::memcpy(out, m.out.data() + rank * out_size, out_size);
 }
@@ -266,7 +485,7 @@ char const* barrier_name(BarrierArrival const& a) { return a.wait ? "bar.sync" :
 // barrier's generation before the arrival (the phase a sync waits to pass).
 void barrier_arrival_op(void const* in_v, void* out_v) {
   auto const* in = static_cast<BarrierArrival const*>(in_v);
-  int const warp = linear_tid(*g_block->current) / 32;
+  int const warp = current_tid() / 32;
   for (int l = 1; l < 32; ++l)
     if (!(in[l] == in[0]))
       throw std::runtime_error("emulator: lanes of warp " + std::to_string(warp) +
@@ -283,12 +502,27 @@ void barrier_arrival_op(void const* in_v, void* out_v) {
                              std::to_string(in[0].num_threads) + " threads, others for " +
                              std::to_string(bar.expected));
   }
+  // The GPU counts arrivals, not which warp made them: a second one would complete the phase
+  // without a warp it is meant to wait for (runtime.hpp, named_barrier).
+  uint32_t const bit = uint32_t{1} << warp;
+  if (bar.warps & bit)
+    throw std::runtime_error(
+        "emulator: named barrier " + std::to_string(in[0].id) + ": warp " + std::to_string(warp) +
+        " arrives again (" + barrier_name(in[0]) + ") before the phase it arrived at completed (" +
+        std::to_string(bar.arrived) + " of " + std::to_string(bar.expected) +
+        " threads arrived): a bar.arrive for the next phase while this one is incomplete, which "
+        "the GPU would count as another warp's arrival at this one");
+  bar.warps |= bit;
   auto* out = static_cast<uint64_t*>(out_v);
   for (int l = 0; l < 32; ++l) out[l] = bar.generation;
   bar.arrived += 32;
   if (bar.arrived == bar.expected) {
     bar.arrived = 0;
+    bar.warps = 0;
     ++bar.generation;
+    for (int t : bar.waiting) g_block->ready.add(t);
+    bar.waiting.clear();
+    if (g_block->order == Order::kPriority) g_block->ready.shuffle(schedule().randomness);
   }
 }
 
@@ -304,7 +538,7 @@ void sync_block() {
   uint64_t const generation = b.generation;
   ++b.arrived;
   maybe_release_block();
-  if (b.generation == generation) yield_until(Fiber::kBlock, generation);
+  if (b.generation == generation) switch_out();
 }
 
 void named_barrier(int id, int threads, bool wait) {
@@ -320,7 +554,46 @@ void named_barrier(int id, int threads, bool wait) {
   BarrierArrival const arrival{id, threads, wait ? 1 : 0};
   uint64_t const generation =
       warp_meet<BarrierArrival, uint64_t>(arrival, &barrier_arrival_op, barrier_name(arrival));
-  if (wait && b.barriers[id].generation == generation) yield_until(Fiber::kBarrier, generation, id);
+  NamedBarrier& bar = b.barriers[id];
+  if (!wait) {
+    preemption_point();  // the others may run between an arrival and what the warp does next
+  } else if (bar.generation == generation) {
+    bar.waiting.push_back(current_tid());
+    switch_out();
+  }
+}
+
+uint64_t schedule_seed() {
+  static uint64_t const seed = seed_from_environment();
+  return seed;
+}
+
+void set_schedule(uint64_t seed, uint64_t stream) { schedule().restart(seed, stream); }
+
+void preemption_point() {
+  Block& b = *g_block;
+  Randomness& random = schedule().randomness;
+  int const self = current_tid();
+  switch (b.order) {
+    case Order::kFixed:
+      return;
+    case Order::kAny:
+      if (random.bits(1) == 0) return;
+      break;
+    case Order::kPriority: {
+      int const role = b.ready.role_of(self);
+      std::vector<bool>& yields = b.yields[role];
+      size_t const point = b.current->points++;
+      if (point == yields.size()) {
+        yields.push_back(random.bits(1) != 0);
+        if (yields.back()) b.ready.demote(role);
+      }
+      if (!yields[point]) return;
+      break;
+    }
+  }
+  b.ready.add(self);
+  switch_out();
 }
 
 uint32_t shared_address(void const* p) {
@@ -337,31 +610,29 @@ std::span<char> shared_memory() { return g_block->shared; }
 
 void warp_meet_bytes(void const* in, size_t in_size, void* out, size_t out_size,
                      void (*op)(void const*, void*), char const* tag) {
-  Block& b = *g_block;
-  int const tid = linear_tid(*b.current);
-  meet(b.warps[tid / 32], 32, tid % 32, "warp", tid / 32, Fiber::kWarp, in, in_size, out, out_size,
-       op, tag);
+  int const tid = current_tid();
+  meet(g_block->warps[tid / 32], 32, tid % 32, "warp", tid / 32, in, in_size, out, out_size, op,
+       tag);
 }
 
 void warpgroup_meet_bytes(void const* in, size_t in_size, void* out, size_t out_size,
                           void (*op)(void const*, void*), char const* tag) {
   Block& b = *g_block;
-  int const tid = linear_tid(*b.current);
+  int const tid = current_tid();
   if (static_cast<size_t>(tid / 128) >= b.warpgroups.size())
     throw std::runtime_error(std::string("emulator: ") + tag + " in a block of " +
                              std::to_string(num_threads(b.block_dim)) +
                              " threads, not whole warpgroups of 128");
-  meet(b.warpgroups[tid / 128], 128, tid % 128, "warpgroup", tid / 128, Fiber::kWarpgroup, in,
-       in_size, out, out_size, op, tag);
+  meet(b.warpgroups[tid / 128], 128, tid % 128, "warpgroup", tid / 128, in, in_size, out, out_size,
+       op, tag);
 }
 
-std::shared_ptr<void>& warpgroup_async_state() {
-  return g_block->async_state[linear_tid(*g_block->current) / 128];
-}
+std::shared_ptr<void>& warpgroup_async_state() { return g_block->async_state[current_tid() / 128]; }
 
 void launch(Dim3 grid, Dim3 block_dim, std::span<char> shared, std::function<void()> const& body) {
   int const n = num_threads(block_dim);
-  if (n % 32 != 0) throw std::logic_error("emulator: blocks are whole warps");
+  if (n % 32 != 0 || n > kMaxThreads)
+    throw std::logic_error("emulator: blocks are whole warps, at most 1024 threads");
   Block b;
   b.grid = grid;
   b.block_dim = block_dim;

@@ -10,18 +10,38 @@
 // asynchronous as on the GPU: it reads its operands (descriptors into the block's shared memory,
 // unswizzled canonical layouts) and accumulators at issue, and writes the product into the
 // accumulator registers at the wgmma_wait that completes its group.
+// Schedules: a fiber runs until it waits (a barrier, a collective) or yields at a preemption
+// point; then the scheduler picks the next fiber from those ready: with seed 0 in thread order,
+// round robin (the fixed order), else at random from the seed (set_schedule; CAKE_EMU_SEED, else
+// a seed drawn and printed once per process), each block in one of two ways, a coin flip per
+// block: any ready thread of any warp (fine interleavings), or by a random priority of the roles
+// (the warpgroups of a block of two or more, else its warps), drawn anew at each barrier
+// completion, so that a role runs ahead of or lags behind the others for long stretches (a role
+// that reads before its producer is done must run first right after a hand-over; any-thread picks
+// almost never keep a role of 4 warps ahead of 8 others). Random schedules also yield with
+// probability 1/2 at the preemption points: after a bar.arrive, at cp_async_wait,
+// fence_proxy_async_shared and after wgmma_commit, where a producer's writes and its hand-over
+// meet, so that other roles run in between (each thread on its own coin; by priority, the role as
+// one, which then goes last).
 // What it checks: each kernel's indexing, fragment layouts and descriptors, barriers placed so
 // that a thread never waits forever (a deadlock throws, naming where the threads wait), outputs
 // written where they belong (the tests poison outputs and shared memory); for wgmma, that its
 // shared-memory operands and its accumulator registers are left alone until the wait that
-// completes it, and that no warpgroup exits with a product in flight.
-// What it does not: timing, races between threads of one barrier phase (fibers run to
-// their next meeting point one at a time, so a read-before-write race within a phase can go
-// unseen), the proxy fences (fence_proxy_async_shared, wgmma_fence: the order they guard is
-// the fibers' program order here), swizzled wgmma layouts, register budgets (setmaxnreg is a
-// no-op), warps with exited lanes at a named barrier (the GPU counts the warp; here its lanes
-// never meet: a deadlock), bitwise equality with the GPU (products are summed in another order,
-// __expf is exact).
+// completes it, and that no warpgroup exits with a product in flight; for named barriers, that a
+// warp does not arrive at a phase twice (named_barrier). Under random schedules, hand-overs
+// between roles: a role that reads a buffer before its producer's barrier, or writes one before
+// its consumers are done, reads poison or stale data (wrong results) or changes a wgmma operand
+// in flight (throws) under some of the schedules.
+// What it does not: timing; races that no schedule shows, since a fiber only yields where listed
+// above (a race between two plain stores or loads of one barrier phase shows only when a
+// collective or a preemption point falls between them), and each race only under the schedules
+// that interleave it (run several seeds); the memory model (every store is visible to every
+// thread at once: a missing fence or a barrier that orders no memory passes); cp.async landing
+// late (it lands at issue); the proxy fences (fence_proxy_async_shared, wgmma_fence: the order
+// they guard is the fibers' program order here); swizzled wgmma layouts, register budgets
+// (setmaxnreg is a no-op), warps with exited lanes at a named barrier (the GPU counts the warp;
+// here its lanes never meet: a deadlock), bitwise equality with the GPU (products are summed in
+// another order, __expf is exact).
 //
 // Include this before any kernel header; build with CAKE_EMULATE defined (common/ptx.cuh then
 // takes its instructions from emu/ptx.hpp).
@@ -57,18 +77,52 @@ Dim3 const& grid_dim();
 // block, `shared` (the kernel's dynamic shared memory) is filled with 0xff bytes (NaN as fp32 and
 // bf16), so that reading what the block did not write shows. Throws std::runtime_error on a
 // deadlock (threads waiting at different barriers, a named barrier that cannot complete, a warp
-// or warpgroup collective a thread never reaches), on a warpgroup ending with wgmma in flight, and
-// with what an emulated instruction throws (a wgmma operand changed before its wait, ...).
+// or warpgroup collective a thread never reaches), on a warpgroup ending with wgmma in flight, on
+// a warp arriving at a named barrier twice in one phase, and with what an emulated instruction
+// throws (a wgmma operand changed before its wait, ...). The threads run in the order of the
+// schedule (set_schedule).
 void launch(Dim3 grid, Dim3 block, std::span<char> shared, std::function<void()> const& body);
 
 // __syncthreads: waits for every thread of the block that has not exited.
 void sync_block();
 
 // bar.sync (wait) / bar.arrive (!wait) id, num_threads: barrier `id` (0 .. 15; its state is
-// apart from __syncthreads's) completes once num_threads threads (a multiple of 32) have arrived.
-// The warp's 32 lanes meet first and arrive as one warp, as on the GPU; a sync then waits for
-// the completion. Every arrival at one phase names the same num_threads.
+// apart from __syncthreads's) completes once num_threads threads (a multiple of 32) have arrived,
+// and is then reset for its next phase. The warp's 32 lanes meet first and arrive as one warp, as
+// on the GPU; a sync then waits for the completion; an arrive is a preemption point. Every
+// arrival at one phase names the same num_threads.
+// Phases: the GPU keeps one arrival count per barrier, not one per phase (PTX ISA, "bar,
+// barrier": a barrier completes when the count is reached, "and the barrier is reinitialized so
+// that it can be immediately reused"), so a warp's bar.arrive for phase k + 1 while phase k is
+// incomplete is counted in phase k: it completes that phase with some warp it was meant to wait
+// for missing (whose arrival then counts in phase k + 1), and every hand-over after it is off by
+// one. PTX makes avoiding it the program's duty ("Care must be taken to keep a warp from
+// executing more barrier{.cta} instructions than intended (barrier{.cta}.arrive followed by any
+// other barrier{.cta} instruction to the same barrier) prior to the reset of the barrier"; its
+// outcome is not specified further). So the emulator throws
+// when a warp arrives at a barrier a second time before the phase it arrived at completed (a
+// warp's bar.sync cannot: it waits for the completion), naming the barrier and the warp, rather
+// than count it as the GPU would: the GPU's outcome would be wrong values or a hang under some
+// timings only, where the throw points at the cause under every schedule that shows it.
 void named_barrier(int id, int num_threads, bool wait);
+
+// The seed of the process's schedules: CAKE_EMU_SEED (a decimal 64-bit integer; throws
+// std::invalid_argument if it is not one) if set, else drawn from std::random_device (never 0) and
+// printed to stderr once, as "cake emu: schedule seed N", so that a failure can be replayed with
+// CAKE_EMU_SEED=N. 0 is the fixed order: ready fibers in thread order, round robin, no
+// preemption.
+uint64_t schedule_seed();
+
+// Restarts the schedule: with seed 0 the fixed order, else a random one drawn from seed and
+// `stream` (the emulated tests restart it at each test from schedule_seed() and the test's name,
+// so that one test replays alone with the seed of a whole run). Until first called, the schedule
+// is schedule_seed()'s.
+void set_schedule(uint64_t seed, uint64_t stream = 0);
+
+// Under a random schedule, yields with probability 1/2 (the thread's coin, or its role's at its
+// n-th preemption point, the role then going last): the running fiber stays ready, and the
+// scheduler may run others first. Nothing under the fixed order.
+void preemption_point();
 
 // Shared memory: the buffer given to launch() is the block's shared window, its first byte at
 // shared address 0, as `extern __shared__` buffers are in the emulated kernels (launch_emu.cpp).

@@ -516,13 +516,15 @@ TEST(EmulatedBarrier, BadIdsAndCountsThrow) {
   EXPECT_NE(run(1, 100).find("not a positive multiple of 32"), std::string::npos);
   EXPECT_NE(run(1, 160).find("not a positive multiple of 32 up to the block's 128"),
             std::string::npos);
-  // Counts that disagree within one phase: warp 0 names 64 threads, the others 128.
+  // Counts that disagree within one phase: warp 0 names 64 threads, the others 128; which count
+  // the phase took depends on the warp that arrived first (the schedule).
   std::string const mixed = error_of([] {
     cake::emu::launch(Dim3{1}, Dim3{128}, {},
                       [] { named_barrier_sync(2, threadIdx.x < 32 ? 64 : 128); });
   });
-  EXPECT_NE(mixed.find("named barrier 2: warp 1 arrives for 128 threads, others for 64"),
-            std::string::npos)
+  EXPECT_TRUE(mixed.find("named barrier 2: warp 0 arrives for 64 threads, others for 128") !=
+                  std::string::npos ||
+              mixed.find("arrives for 128 threads, others for 64") != std::string::npos)
       << mixed;
 }
 

@@ -254,7 +254,11 @@ void wgmma_issue(int n, bool trans_a, bool trans_b, float* d, uint64_t desc_a, u
 
 void wgmma_fence() { meet(0, &fence_op, "wgmma.fence"); }
 
-void wgmma_commit() { meet(0, &commit_op, "wgmma.commit_group"); }
+// A preemption point after the commit: the other roles may run while the group is in flight.
+void wgmma_commit() {
+  meet(0, &commit_op, "wgmma.commit_group");
+  preemption_point();
+}
 
 void wgmma_wait(int pending) { meet(pending, &wait_op, "wgmma.wait_group"); }
 
