@@ -68,11 +68,9 @@ void expect_pass(char const* what, Case const& c, Pool const& pool) {
   EXPECT_TRUE(ok) << line;
 }
 
-void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
-  Problem const pr = cake::gdn_testing::make_problem(c, rng);
-  Solved const s = run_kkt_solve(pr);
-  auto o = poisoned<bf16>(pr.BT * pr.HV * K);
-  auto ht = poisoned<float>(pr.states_size());
+// The forward walk's inputs for a case (kkt_solve's A, G, beta; h0 when the case has states); the
+// caller sets its outputs (o, ht, h).
+kn::walk_a_fwd::Params walk_inputs(Case const& c, Problem const& pr, Solved const& s) {
   kn::walk_a_fwd::Params p;
   p.problem = pr.kernel_problem();
   p.q = pr.q16.data();
@@ -82,13 +80,28 @@ void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   p.gcum = s.gcum.data();
   p.beta = s.beta.data();
   p.h0 = c.states ? pr.h0_32.data() : nullptr;
+  return p;
+}
+
+// The FP64 reference's inputs for a case (the same rounded values the kernels see).
+cake::ref::Inputs reference_inputs(Case const& c, Problem const& pr) {
+  return {pr.q.data(), pr.k.data(),    pr.v.data(),
+          pr.g.data(), pr.beta.data(), c.states ? pr.h0.data() : nullptr,
+          pr.scale};
+}
+
+void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
+  Problem const pr = cake::gdn_testing::make_problem(c, rng);
+  Solved const s = run_kkt_solve(pr);
+  auto o = poisoned<bf16>(pr.BT * pr.HV * K);
+  auto ht = poisoned<float>(pr.states_size());
+  kn::walk_a_fwd::Params p = walk_inputs(c, pr, s);
   p.o = o.data();
   p.ht = ht.data();
   EXPECT_EQ(kn::walk_a_fwd::launch(p, nullptr), cudaSuccess);
 
   std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size());
-  cake::ref::Inputs const in{pr.q.data(), pr.k.data(), pr.v.data(), pr.g.data(), pr.beta.data(),
-                             c.states ? pr.h0.data() : nullptr, pr.scale};
+  cake::ref::Inputs const in = reference_inputs(c, pr);
   cake::ref::chunked_forward(pr.shape(), in, cake::ref::Outputs{ro.data(), rht.data()});
   pool[0].second.add(widen(o), ro);
   pool[1].second.add(ht, rht);
@@ -100,15 +113,7 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   kn::Problem const kp = pr.kernel_problem();
   auto h = poisoned<bf16>(kp.num_slots * pr.HV * K * K);
   {  // the h-walk: the forward walk without o, bf16 h per chunk
-    kn::walk_a_fwd::Params p;
-    p.problem = kp;
-    p.q = pr.q16.data();
-    p.k = pr.k16.data();
-    p.v = pr.v16.data();
-    p.a = s.a.data();
-    p.gcum = s.gcum.data();
-    p.beta = s.beta.data();
-    p.h0 = c.states ? pr.h0_32.data() : nullptr;
+    kn::walk_a_fwd::Params p = walk_inputs(c, pr, s);
     p.h = h.data();
     EXPECT_EQ(kn::walk_a_fwd::launch(p, nullptr), cudaSuccess);
   }
@@ -149,15 +154,12 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
         dk[at] += dk_hv[(t * pr.HV + hv) * K + i];
       }
 
-  std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K),
-      rg(pr.BT * pr.HV), rbeta(rg.size()), rh0(pr.states_size());
-  cake::ref::Inputs const in{pr.q.data(), pr.k.data(), pr.v.data(), pr.g.data(), pr.beta.data(),
-                             c.states ? pr.h0.data() : nullptr, pr.scale};
-  cake::ref::chunked_backward(pr.shape(), in,
-                              cake::ref::OutputGrads{pr.dout.data(),
-                                                     c.states ? pr.dht.data() : nullptr},
-                              cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(),
-                                                    rbeta.data(), rh0.data()});
+  std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K), rg(pr.BT * pr.HV),
+      rbeta(rg.size()), rh0(pr.states_size());
+  cake::ref::Inputs const in = reference_inputs(c, pr);
+  cake::ref::chunked_backward(
+      pr.shape(), in, cake::ref::OutputGrads{pr.dout.data(), c.states ? pr.dht.data() : nullptr},
+      cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
   pool[0].second.add(dq, rq);
   pool[1].second.add(dk, rk);
   pool[2].second.add(widen(dv), rv);

@@ -78,14 +78,18 @@ OpRun run_op(Problem const& pr, bool saved_mode, bool all_grads = true) {
   cakeTensor_t const cu = view(pr.cu.data(), cakeInt32, {pr.N + 1});
   OpRun run{poisoned<bf16>(BT * pr.HV * K), poisoned<float>(pr.states_size()), {}};
 
+  // The inputs both passes take, in fields of the same names
+  auto const set_inputs = [&](auto& args) {
+    args.q = q;
+    args.k = k;
+    args.v = v;
+    args.g = g;
+    args.beta = beta;
+    args.initial_state = h0;
+    args.cu_seqlens = cu;
+  };
   cakeForwardArgs_t fa{};
-  fa.q = q;
-  fa.k = k;
-  fa.v = v;
-  fa.g = g;
-  fa.beta = beta;
-  fa.initial_state = h0;
-  fa.cu_seqlens = cu;
+  set_inputs(fa);
   fa.o = view(run.o.data(), cakeBfloat16, {1, BT, pr.HV, K});
   fa.final_state = view(run.ht.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   Guarded saved(cake::ops::gdn_cuda_saved_bytes(options, q, v, cu));
@@ -103,13 +107,7 @@ OpRun run_op(Problem const& pr, bool saved_mode, bool all_grads = true) {
   gr.dbeta = poisoned<float>(BT * pr.HV);
   gr.dh0 = poisoned<float>(pr.states_size());
   cakeBackwardArgs_t ba{};
-  ba.q = q;
-  ba.k = k;
-  ba.v = v;
-  ba.g = g;
-  ba.beta = beta;
-  ba.initial_state = h0;
-  ba.cu_seqlens = cu;
+  set_inputs(ba);
   ba.dout = view(pr.dout16.data(), cakeBfloat16, {1, BT, pr.HV, K});
   ba.dht = view(pr.dht32.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   ba.dq = view(gr.dq.data(), cakeBfloat16, {1, BT, pr.H, K});
@@ -153,7 +151,7 @@ TEST(EmulatedOp, BothModesMatchTheFp64ReferenceAndEachOtherBitwise) {
 
   std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size()), rq(pr.BT * pr.H * K),
       rk(rq.size()), rv(ro.size()), rg(pr.BT * pr.HV), rbeta(rg.size()), rh0(rht.size());
-  cake::ref::Inputs const in{pr.q.data(), pr.k.data(),    pr.v.data(), pr.g.data(),
+  cake::ref::Inputs const in{pr.q.data(),    pr.k.data(),  pr.v.data(), pr.g.data(),
                              pr.beta.data(), pr.h0.data(), pr.scale};
   cake::ref::chunked_forward(pr.shape(), in, cake::ref::Outputs{ro.data(), rht.data()});
   cake::ref::chunked_backward(
