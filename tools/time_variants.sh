@@ -10,7 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p /tmp/variants
 # VARIANTS (names as in REFS, e.g. "main next_split-group") picks a subset: one device call runs
-# for at most 10 minutes, about 8 variants at the default 2 rounds.
+# for at most 10 minutes, and 9 variants (stage checks, then 1.5 of the 2 rounds) filled one on
+# 2026-11-29, before the full check per variant was added; 4 variants fit.
 names=()
 for f in .devpkg/variants/*.xz; do
   n=$(basename "$f" .xz)
