@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 mkdir -p /tmp/variants
 # VARIANTS (names as in REFS, e.g. "main next_split-group") picks a subset: one device call runs
 # for at most 10 minutes, and 9 variants (stage checks, then 1.5 of the 2 rounds) filled one on
-# 2026-11-29, before the full check per variant was added; 4 variants fit.
+# 2026-11-29, before the full check per variant was added (fewer fit now; not yet measured).
 names=()
 for f in .devpkg/variants/*.xz; do
   n=$(basename "$f" .xz)
