@@ -55,7 +55,13 @@ else
   export PYTHONPATH=/tmp/cake:/tmp/site
   check=build/device/cake_cuda_check
 fi
-export CAKE_COMMIT="${CAKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+# The results name the commit the module was built from: .devpkg/REF when staged (the checkout
+# there may be another commit), else this checkout's HEAD.
+if [ -f .devpkg/REF ] && [ -d .devpkg/cake ]; then
+  export CAKE_COMMIT="${CAKE_COMMIT:-$(cat .devpkg/REF)}"
+else
+  export CAKE_COMMIT="${CAKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+fi
 
 stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
 

@@ -20,6 +20,7 @@ cp -r python/cake .devpkg/cake
 cp build/py312/_C.abi3.so .devpkg/cake/
 cp build/py312/cake_cuda_check .devpkg/
 find .devpkg -name __pycache__ -prune -exec rm -rf {} +
+git rev-parse --short HEAD > .devpkg/REF  # the commit the module was built from (device_check.sh)
 # The device tool carries at most 64 MiB, and the baselines' wheels take ~62 MB of it: the binaries
 # travel without symbols, the check program xz-compressed (tools/device_check.sh unpacks it).
 strip --strip-unneeded .devpkg/cake/_C.abi3.so .devpkg/cake_cuda_check
