@@ -1,4 +1,4 @@
-// What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head, V slice) a
+// What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head) a
 // CTA walks and in what order, the span of its document, and the rows of the fp32 state (or of
 // its gradient) that each warp keeps in registers across the walk.
 #pragma once
@@ -11,24 +11,22 @@
 
 namespace cake::kernels {
 
-// One CTA of a state walk: document n, value head hv, V slice `slice` of num_slices.
+// One CTA of a state walk: document n, value head hv.
 struct WalkRef {
   int32_t n;
   int32_t hv;
-  int32_t slice;
 };
 
-// The walk of linear block `block` (a 1-D grid of N x HV x num_slices CTAs): slices fastest, so
-// that the CTAs reading the same K and W tiles run side by side (L2 reuse), then value heads, then
-// documents longest first, so that the walks that set the kernel's length start in the first wave
+// The walk of linear block `block` (a 1-D grid of N x HV CTAs): value heads fastest, so that the
+// walks reading the same q/k head's Q and K tiles run side by side (L2 reuse), then documents
+// longest first, so that the walks that set the kernel's length start in the first wave
 // (longest-processing-time order). The ranking runs in each warp (one document per lane) for up
 // to 32 documents; more documents keep their order (many documents are short, and their order
 // matters less). Every thread of the CTA must call it.
-__device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block, int num_slices) {
+__device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block) {
   WalkRef w;
-  w.slice = static_cast<int32_t>(block % num_slices);
-  w.hv = static_cast<int32_t>(block / num_slices % p.num_v_heads);
-  int32_t const rank = static_cast<int32_t>(block / num_slices / p.num_v_heads);
+  w.hv = static_cast<int32_t>(block % p.num_v_heads);
+  int32_t const rank = static_cast<int32_t>(block / p.num_v_heads);
   int32_t const N = p.num_seqs;
   if (N > 32) {
     w.n = rank;

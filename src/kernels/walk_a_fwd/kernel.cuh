@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-  WalkRef const walk = walk_of_block(p.problem, blockIdx.x, 1);
+  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   int const hv = walk.hv;
   int const HV = p.problem.num_v_heads;
   int const h = hv / p.problem.group_size();

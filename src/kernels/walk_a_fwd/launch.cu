@@ -12,7 +12,7 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  // 1-D: walk_of_block maps each block to its (document, value head); one slice of all V columns
+  // 1-D: walk_of_block maps each block to its (document, value head)
   dim3 const grid(
       static_cast<unsigned>(int64_t{params.problem.num_seqs} * params.problem.num_v_heads));
   kernel<<<grid, kThreads, smem, stream>>>(params);
