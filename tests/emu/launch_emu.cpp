@@ -14,6 +14,7 @@
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/kernel.cuh"
 #include "kernels/walk_a_fwd/launch.hpp"
+#include "kernels/walk_a_fwd/roles.cuh"
 
 using cake::emu::Dim3;
 
@@ -59,14 +60,19 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 
 namespace cake::kernels::walk_a_fwd {
 alignas(16) char smem_raw[sizeof(SharedStorage)];
+namespace roles {
+alignas(128) char smem_raw[sizeof(SharedStorage)];
+}  // namespace roles
+// launch.cu picks the walk as here
 cudaError_t launch(Params const& p, cudaStream_t) {
   Dim3 const grid{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)};
   if (p.o == nullptr)
-    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<false, true>(p); });
+    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<false>(p); });
   else if (p.h != nullptr)
-    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true, true>(p); });
+    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true>(p); });
   else
-    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true, false>(p); });
+    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
+                [&] { roles::walk_a_fwd_roles_kernel(p); });
   return cudaSuccess;
 }
 }  // namespace cake::kernels::walk_a_fwd

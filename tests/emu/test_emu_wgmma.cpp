@@ -47,13 +47,13 @@ __global__ void __launch_bounds__(128) product_kernel(bf16 const* a, bf16 const*
   auto* const sa = reinterpret_cast<bf16*>(smem_raw);
   bf16* const sb = sa + kM * kKd;
   if constexpr (kAKMajor)
-    load_tile_blocked_async<kM, kKd, 128>(sa, a, kKd, kM);
+    load_tile_blocked_async<kM, kKd, 128>(sa, a, kKd, kM, threadIdx.x);
   else
-    load_tile_blocked_async<kKd, kM, 128>(sa, a, kM, kKd);
+    load_tile_blocked_async<kKd, kM, 128>(sa, a, kM, kKd, threadIdx.x);
   if constexpr (kBKMajor)
-    load_tile_blocked_async<kBCols, kKd, 128>(sb, b, kKd, kBCols);
+    load_tile_blocked_async<kBCols, kKd, 128>(sb, b, kKd, kBCols, threadIdx.x);
   else
-    load_tile_blocked_async<kKd, kBCols, 128>(sb, b, kBCols, kKd);
+    load_tile_blocked_async<kKd, kBCols, 128>(sb, b, kBCols, kKd, threadIdx.x);
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async_shared();
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(256)
   auto* const tiles = reinterpret_cast<bf16*>(smem_raw);  // a1, b1, a2, b2: [64 x 128] each
   bf16 const* const src[4] = {a1, b1, a2, b2};
   for (int i = 0; i < 4; ++i)
-    load_tile_blocked_async<64, 128, 256>(tiles + i * 64 * 128, src[i], 128, 64);
+    load_tile_blocked_async<64, 128, 256>(tiles + i * 64 * 128, src[i], 128, 64, threadIdx.x);
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async_shared();
@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(256, 1)
   bf16* const sb = sa + 64 * 64;
   if (threadIdx.x < 128) {
     setmaxnreg_dec<40>();
-    load_tile_blocked_async<64, 64, 128>(sa, a, 64, 64);
-    load_tile_blocked_async<64, 64, 128>(sb, b, 64, 64);
+    load_tile_blocked_async<64, 64, 128>(sa, a, 64, 64, threadIdx.x);
+    load_tile_blocked_async<64, 64, 128>(sb, b, 64, 64, threadIdx.x);
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async_shared();
@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(128) touch_kernel(bf16 const* a, bf16 const* b
   auto* const sa = reinterpret_cast<bf16*>(smem_raw);
   bf16* const sb = sa + 64 * 64;
   bf16* const spare = sb + 64 * 64;  // read by no product
-  load_tile_blocked_async<64, 64, 128>(sa, a, 64, 64);
-  load_tile_blocked_async<64, 64, 128>(sb, b, 64, 64);
+  load_tile_blocked_async<64, 64, 128>(sa, a, 64, 64, threadIdx.x);
+  load_tile_blocked_async<64, 64, 128>(sb, b, 64, 64, threadIdx.x);
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async_shared();
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(128) wait_one_kernel(bf16 const* x, float* c1,
   extern __shared__ __align__(128) char smem_raw[];
   auto* const tiles = reinterpret_cast<bf16*>(smem_raw);
   for (int i = 0; i < 4; ++i)
-    load_tile_blocked_async<64, 64, 128>(tiles + i * 64 * 64, x + i * 64 * 64, 64, 64);
+    load_tile_blocked_async<64, 64, 128>(tiles + i * 64 * 64, x + i * 64 * 64, 64, 64, threadIdx.x);
   cp_async_commit();
   cp_async_wait<0>();
   fence_proxy_async_shared();

@@ -1,6 +1,7 @@
-// What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head) a
-// CTA walks and in what order, the span of its document, and the rows of the fp32 state (or of
-// its gradient) that each warp keeps in registers across the walk.
+// What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head) a walk's CTA
+// takes and in what order, the span of its document, a chunk's loads (blocked tiles for the
+// role-based forward walk, walk_a_fwd/roles.cuh; padded rows for the mma.sync walks), the causal
+// gates, and the state in registers (a state warpgroup's half of the columns, or a warp's rows).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/problem.hpp"
 #include "kernels/common/tile.cuh"
+#include "kernels/common/wgmma.cuh"
 
 namespace cake::kernels {
 
@@ -46,9 +48,9 @@ __device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block
 
 // The document of one walk: its tokens and chunks.
 struct WalkSpan {
-  int64_t begin;         // first token
-  int64_t seq_len;       // tokens
-  int64_t slot0;         // slot of chunk 0 (per-chunk buffers)
+  int64_t begin;    // first token
+  int64_t seq_len;  // tokens
+  int64_t slot0;    // slot of chunk 0 (per-chunk buffers)
 
   __device__ __forceinline__ int64_t num_chunks() const { return (seq_len + kChunk - 1) / kChunk; }
   __device__ __forceinline__ int chunk_len(int64_t j) const {
@@ -64,14 +66,105 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   return span;
 }
 
-// dst[r] <- G of token t0 + r of value head hv (gcum [BT, HV]) for the chunk's 64 rows, by threads
-// 0..63 (cp.async, committed with the caller's tiles); rows past the chunk's end repeat G of its
-// last token, so that no exponent formed from them is large.
-__device__ __forceinline__ void load_gcum_async(float* dst, float const* gcum, int64_t t0, int len,
-                                                int HV, int hv) {
-  int const tid = threadIdx.x;
-  if (tid < kChunk)
-    cp_async_4(&dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
+// G and beta of tokens t0 .. t0 + 63 of value head hv (gcum, beta [BT, HV], fp32) -> gcum_dst,
+// beta_dst [64], by threads tid 0 .. 127 of the copying group (G by 0 .. 63, beta by 64 .. 127;
+// cp.async, committed with the caller's tiles). Past the chunk's end G repeats its last token's
+// (no large exponent forms from those rows) and beta is 0.
+__device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* beta_dst,
+                                                     float const* gcum, float const* beta,
+                                                     int64_t t0, int len, int HV, int hv, int tid) {
+  if (tid < kChunk) {
+    cp_async_4(&gcum_dst[tid], gcum + (t0 + (tid < len ? tid : len - 1)) * HV + hv, true);
+  } else if (tid < 2 * kChunk) {
+    int const r = tid - kChunk;
+    cp_async_4(&beta_dst[r], beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
+  }
+}
+
+// Where a role-based walk keeps one chunk's inputs: blocked tiles (wgmma.cuh) Q, K [64 x 128] of
+// the q/k head, X [64 x 128] (V or dO) and A [64 x 64] of the value head; G and beta [64].
+struct BlockedChunk {
+  __nv_bfloat16* q;
+  __nv_bfloat16* k;
+  __nv_bfloat16* x;
+  __nv_bfloat16* a;
+  float* gcum;
+  float* beta;
+};
+
+// A chunk's inputs (tokens t0 .. t0 + len; q/k head h, value head hv; x [BT, HV, 128] is V or dO)
+// from a walk's Params p (fields q, k, a, gcum, beta, problem), by threads tid 0 .. kCopiers - 1
+// of the loading warpgroup(s), as one committed cp.async group. Rows past the end are zero,
+// except G's.
+template <int kCopiers = 128, class P>
+__device__ __forceinline__ void load_blocked_chunk_async(BlockedChunk const& dst, P const& p,
+                                                         __nv_bfloat16 const* x, int64_t t0,
+                                                         int len, int h, int hv, int tid) {
+  int const H = p.problem.num_qk_heads;
+  int const HV = p.problem.num_v_heads;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.q, p.q + (t0 * H + h) * kHeadDim,
+                                                      qk_stride, len, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.k, p.k + (t0 * H + h) * kHeadDim,
+                                                      qk_stride, len, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.x, x + (t0 * HV + hv) * kHeadDim,
+                                                      int64_t{HV} * kHeadDim, len, tid);
+  load_tile_blocked_async<kChunk, kChunk, kCopiers>(dst.a, p.a + (t0 * HV + hv) * kChunk,
+                                                    int64_t{HV} * kChunk, len, tid);
+  load_gcum_beta_async(dst.gcum, dst.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
+  cp_async_commit();
+}
+
+// A state warpgroup's share of the [128 x 128] fp32 state h: columns
+// c0 .. c0 + 63 as two [64 x 64] wgmma accumulators, rows 0 .. 63 (lo) and 64 .. 127 (hi)
+// (for_each_wgmma_pair's layout).
+inline constexpr int kStateHalf = kHeadDim / 2;
+struct StateHalf {
+  float lo[kStateHalf / 2];
+  float hi[kStateHalf / 2];
+};
+
+// f(r, c, x0, x1) for each pair of adjacent elements of the share (r, c: the state's row, column).
+template <class F>
+__device__ __forceinline__ void for_each_state_pair(StateHalf& st, int c0, F const& f) {
+  for_each_wgmma_pair<kStateHalf>(0, c0, st.lo, f);
+  for_each_wgmma_pair<kStateHalf>(kStateHalf, c0, st.hi, f);
+}
+
+// The share <- the fp32 [128 x 128] state at src (row-major), or zeros when src is nullptr.
+__device__ __forceinline__ void load_state_half(StateHalf& st, float const* src, int c0) {
+  for_each_state_pair(st, c0, [&](int r, int c, float& x0, float& x1) {
+    float2 const x = src != nullptr ? *reinterpret_cast<float2 const*>(src + r * kHeadDim + c)
+                                    : make_float2(0.f, 0.f);
+    x0 = x.x;
+    x1 = x.y;
+  });
+}
+
+// The fp32 [128 x 128] state at dst (row-major) <- the share.
+__device__ __forceinline__ void store_state_half(StateHalf& st, float* dst, int c0) {
+  for_each_state_pair(st, c0, [&](int r, int c, float& x0, float& x1) {
+    *reinterpret_cast<float2*>(dst + r * kHeadDim + c) = make_float2(x0, x1);
+  });
+}
+
+// The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X blocked [64 x 128] tiles (K^T:
+// K's tile read M-major); complete on return.
+__device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, __nv_bfloat16 const* k,
+                                               __nv_bfloat16 const* x, int c0) {
+  for (float& v : st.lo) v *= gamma;
+  for (float& v : st.hi) v *= gamma;
+  fence_accumulators(st.lo);
+  fence_accumulators(st.hi);
+  wgmma_fence();
+  warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k}, MNMajorTile<kHeadDim>{x}, 0, c0,
+                                          st.lo);
+  warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k}, MNMajorTile<kHeadDim>{x},
+                                          kStateHalf, c0, st.hi);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(st.lo);
+  fence_accumulators(st.hi);
 }
 
 // The causal gates Gamma_ij = e^{G_i - G_j} of the pair (i, j), (i, j + 1) of a chunk: 0 above the
@@ -96,12 +189,12 @@ struct WalkTiles {
 };
 
 // The chunk inputs both walks read (Q, K of q/k head h; V, A, G, beta of value head hv; tokens
-// t0 .. t0 + len), from a walk's Params p (fields q, k, v, a, gcum, beta, problem): cp.async copies,
-// the caller commits them. Rows past the end are zero, except G's, which repeat the last token's
-// (load_gcum_async); beta is copied by threads 64 .. 127.
+// t0 .. t0 + len), from a walk's Params p (fields q, k, v, a, gcum, beta, problem): cp.async
+// copies, the caller commits them. Rows past the end are zero, except G's, which repeat the last
+// token's (load_gcum_beta_async: G by threads 0 .. 63, beta by 64 .. 127).
 template <int kThreads, class P>
-__device__ __forceinline__ void load_walk_inputs_async(WalkTiles const& dst, P const& p,
-                                                       int64_t t0, int len, int h, int hv) {
+__device__ __forceinline__ void load_walk_inputs_async(WalkTiles const& dst, P const& p, int64_t t0,
+                                                       int len, int h, int hv) {
   int const H = p.problem.num_qk_heads;
   int const HV = p.problem.num_v_heads;
   int64_t const qk_stride = int64_t{H} * kHeadDim;
@@ -114,10 +207,7 @@ __device__ __forceinline__ void load_walk_inputs_async(WalkTiles const& dst, P c
                                               v_stride, len);
   load_tile_async<kChunk, kChunk, kThreads>(dst.a, dst.lda, p.a + (t0 * HV + hv) * kChunk,
                                             int64_t{HV} * kChunk, len);
-  load_gcum_async(dst.gcum, p.gcum, t0, len, HV, hv);
-  int const r = threadIdx.x - kChunk;
-  if (r >= 0 && r < kChunk)
-    cp_async_4(&dst.beta[r], p.beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
+  load_gcum_beta_async(dst.gcum, dst.beta, p.gcum, p.beta, t0, len, HV, hv, threadIdx.x);
 }
 
 // The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols

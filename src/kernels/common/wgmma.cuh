@@ -42,23 +42,25 @@ inline constexpr int kNext8Rows = kCols / 8 * 64;
 
 // dst (blocked, kRows x kCols) <- src[r * row_stride + c], rows at or past `valid` zero-filled;
 // 16-byte cp.async copies, all in flight. Asynchronous: cp_async_wait, fence_proxy_async_shared
-// (the wgmma reads through the async proxy), then a barrier. Lanes 8 b .. 8 b + 7 of a warp copy
-// the 8 rows of one core matrix (128 contiguous bytes of shared memory, so a warp's 512 bytes
-// take the minimum 4 wavefronts; one row's 16 vectors at 128-byte steps would meet in 4 banks,
-// 4x slower), and a warp reads 64 contiguous bytes of each of 8 rows (whole 32-byte sectors). A
-// thread copies the same columns of rows r0, r0 + kStep, ...: its shared-memory offsets differ
-// by constants (no address register per copy).
+// (the wgmma reads through the async proxy), then a barrier. A warp takes 4 column vectors of the
+// 8 rows of a core-matrix row, a quarter-warp 4 rows x 32 contiguous bytes (measured on the H200
+// at workload A: the copies fetch twice the ideal L2 sectors and fill shared memory one wavefront
+// per sector, with this mapping as with one core matrix per quarter-warp; TMA is the way out). A
+// thread copies the same columns of rows r0, r0 + kStep, ...: its shared-memory offsets differ by
+// constants (no address register per copy). tid: this thread's index among the kThreads that
+// copy (a warpgroup role passes its own numbering).
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
                                                         __nv_bfloat16 const* src,
-                                                        int64_t row_stride, int valid) {
+                                                        int64_t row_stride, int valid, int tid) {
   constexpr int kVecs = kCols / 8;
   constexpr int kStep = kThreads / kVecs;  // rows per round of copies
-  static_assert(kThreads % kVecs == 0 && kStep % 8 == 0 && kRows % kStep == 0,
-                "the tile must split into rounds of whole core-matrix rows");
-  int const tid = threadIdx.x;
-  int const r0 = tid / (8 * kVecs) * 8 + tid % 8;
-  int const c = tid / 8 % kVecs * 8;
+  static_assert(kVecs % 4 == 0 && kThreads % kVecs == 0 && kStep % 8 == 0 && kRows % kStep == 0,
+                "the tile must split into rounds of whole core-matrix rows, 4 vectors per warp");
+  int const lane = tid % 32;
+  int const quarter = lane / 8;
+  int const r0 = tid / (8 * kVecs) * 8 + quarter / 2 * 4 + lane % 8 / 2;
+  int const c = (tid % (8 * kVecs) / 32 * 4 + quarter % 2 * 2 + lane % 2) * 8;
   __nv_bfloat16* const d = dst + blocked_offset<kCols>(r0, c);
   __nv_bfloat16 const* const s = src + r0 * row_stride + c;
 #pragma unroll

@@ -14,10 +14,11 @@
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
 // Against a walk on the WY form's W and U (state_output_fwd until v8): one more [64 x 64 x 128]
 // product per chunk and one more barrier, but V and A (8 KB) in place of W and U (32 KB) per
-// chunk, and kkt_solve instead of the WY stage before it. It writes o, the final state and, in
-// saved mode, bf16 h per chunk (the backward's); as the backward's h-walk it writes h and no o
-// (o == nullptr: no Q h, P or P Delta), bitwise the same h (the same products in the same
-// order). 16 warps: each owns a [16 x 64] block of the state (32 registers per thread) and a
+// chunk, and kkt_solve instead of the WY stage before it. It runs saved mode's forward (o, the
+// final state and bf16 h per chunk, the backward's) and the backward's h-walk (o == nullptr: h and
+// no o; no Q h, P or P Delta), bitwise the same h (the same products in the same order).
+// Recompute mode's forward (o without h) runs roles.cuh's walk, which does this walk's arithmetic
+// in the same order on warpgroup roles (faster there, slower where h is stored: roles.cuh). 16 warps: each owns a [16 x 64] block of the state (32 registers per thread) and a
 // [16 x 32] tile of O, R and Delta.
 #pragma once
 
@@ -68,10 +69,10 @@ __device__ __forceinline__ void load_chunk(ChunkTiles& t, Params const& p, int64
   cp_async_commit();
 }
 
-// kWithO: o (the forward); kStoreH: h per chunk (saved mode's forward, and the backward's h-walk,
-// which is <false, true>). Template parameters, not branches: a branch kept both paths' registers
-// live and spilled the forward (88 bytes of stack for o, 4 for h).
-template <bool kWithO, bool kStoreH>
+// kWithO: o (saved mode's forward) or not (the backward's h-walk); h per chunk either way. A
+// template parameter, not a branch: a branch kept both paths' registers live and spilled the
+// forward (88 bytes of stack for o, 4 for h).
+template <bool kWithO>
 __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant__ Params const p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
     }
     // bf16(h) -> h[slot] in 16-byte vectors (hb is next written after B3, which every thread
     // passes after this copy)
-    if constexpr (kStoreH) {
+    {
       __nv_bfloat16* const h_out = p.h + ((span.slot0 + j) * HV + hv) * kHeadDim * kHeadDim;
       for (int idx = tid; idx < kHeadDim * kHeadDim / 8; idx += kThreads) {
         int const r = idx / (kHeadDim / 8);

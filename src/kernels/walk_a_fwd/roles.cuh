@@ -1,0 +1,311 @@
+// The forward walk of recompute mode (o and the final state, no h per chunk) on warpgroup roles:
+// the same maths as kernel.cuh (F5 and F6 of fla_reference.md §2.2), one CTA per (document, value
+// head), the whole [128 x 128] fp32 state h (the chunk's start state) in registers. With
+// Gamma_ij = e^{G_i - G_j}, Delta = U - W h = (Gamma o A) (diag(beta) (V - e^G (K h))). Per chunk:
+//   K h                                      [64 x 128]
+//   R     = beta_i (V - e^{G_i} (K h)_i)     [64 x 128] bf16
+//   Ag    = causal(A_ij e^{G_i - G_j})       [64 x 64] bf16 (i >= j)
+//   Delta = Ag R                              [64 x 128]
+//   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
+//   P     = causal(scale (Q K^T)_ij e^{G_i - G_j})
+//   O     = scale e^G (Q h) + P Delta         -> o (bf16)
+//
+// Why two forward walks: at workload A on the H200 (docs/perf-notes.md, 2026-11-30) this one
+// takes the forward from 14.86 to 13.75 ms, but with h stored per chunk it was slower than
+// kernel.cuh's mma.sync walk (saved-mode forward 17.2 vs 16.0 ms, the backward's h-walk +2.7 ms):
+// the copy of h holds hb, which the state roles wait on. So saved mode and the h-walk keep
+// kernel.cuh; this one runs when o is wanted and h is not (launch.cu).
+//
+// Warpgroup roles, every product a wgmma from shared memory:
+// - two state warpgroups, each owning 64 of h's 128 columns (h's columns are independent: K h,
+//   R, Delta and the update of a column block need only that block): per chunk bf16(h) -> hb,
+//   K h, R, Delta = Ag R, h += K^T (ebar Delta).
+// - two output warpgroups, each with half of the work off the chain: the loads (cp.async, the
+//   next chunk's while this one is walked), Ag and P of the next chunk (half of the columns each,
+//   one exponential per element for both), and this chunk's O = scale e^G (Q h) + P Delta (half
+//   of O's columns each). With one output warpgroup that role set the pace (the state roles
+//   spent a third of their time waiting for it to free hb).
+// The roles meet at named barriers, one per hand-over (ptx.cuh; ids below), each a producer's
+// bar.arrive and a consumer's bar.sync over all 512 threads. Tiles are blocked 8 x 8 core
+// matrices (wgmma.cuh). Measured and not kept (perf-notes): o staged in shared memory for
+// 16-byte stores (+0.7 ms at A), Ag handed over before P is formed (+3.1 ms).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/walk.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/walk_a_fwd/params.hpp"
+
+namespace cake::kernels::walk_a_fwd::roles {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr int kRoleThreads = 128;              // one warpgroup
+inline constexpr int kOutputThreads = 2 * kRoleThreads;  // the two output warpgroups
+inline constexpr int kThreads = 2 * kRoleThreads + kOutputThreads;
+// Registers per thread (setmaxnreg; 65,536 per SM over 512 threads; ptxas allocates each role's
+// code within its limit): the state roles hold h's share (64) and a [64 x 64] product (32), the
+// output roles half of O (32) and of P (16) and the copies' addresses. Of the splits compiled
+// (168/88, 152/104, 144/112, 128/128), 152/104 spills least (16 bytes).
+inline constexpr int kStateRegs = 152;
+inline constexpr int kOutputRegs = 104;
+static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65536,
+              "the roles' registers exceed the SM's");
+
+// One chunk's operands (blocked tiles); two of them alternate.
+struct ChunkTiles {
+  bf16 q[kChunk * kHeadDim];  // [64 x 128]
+  bf16 k[kChunk * kHeadDim];  // [64 x 128]
+  bf16 v[kChunk * kHeadDim];  // [64 x 128] V; then R, then bf16(e^{G_last - G} Delta) (in place)
+  bf16 a[kChunk * kChunk];    // [64 x 64]  A (zero past the end)
+  float gcum[kChunk];         // G; rows past the end repeat G of the last token
+  float beta[kChunk];         // beta; 0 past the end
+
+  __device__ __forceinline__ BlockedChunk blocked() { return {q, k, v, a, gcum, beta}; }
+};
+
+// About 193 KB: one CTA per SM.
+struct SharedStorage {
+  ChunkTiles tiles[2];
+  bf16 hb[kHeadDim * kHeadDim];   // [128 x 128] bf16(h), operand of K h and Q h
+  bf16 delta[kChunk * kHeadDim];  // [64 x 128]  bf16(Delta), operand of P Delta
+  bf16 ag[2][kChunk * kChunk];    // [64 x 64]   bf16(Ag), by chunk parity
+  bf16 p[2][kChunk * kChunk];     // [64 x 64]   bf16(P), by chunk parity
+};
+static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_fwd shared memory exceeds 227 KB");
+
+// Named barriers (0 is __syncthreads). The *0 ones come in pairs, by chunk parity.
+enum Barrier : int {
+  kStateGroup0 = 1,  // a state warpgroup alone (128 threads); kStateGroup0 + 1 the other one
+  kOutputGroup = 3,  // the two output warpgroups alone
+  kTilesFull0 = 4,   // the output role loaded a chunk's tiles
+  kTilesFree0 = 6,   // the state roles are done with a chunk's tiles
+  kHbFull = 8,       // the state roles wrote bf16(h)
+  kHbFree = 9,       // the output role's Q h has read it
+  kAgFull0 = 10,     // the output role wrote a chunk's Ag
+  kAgFree0 = 12,     // the state roles' Delta has read it
+  kDeltaFull = 14,   // the state roles wrote bf16(Delta)
+  kDeltaFree = 15,   // the output role's P Delta has read it
+};
+
+// An output warpgroup's share of one chunk's gates (columns 32 ow .. 32 ow + 31 of output
+// warpgroup ow): Ag = causal(A o Gamma) -> ag and P = causal(scale (Q K^T) o Gamma) -> p, one
+// exponential per element for both. tid: the thread's index in the two output warpgroups.
+__device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16* p, float scale,
+                                            int tid) {
+  constexpr int kHalf = kChunk / 2;
+  int const ow = tid / kRoleThreads;
+  float qk[kHalf / 2] = {};
+  warpgroup_mma<kHalf, kHeadDim>(KMajorTile<kHeadDim>{t.q}, KMajorTile<kHeadDim>{t.k}, 0,
+                                 kHalf * ow, qk);
+  for_each_wgmma_pair<kHalf>(0, kHalf * ow, qk, [&](int i, int jc, float& c0, float& c1) {
+    float2 const gate = causal_gates(t.gcum, i, jc);
+    int const at = blocked_offset<kChunk>(i, jc);
+    float2 const a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + at));
+    *reinterpret_cast<__nv_bfloat162*>(ag + at) = __floats2bfloat162_rn(a.x * gate.x, a.y * gate.y);
+    *reinterpret_cast<__nv_bfloat162*>(p + at) =
+        __floats2bfloat162_rn(scale * c0 * gate.x, scale * c1 * gate.y);
+  });
+  fence_proxy_async_shared();  // ag, p are wgmma operands
+}
+
+// A state warpgroup (wg 0 or 1) of document n: h's columns c0 .. c0 + 63 as two [64 x 64]
+// accumulators (rows 0 .. 63 and 64 .. 127 of K), walked over the document's chunks.
+__device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, WalkSpan const& span,
+                                           int n, int hv, int wg) {
+  int const HV = p.problem.num_v_heads;
+  int const c0 = kStateHalf * wg;
+  int const group = kStateGroup0 + wg;
+  int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
+  StateHalf h;  // h's columns c0 .. c0 + 63
+  load_state_half(h, p.h0 != nullptr ? p.h0 + state_offset : nullptr, c0);
+  // This thread's two accumulator rows (for_each_wgmma_pair's layout)
+  int const row_lo = 16 * (threadIdx.x % kRoleThreads / 32) + threadIdx.x % 32 / 4;
+  int const row_hi = row_lo + 8;
+
+  int64_t const num_chunks = span.num_chunks();
+  for (int64_t j = 0; j < num_chunks; ++j) {
+    ChunkTiles& t = s.tiles[j % 2];
+    int const parity = static_cast<int>(j % 2);
+    int const len = span.chunk_len(j);
+
+    // bf16(h) -> hb (this warpgroup's columns); the output roles read it (Q h)
+    if (j >= 1) named_barrier_sync(kHbFree, kThreads);
+    for_each_state_pair(h, c0, [&](int r, int c, float& x0, float& x1) {
+      *reinterpret_cast<__nv_bfloat162*>(s.hb + blocked_offset<kHeadDim>(r, c)) =
+          __floats2bfloat162_rn(x0, x1);
+    });
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+    named_barrier_arrive(kHbFull, kThreads);
+
+    named_barrier_sync(kTilesFull0 + parity, kThreads);
+    float const g_lo = t.gcum[row_lo];
+    float const g_hi = t.gcum[row_hi];
+    float const g_last = t.gcum[len - 1];
+
+    // K h on this warpgroup's columns; R = beta_i (V - e^{G_i} (K h)_i) -> t.v in place (each
+    // thread rewrites the elements it read; rows past the end: beta is zero there, so R is)
+    {
+      float kh[kStateHalf / 2] = {};
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{t.k}, MNMajorTile<kHeadDim>{s.hb}, 0,
+                                          c0, kh);
+      float const eg_lo = __expf(g_lo);
+      float const eg_hi = __expf(g_hi);
+      float const beta_lo = t.beta[row_lo];
+      float const beta_hi = t.beta[row_hi];
+      for_each_wgmma_pair<kStateHalf>(0, c0, kh, [&](int r, int c, float& x0, float& x1) {
+        float const eg = r == row_lo ? eg_lo : eg_hi;
+        float const b = r == row_lo ? beta_lo : beta_hi;
+        auto* const vr = reinterpret_cast<__nv_bfloat162*>(t.v + blocked_offset<kHeadDim>(r, c));
+        float2 const v = __bfloat1622float2(*vr);
+        *vr = __floats2bfloat162_rn(b * (v.x - eg * x0), b * (v.y - eg * x1));
+      });
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+
+    // Delta = Ag R on this warpgroup's columns
+    named_barrier_sync(kAgFull0 + parity, kThreads);
+    float d[kStateHalf / 2] = {};
+    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]}, MNMajorTile<kHeadDim>{t.v},
+                                      0, c0, d);
+    if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
+    named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
+
+    // delta <- bf16(Delta) (for P Delta), t.v <- bf16(e^{G_last - G} Delta) (for the update)
+    if (j >= 1) named_barrier_sync(kDeltaFree, kThreads);
+    {
+      float const decay_lo = row_lo < len ? __expf(g_last - g_lo) : 0.f;
+      float const decay_hi = row_hi < len ? __expf(g_last - g_hi) : 0.f;
+      for_each_wgmma_pair<kStateHalf>(0, c0, d, [&](int r, int c, float& x0, float& x1) {
+        float const decay = r == row_lo ? decay_lo : decay_hi;
+        int const at = blocked_offset<kHeadDim>(r, c);
+        *reinterpret_cast<__nv_bfloat162*>(s.delta + at) = __floats2bfloat162_rn(x0, x1);
+        *reinterpret_cast<__nv_bfloat162*>(t.v + at) =
+            __floats2bfloat162_rn(decay * x0, decay * x1);
+      });
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+    named_barrier_arrive(kDeltaFull, kThreads);
+
+    // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
+    decay_add_kt_x(h, __expf(g_last), t.k, t.v, c0);
+    if (j + 2 < num_chunks) named_barrier_arrive(kTilesFree0 + parity, kThreads);
+  }
+
+  if (p.ht != nullptr) store_state_half(h, p.ht + state_offset, c0);
+}
+
+// The two output warpgroups: the loads, the gates and O = scale e^G (Q h) + P Delta per chunk,
+// each warpgroup half of the copies and of P's and O's columns.
+__device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, WalkSpan const& span,
+                                            int h, int hv) {
+  int const tid = threadIdx.x - 2 * kRoleThreads;  // 0 .. 255
+  int const ow = tid / kRoleThreads;                // this warpgroup's half
+  int const oc0 = kStateHalf * ow;                  // its columns of O
+  int const HV = p.problem.num_v_heads;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  float const scale = p.problem.scale;
+  int64_t const num_chunks = span.num_chunks();
+  if (num_chunks == 0) return;
+
+  // Chunk 0's tiles and gates
+  load_blocked_chunk_async<kOutputThreads>(s.tiles[0].blocked(), p, p.v, span.begin,
+                                           span.chunk_len(0), h, hv, tid);
+  cp_async_wait<0>();
+  fence_proxy_async_shared();
+  named_barrier_sync(kOutputGroup, kOutputThreads);
+  named_barrier_arrive(kTilesFull0, kThreads);
+  chunk_gates(s.tiles[0], s.ag[0], s.p[0], scale, tid);
+  named_barrier_sync(kOutputGroup, kOutputThreads);
+  named_barrier_arrive(kAgFull0, kThreads);
+
+  int const row_lo = 16 * (tid % kRoleThreads / 32) + tid % 32 / 4;
+  for (int64_t j = 0; j < num_chunks; ++j) {
+    ChunkTiles& t = s.tiles[j % 2];
+    int const parity = static_cast<int>(j % 2);
+    int const next = 1 - parity;
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
+    bool const has_next = j + 1 < num_chunks;
+
+    // Q h, then hb is free for the state roles' next h (they wait on it)
+    float o_acc[kStateHalf / 2] = {};  // O's columns oc0 .. oc0 + 63
+    named_barrier_sync(kHbFull, kThreads);
+    fence_accumulators(o_acc);
+    wgmma_fence();
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{t.q}, MNMajorTile<kHeadDim>{s.hb},
+                                              0, oc0, o_acc);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(o_acc);
+    if (has_next) named_barrier_arrive(kHbFree, kThreads);
+
+    // The next chunk's loads, in flight through P Delta and the o stores
+    if (has_next) {
+      if (j >= 1) named_barrier_sync(kTilesFree0 + next, kThreads);
+      load_blocked_chunk_async<kOutputThreads>(s.tiles[next].blocked(), p, p.v, t0 + kChunk,
+                                               span.chunk_len(j + 1), h, hv, tid);
+    }
+    // O's first term scale e^{G_i} (Q h)_i (the row scale on the fp32 product, as FLA does)
+    float const q_lo = scale * __expf(t.gcum[row_lo]);
+    float const q_hi = scale * __expf(t.gcum[row_lo + 8]);
+    for_each_wgmma_pair<kStateHalf>(0, oc0, o_acc, [&](int r, int, float& x0, float& x1) {
+      float const q_scale = r == row_lo ? q_lo : q_hi;
+      x0 *= q_scale;
+      x1 *= q_scale;
+    });
+
+    // O += P Delta -> o
+    named_barrier_sync(kDeltaFull, kThreads);
+    fence_accumulators(o_acc);
+    wgmma_fence();
+    warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p[parity]},
+                                            MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(o_acc);
+    if (has_next) named_barrier_arrive(kDeltaFree, kThreads);
+    bf16* const o = p.o + (t0 * HV + hv) * kHeadDim;
+    for_each_wgmma_pair<kStateHalf>(0, oc0, o_acc, [&](int r, int c, float& x0, float& x1) {
+      if (r < len)
+        *reinterpret_cast<__nv_bfloat162*>(o + r * v_stride + c) = __floats2bfloat162_rn(x0, x1);
+    });
+    // The next chunk's tiles, then its gates (the state roles' Delta of that chunk waits on them),
+    // after this chunk's o: the copies have the time of P Delta and the o stores to land (this
+    // role sets the walk's pace: the state roles waited on it, docs/perf-notes.md)
+    if (has_next) {
+      cp_async_wait<0>();
+      fence_proxy_async_shared();
+      named_barrier_sync(kOutputGroup, kOutputThreads);
+      named_barrier_arrive(kTilesFull0 + next, kThreads);
+      if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
+      chunk_gates(s.tiles[next], s.ag[next], s.p[next], scale, tid);
+      named_barrier_sync(kOutputGroup, kOutputThreads);
+      named_barrier_arrive(kAgFull0 + next, kThreads);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_roles_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
+  WalkSpan const span = walk_span(p.problem, walk);
+  int const wg = threadIdx.x / kRoleThreads;  // warp-uniform: the roles never diverge in a warp
+  if (wg < 2) {
+    setmaxnreg_inc<kStateRegs>();
+    state_role(s, p, span, walk.n, walk.hv, wg);
+  } else {
+    setmaxnreg_dec<kOutputRegs>();
+    output_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv);
+  }
+#endif
+}
+
+}  // namespace cake::kernels::walk_a_fwd::roles
