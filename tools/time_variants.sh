@@ -3,7 +3,8 @@
 # checks against FP64 (cake_cuda_check --no-time: the forward and op cases; --walk-bwd --no-time:
 # the backward's stages), then ROUNDS rounds
 # (default 2) that time every variant at workload A in turn (the check's --time: forward and
-# backward in recompute and saved modes, no states; then --walk-bwd --time: the backward's stages
+# backward in recompute and saved modes, no states, and in recompute mode with the q/k L2 norm;
+# then --walk-bwd --time: the backward's stages
 # with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
 # a difference between the halves.
 set -uo pipefail
