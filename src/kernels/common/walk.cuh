@@ -82,7 +82,8 @@ __device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* bet
 }
 
 // Where a role-based walk keeps one chunk's inputs: blocked tiles (wgmma.cuh) Q, K [64 x 128] of
-// the q/k head, X [64 x 128] (V or dO) and A [64 x 64] of the value head; G and beta [64].
+// the q/k head, X [64 x 128] (V, the one caller's) and A [64 x 64] of the value head; G and beta
+// [64].
 struct BlockedChunk {
   __nv_bfloat16* q;
   __nv_bfloat16* k;
@@ -92,7 +93,7 @@ struct BlockedChunk {
   float* beta;
 };
 
-// A chunk's inputs (tokens t0 .. t0 + len; q/k head h, value head hv; x [BT, HV, 128] is V or dO)
+// A chunk's inputs (tokens t0 .. t0 + len; q/k head h, value head hv; x [BT, HV, 128]: V)
 // from a walk's Params p (fields q, k, a, gcum, beta, problem), by threads tid 0 .. kCopiers - 1
 // of the loading warpgroup(s), as one committed cp.async group. Rows past the end are zero,
 // except G's.

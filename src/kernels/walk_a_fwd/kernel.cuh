@@ -18,8 +18,9 @@
 // final state and bf16 h per chunk, the backward's) and the backward's h-walk (o == nullptr: h and
 // no o; no Q h, P or P Delta), bitwise the same h (the same products in the same order).
 // Recompute mode's forward (o without h) runs roles.cuh's walk, which does this walk's arithmetic
-// in the same order on warpgroup roles (faster there, slower where h is stored: roles.cuh). 16 warps: each owns a [16 x 64] block of the state (32 registers per thread) and a
-// [16 x 32] tile of O, R and Delta.
+// in the same order on warpgroup roles (faster there, slower where h is stored: roles.cuh).
+// 16 warps: each owns a [16 x 64] block of the state (32 registers per thread) and a [16 x 32]
+// tile of O, R and Delta.
 #pragma once
 
 #include <cuda_bf16.h>
