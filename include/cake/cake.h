@@ -79,15 +79,18 @@ typedef struct {
   double lower_bound;
   int32_t use_beta_sigmoid; /* beta <- c sigmoid(beta), c = 2 with allow_neg_eigval, else 1 */
   int32_t allow_neg_eigval;
-  /* The backward's source of the forward's intermediates (0 or 1):
+  /* The backward's source of the forward's intermediates (0, 1 or 2):
    *   0, recompute mode: cakeForward saves nothing (saved = NULL) and cakeBackward recomputes the
    *      forward's stages in its workspace; the least memory held between the two calls.
    *   1, saved mode: cakeForward also writes the "saved set" (cakeForwardSavedSize bytes) and
    *      cakeBackward reads it instead of recomputing those stages (a faster backward, more
    *      memory held; on CUDA the forward runs those stages itself, so forward + backward take
    *      about as long as in recompute mode).
-   * Both modes give bitwise identical results. The CPU reference always recomputes (its saved set
-   * has 0 bytes) and accepts either mode. */
+   *   2, inverse mode: the saved set holds only the chunk inverses and what comes with them (GDN
+   *      on CUDA: A in bf16, the gate cumsum G and beta in fp32; about what FLA keeps between its
+   *      forward and backward), so cakeBackward recomputes the rest but not those.
+   * All modes give bitwise identical results. The CPU reference always recomputes (its saved set
+   * has 0 bytes) and accepts any mode. */
   int32_t save_for_backward;
 } cakeOptions_t;
 

@@ -57,11 +57,13 @@ def chunk_gated_delta_rule(
         save_for_backward: ``"saved"``: the forward keeps what the backward reads (normalised
             q/k, the gate cumsum, the chunk inverses, beta and the chunk states: about 0.8 KB per
             token and value head on CUDA), so the backward skips recomputing the forward's
-            stages. ``"recompute"``: nothing is kept and the backward recomputes, for
-            the least activation memory. Results are bitwise identical. ``None``: the default of
-            ``cake.set_default_save_for_backward`` (initially ``"recompute"``, so that the
-            activation memory stays that of flash-linear-attention, which keeps only its inputs
-            and the chunk inverses). Nothing is saved when
+            stages. ``"inverse"``: the forward keeps the chunk inverses, the gate cumsum and beta
+            (about 0.14 KB per token and value head, what flash-linear-attention keeps besides its
+            inputs) and the backward recomputes the rest. ``"recompute"``: nothing is kept and the
+            backward recomputes all, for the least activation memory. Results are bitwise
+            identical. ``None``: the default of ``cake.set_default_save_for_backward`` (initially
+            ``"inverse"``, so that the activation memory stays that of
+            flash-linear-attention). Nothing is saved when
             no gradient is needed or on the CPU (the reference always recomputes). Inside
             ``torch.utils.checkpoint`` the saved set is dropped and rebuilt with the other saved
             tensors, so ``"saved"`` costs only the checkpointed layer's transient memory there.

@@ -4,9 +4,10 @@ Two custom ops carry all the work: ``cake::forward`` and ``cake::backward``; aut
 (register_autograd). No maths here: shapes, allocation and wiring only. CPU tensors run the FP64
 reference in C++ (outputs in the input dtype); CUDA tensors run the kernels where they exist.
 
-Saved and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward`` also returns
-the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference always
-recomputes), which autograd keeps for ``cake::backward``; in recompute mode the blob is empty and the
+Saved, inverse and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward`` also
+returns the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference always
+recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds the chunk
+inverses only (the backward recomputes the rest); in recompute mode the blob is empty and the
 backward recomputes the forward's stages.
 """
 
@@ -19,11 +20,14 @@ from . import _C
 
 GDN, KDA = 0, 1
 
-SAVE_MODES = ("saved", "recompute")
-# "recompute": a drop-in replacement keeps the activation memory of flash-linear-attention; "saved"
-# trades ~0.8 KB per token and value head for a backward without the recompute
-# (docs/design/gdn-hopper.md).
-_default_save_for_backward = "recompute"
+# The modes and their options.save_for_backward (include/cake/cake.h). "inverse" (the default)
+# keeps about what flash-linear-attention keeps between its forward and backward (the chunk
+# inverses A in bf16 and the gate's cumsum: ~0.14 KB per token and value head), so that a drop-in
+# replacement holds FLA's activation memory, and its backward skips recomputing them; "saved"
+# trades ~0.8 KB per token and value head for a backward without any recompute; "recompute" keeps
+# nothing (docs/design/gdn-hopper.md).
+SAVE_MODES = {"recompute": 0, "saved": 1, "inverse": 2}
+_default_save_for_backward = "inverse"
 
 
 def safe_gate_errors(safe_gate: bool, use_gate_in_kernel: bool,
@@ -45,8 +49,10 @@ def set_default_save_for_backward(mode: str) -> str:
 
     "saved": the forward keeps what the backward needs, so the backward skips recomputing the
     forward's stages (the saved set is held from forward to backward, about 0.8 KB per token and
-    value head on CUDA). "recompute" (the initial default): nothing is kept; the backward
-    recomputes (less activation memory). Results are bitwise identical either way.
+    value head on CUDA). "inverse" (the initial default): the forward keeps the chunk inverses
+    (about 0.14 KB per token and value head, what flash-linear-attention keeps), the backward
+    recomputes the rest. "recompute": nothing is kept; the backward recomputes all (the least
+    activation memory). Results are bitwise identical in every mode.
     """
     global _default_save_for_backward
     previous, _default_save_for_backward = _default_save_for_backward, _save_mode(mode)
@@ -58,8 +64,8 @@ def _save_mode(mode: Optional[str]) -> str:
     if mode is None:
         return _default_save_for_backward
     if not isinstance(mode, str) or mode not in SAVE_MODES:
-        raise ValueError(f"save_for_backward must be 'saved' or 'recompute' (None: the default, "
-                         f"now {_default_save_for_backward!r}), got {mode!r}")
+        raise ValueError(f"save_for_backward must be 'saved', 'inverse' or 'recompute' (None: the "
+                         f"default, now {_default_save_for_backward!r}), got {mode!r}")
     return mode
 
 
@@ -109,9 +115,12 @@ def _forward(
     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
     dt_bias: Optional[Tensor], scale: float, output_final_state: bool, use_qk_l2norm: bool,
     use_gate_in_kernel: bool, lower_bound: Optional[float], use_beta_sigmoid: bool,
-    allow_neg_eigval: bool, save_for_backward: bool,
+    allow_neg_eigval: bool, save_for_backward: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """o, final_state (empty when not wanted) and the saved set (empty in recompute mode)."""
+    """o, final_state (empty when not wanted) and the saved set (empty in recompute mode, 0).
+
+    save_for_backward: the mode's options.save_for_backward (SAVE_MODES).
+    """
     o, final_state = _outputs_like(q, v, cu_seqlens, output_final_state)
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     outputs = (o, final_state if output_final_state else None)
@@ -126,7 +135,7 @@ def _forward(
 
 
 def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor],
-                           use_qk_l2norm: bool, save_for_backward: bool) -> int:
+                           use_qk_l2norm: bool, save_for_backward: int) -> int:
     """What _C.forward_saved_size returns for a valid call, from shapes and devices alone.
 
     Only the GDN CUDA path saves anything (the CPU reference recomputes; KDA has no CUDA path and
@@ -139,7 +148,7 @@ def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optio
         return 0  # the real call raises the C++ validation's error
     return _C.gdn_cuda_saved_size_of_shapes(
         [int(n) for n in q.shape], [int(n) for n in v.shape],
-        None if cu_seqlens is None else int(cu_seqlens.numel()), use_qk_l2norm)
+        None if cu_seqlens is None else int(cu_seqlens.numel()), use_qk_l2norm, save_for_backward)
 
 
 @_forward.register_fake
@@ -161,16 +170,18 @@ def _backward(
     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
     dt_bias: Optional[Tensor], dout: Tensor, dht: Optional[Tensor], scale: float,
     use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
-    use_beta_sigmoid: bool, allow_neg_eigval: bool, saved: Optional[Tensor],
+    use_beta_sigmoid: bool, allow_neg_eigval: bool, save_for_backward: int,
+    saved: Optional[Tensor],
 ) -> list[Tensor]:
     """dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias; an empty tensor stands for an absent input.
 
-    saved: the forward's saved set (saved mode), or None (recompute mode).
+    save_for_backward: the forward's mode (SAVE_MODES); saved: the forward's saved set, or None in
+    recompute mode.
     """
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     grads = [_like(t) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-               allow_neg_eigval, saved is not None)
+               allow_neg_eigval, save_for_backward)
     nbytes = _C.backward_workspace_size(*inputs, dout, dht, *grads, *options)
     _C.backward(*inputs, dout, dht, *grads, *options, saved, _workspace(nbytes, q), _stream(q))
     return [t if t is not None else q.new_empty(0) for t in grads]
@@ -179,7 +190,7 @@ def _backward(
 @_backward.register_fake
 def _backward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
                    dht, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-                   allow_neg_eigval, saved):
+                   allow_neg_eigval, save_for_backward, saved):
     return [_like(t) if t is not None else q.new_empty(0)
             for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
 
@@ -190,7 +201,7 @@ _OPTION_NAMES = ("scale", "output_final_state", "use_qk_l2norm", "use_gate_in_ke
 
 def _setup_context(ctx, inputs, output):
     variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, *options = inputs
-    saved = output[2]  # the saved set; empty in recompute mode (and on the CPU)
+    saved = output[2]  # the saved set; empty in recompute mode (and always on the CPU)
     ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, saved)
     ctx.variant = variant
     ctx.options = dict(zip(_OPTION_NAMES, options))
@@ -206,7 +217,7 @@ def _backward_rule(ctx, dout, dfinal_state, dsaved):
         ctx.variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias,
         dout.contiguous(), None if dht is None else dht.contiguous(), opts["scale"],
         opts["use_qk_l2norm"], opts["use_gate_in_kernel"], opts["lower_bound"],
-        opts["use_beta_sigmoid"], opts["allow_neg_eigval"],
+        opts["use_beta_sigmoid"], opts["allow_neg_eigval"], opts["save_for_backward"],
         saved if opts["save_for_backward"] else None)
     absent = lambda t, grad: grad if t is not None else None  # noqa: E731
     return (None, dq, dk, dv, dg, dbeta, absent(initial_state, dh0), None,
@@ -258,7 +269,7 @@ def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, 
     o, final_state, _ = _forward(
         variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, float(scale),
         output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-        allow_neg_eigval, mode == "saved" and needs_grad)
+        allow_neg_eigval, SAVE_MODES[mode] if needs_grad else 0)
     if not output_final_state:
         return o, None
     return o, final_state.transpose(-1, -2) if state_v_first else final_state

@@ -87,7 +87,7 @@ cakeTensor_t view(OptionalArray const& a, char const* name) {
 
 cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,
                       std::optional<double> lower_bound, bool use_beta_sigmoid,
-                      bool allow_neg_eigval, bool save_for_backward) {
+                      bool allow_neg_eigval, int save_for_backward) {
   cakeOptions_t o{};
   o.struct_size = sizeof(cakeOptions_t);
   o.variant = static_cast<cakeVariant_t>(variant);
@@ -110,7 +110,7 @@ cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_ga
 #define CAKE_OPTION_PARAMS                                                                    \
   int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,                    \
       std::optional<double> lower_bound, bool use_beta_sigmoid, bool allow_neg_eigval,        \
-      bool save_for_backward
+      int save_for_backward
 #define CAKE_OPTIONS \
   options(variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid, \
           allow_neg_eigval, save_for_backward)
@@ -202,9 +202,9 @@ NB_MODULE(_C, m) {
   // v [B, T, HV, V], and N + 1 = cu_seqlens' length when given.
   m.def("gdn_cuda_saved_size_of_shapes",
         [](std::vector<int64_t> q_shape, std::vector<int64_t> v_shape,
-           std::optional<int64_t> cu_seqlens_len, bool use_qk_l2norm) {
+           std::optional<int64_t> cu_seqlens_len, bool use_qk_l2norm, int save_for_backward) {
           cakeOptions_t const opts = options(cakeGdn, 1.0, use_qk_l2norm, false, std::nullopt,
-                                             false, false, true);
+                                             false, false, save_for_backward);
           cakeForwardArgs_t args{};
           args.q = shape_only(cakeBfloat16, q_shape);
           args.k = args.q;

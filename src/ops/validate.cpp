@@ -59,9 +59,10 @@ void check_options(cakeOptions_t const* options) {
              static_cast<int>(options->variant));
   CAKE_CHECK(std::isfinite(options->scale), cakeInvalidArgument,
              "scale must be a finite number, got ", options->scale);
-  CAKE_CHECK(options->save_for_backward == 0 || options->save_for_backward == 1,
+  CAKE_CHECK(options->save_for_backward >= 0 && options->save_for_backward <= 2,
              cakeInvalidArgument,
-             "options.save_for_backward must be 0 (recompute mode) or 1 (saved mode), got ",
+             "options.save_for_backward must be 0 (recompute mode), 1 (saved mode) or 2 (inverse "
+             "mode), got ",
              options->save_for_backward);
   CAKE_CHECK(!options->allow_neg_eigval || options->use_beta_sigmoid, cakeInvalidArgument,
              "allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True");
@@ -335,8 +336,8 @@ void validate_saved(cakeOptions_t const& options, void const* saved, size_t save
   }
   CAKE_CHECK(saved_bytes >= expected_bytes, cakeInsufficientWorkspace,
              "saved: expected at least ", expected_bytes,
-             " bytes (cakeForwardSavedSize) in saved mode (options.save_for_backward = 1), got ",
-             saved_bytes);
+             " bytes (cakeForwardSavedSize) with options.save_for_backward = ",
+             options.save_for_backward, ", got ", saved_bytes);
 }
 
 }  // namespace cake::ops

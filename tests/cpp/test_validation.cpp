@@ -504,19 +504,22 @@ TEST(Validation, CudaTensorsInBuildWithoutCuda) {
 // Saved and recompute modes (options.save_for_backward, the saved buffer)
 // ------------------------------------------------------------------------------------------------
 
-TEST(Validation, SaveForBackwardMustBeZeroOrOne) {
-  Problem p;
-  p.options.save_for_backward = 2;
-  expect_input_error(p, cakeInvalidArgument, {"options.save_for_backward", "0", "1", "got 2"});
-  size_t bytes = 123;
-  expect_error(cakeForwardSavedSize(&p.options, &p.fwd, &bytes), cakeInvalidArgument,
-               {"options.save_for_backward", "got 2"});
-  EXPECT_EQ(bytes, 123u);
+TEST(Validation, SaveForBackwardMustBeZeroOneOrTwo) {
+  for (int32_t bad : {3, -1}) {
+    Problem p;
+    p.options.save_for_backward = bad;
+    std::string const got = "got " + std::to_string(bad);
+    expect_input_error(p, cakeInvalidArgument, {"options.save_for_backward", "0", "1", "2", got});
+    size_t bytes = 123;
+    expect_error(cakeForwardSavedSize(&p.options, &p.fwd, &bytes), cakeInvalidArgument,
+                 {"options.save_for_backward", got});
+    EXPECT_EQ(bytes, 123u);
+  }
 }
 
 TEST(Validation, SavedSizeIsZeroOnTheCpu) {
   for (bool kda : {false, true}) {
-    for (int32_t save : {0, 1}) {
+    for (int32_t save : {0, 1, 2}) {
       Problem p(kda);
       p.options.save_for_backward = save;
       size_t bytes = 123;
@@ -548,7 +551,7 @@ TEST(Validation, RecomputeModeTakesNoSavedBuffer) {
 }
 
 TEST(Validation, NullSavedBufferWithBytes) {
-  for (int32_t save : {0, 1}) {
+  for (int32_t save : {0, 1, 2}) {
     Problem p;
     p.options.save_for_backward = save;
     expect_error(cakeForward(&p.options, &p.fwd, nullptr, 64, nullptr, 0, nullptr),
@@ -559,31 +562,34 @@ TEST(Validation, NullSavedBufferWithBytes) {
 }
 
 // On the CPU both modes run the same reference: saved mode accepts a NULL (0-byte) saved set, or
-// any buffer, and gives the same results as recompute mode.
+// any buffer, and gives the same results as recompute mode; so does inverse mode.
 TEST(Validation, SavedModeOnTheCpuEqualsRecomputeMode) {
   for (bool kda : {false, true}) {
     Problem recompute(kda);
     ASSERT_EQ(recompute.forward(), cakeSuccess) << last_error();
     ASSERT_EQ(recompute.backward(), cakeSuccess) << last_error();
-    Problem saved(kda);
-    saved.options.save_for_backward = 1;
-    ASSERT_EQ(saved.forward(), cakeSuccess) << last_error();
-    ASSERT_EQ(saved.backward(), cakeSuccess) << last_error();
-    double spare[8] = {};
-    EXPECT_EQ(cakeForward(&saved.options, &saved.fwd, spare, sizeof spare, nullptr, 0, nullptr),
-              cakeSuccess)
-        << last_error();
-    for (size_t i = 0; i < Problem::kCap; ++i) {
-      for (auto [a, b] : {std::pair{&recompute.o, &saved.o},
-                          {&recompute.ht, &saved.ht},
-                          {&recompute.dq, &saved.dq},
-                          {&recompute.dk, &saved.dk},
-                          {&recompute.dv, &saved.dv},
-                          {&recompute.dg, &saved.dg},
-                          {&recompute.dbeta, &saved.dbeta},
-                          {&recompute.dh0, &saved.dh0}}) {
-        double const x = (*a)[i], y = (*b)[i];
-        ASSERT_TRUE((std::isnan(x) && std::isnan(y)) || x == y) << "element " << i;
+    for (int32_t mode : {1, 2}) {
+      Problem saved(kda);
+      saved.options.save_for_backward = mode;
+      ASSERT_EQ(saved.forward(), cakeSuccess) << last_error();
+      ASSERT_EQ(saved.backward(), cakeSuccess) << last_error();
+      double spare[8] = {};
+      EXPECT_EQ(cakeForward(&saved.options, &saved.fwd, spare, sizeof spare, nullptr, 0, nullptr),
+                cakeSuccess)
+          << last_error();
+      for (size_t i = 0; i < Problem::kCap; ++i) {
+        for (auto [a, b] : {std::pair{&recompute.o, &saved.o},
+                            {&recompute.ht, &saved.ht},
+                            {&recompute.dq, &saved.dq},
+                            {&recompute.dk, &saved.dk},
+                            {&recompute.dv, &saved.dv},
+                            {&recompute.dg, &saved.dg},
+                            {&recompute.dbeta, &saved.dbeta},
+                            {&recompute.dh0, &saved.dh0}}) {
+          double const x = (*a)[i], y = (*b)[i];
+          ASSERT_TRUE((std::isnan(x) && std::isnan(y)) || x == y)
+              << "mode " << mode << ", element " << i;
+        }
       }
     }
   }

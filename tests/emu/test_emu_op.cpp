@@ -1,7 +1,7 @@
 // The GDN GPU op (src/ops/cuda/gdn_cuda.cpp: the stages in order, the saved set and workspace
-// carved from the caller's buffers) on the CPU emulator, against the FP64 chunked reference: both
-// modes of the saved set, bitwise equal to each other; guard bytes after the exact workspace and
-// saved set the size queries ask for stay untouched; outputs poisoned first.
+// carved from the caller's buffers) on the CPU emulator, against the FP64 chunked reference: the
+// three modes of the saved set, bitwise equal to each other; guard bytes after the exact workspace
+// and saved set the size queries ask for stay untouched; outputs poisoned first.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "core/tensor.hpp"
 #include "emu/gdn_emu_testing.hpp"
 #include "ops/gdn_cuda.hpp"
+#include "ref/preprocess.hpp"
 
 namespace {
 
@@ -61,14 +62,16 @@ struct OpRun {
   Grads grads;
 };
 
-// all_grads = false: dq, dk and dh0 absent (as a caller that freezes q, k and the initial state).
-OpRun run_op(Problem const& pr, bool saved_mode, bool all_grads = true) {
+// mode: options.save_for_backward (0 recompute, 1 saved, 2 inverse); all_grads = false: dq, dk
+// and dh0 absent (as a caller that freezes q, k and the initial state); l2: with the q/k L2 norm.
+OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false) {
   int64_t const BT = pr.BT;
   cakeOptions_t options{};
   options.struct_size = sizeof options;
   options.variant = cakeGdn;
   options.scale = pr.scale;
-  options.save_for_backward = saved_mode ? 1 : 0;
+  options.save_for_backward = mode;
+  options.use_qk_l2norm = l2 ? 1 : 0;
   cakeTensor_t const q = view(pr.q16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const k = view(pr.k16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const v = view(pr.v16.data(), cakeBfloat16, {1, BT, pr.HV, K});
@@ -94,7 +97,7 @@ OpRun run_op(Problem const& pr, bool saved_mode, bool all_grads = true) {
   fa.final_state = view(run.ht.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   Guarded saved(cake::ops::gdn_cuda_saved_bytes(options, q, v, cu));
   Guarded fws(cake::ops::gdn_cuda_forward_workspace_bytes(options, fa));
-  cake::ops::gdn_cuda_forward(options, fa, saved_mode ? saved.data : nullptr, fws.data, fws.bytes,
+  cake::ops::gdn_cuda_forward(options, fa, mode != 0 ? saved.data : nullptr, fws.data, fws.bytes,
                               nullptr);
   EXPECT_TRUE(saved.guard_intact()) << "the forward wrote past the saved set";
   EXPECT_TRUE(fws.guard_intact()) << "the forward wrote past its workspace";
@@ -118,7 +121,7 @@ OpRun run_op(Problem const& pr, bool saved_mode, bool all_grads = true) {
   ba.dh0 = view(gr.dh0.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   if (!all_grads) ba.dq = ba.dk = ba.dh0 = cakeTensor_t{};
   Guarded bws(cake::ops::gdn_cuda_backward_workspace_bytes(options, ba));
-  cake::ops::gdn_cuda_backward(options, ba, saved_mode ? saved.data : nullptr, bws.data, bws.bytes,
+  cake::ops::gdn_cuda_backward(options, ba, mode != 0 ? saved.data : nullptr, bws.data, bws.bytes,
                                nullptr);
   EXPECT_TRUE(bws.guard_intact()) << "the backward wrote past its workspace";
   EXPECT_TRUE(saved.guard_intact()) << "the backward wrote past the saved set";
@@ -130,33 +133,54 @@ bool bitwise_equal(std::vector<T> const& a, std::vector<T> const& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
-TEST(EmulatedOp, BothModesMatchTheFp64ReferenceAndEachOtherBitwise) {
+// The three modes agree bit for bit, and the recompute mode's results pass the gate against the
+// FP64 chunked reference (on q, k normalised in FP64 when l2, with the norm's backward).
+void check_modes(Case const& c, bool l2) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
-  Case const c{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}};
-  Problem const pr = cake::gdn_testing::make_problem(c, rng);
-  OpRun const recompute = run_op(pr, false);
-  OpRun const saved = run_op(pr, true);
-
-  EXPECT_TRUE(bitwise_equal(recompute.o, saved.o));
-  EXPECT_TRUE(bitwise_equal(recompute.ht, saved.ht));
+  Problem pr = cake::gdn_testing::make_problem(c, rng);
+  if (l2) {  // q, k rows of norms 0.2 .. 5 (make_problem's are unit rows), so a norm left out shows
+    std::uniform_real_distribution<double> norm(0.2, 5.0);
+    for (auto* x : {&pr.q, &pr.k})
+      for (int64_t r = 0; r < pr.BT * pr.H; ++r) {
+        double const f = norm(rng);
+        for (int i = 0; i < K; ++i) (*x)[r * K + i] *= f;
+      }
+    pr.q16 = cake::gdn_testing::to_bf16(pr.q);
+    pr.k16 = cake::gdn_testing::to_bf16(pr.k);
+  }
+  OpRun const recompute = run_op(pr, 0, true, l2);
   Grads const& a = recompute.grads;
-  Grads const& b = saved.grads;
-  EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dv, b.dv))
-      << "dq, dk, dv differ between the saved and recompute modes";
-  EXPECT_TRUE(bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dbeta, b.dbeta) &&
-              bitwise_equal(a.dh0, b.dh0))
-      << "dg, dbeta, dh0 differ between the saved and recompute modes";
+  for (int mode : {1, 2}) {
+    OpRun const saved = run_op(pr, mode, true, l2);
+    EXPECT_TRUE(bitwise_equal(recompute.o, saved.o)) << "mode " << mode;
+    EXPECT_TRUE(bitwise_equal(recompute.ht, saved.ht)) << "mode " << mode;
+    Grads const& b = saved.grads;
+    EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dv, b.dv))
+        << "dq, dk, dv differ between mode " << mode << " and recompute mode";
+    EXPECT_TRUE(bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dbeta, b.dbeta) &&
+                bitwise_equal(a.dh0, b.dh0))
+        << "dg, dbeta, dh0 differ between mode " << mode << " and recompute mode";
+  }
 
   std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size()), rq(pr.BT * pr.H * K),
       rk(rq.size()), rv(ro.size()), rg(pr.BT * pr.HV), rbeta(rg.size()), rh0(rht.size());
-  cake::ref::Inputs const in{pr.q.data(),    pr.k.data(),  pr.v.data(), pr.g.data(),
+  std::vector<double> q = pr.q, k = pr.k, q_rstd, k_rstd;
+  if (l2) {
+    cake::ref::l2norm_forward(pr.q, K, q, q_rstd);
+    cake::ref::l2norm_forward(pr.k, K, k, k_rstd);
+  }
+  cake::ref::Inputs const in{q.data(),       k.data(),     pr.v.data(), pr.g.data(),
                              pr.beta.data(), pr.h0.data(), pr.scale};
   cake::ref::chunked_forward(pr.shape(), in, cake::ref::Outputs{ro.data(), rht.data()});
   cake::ref::chunked_backward(
       pr.shape(), in, cake::ref::OutputGrads{pr.dout.data(), pr.dht.data()},
       cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
+  if (l2) {
+    rq = cake::ref::l2norm_backward(rq, q, q_rstd, K);
+    rk = cake::ref::l2norm_backward(rk, k, k_rstd, K);
+  }
   std::vector<std::pair<char const*, Errors>> errors(8);
   errors[0] = {"o", {}};
   errors[0].second.add(widen(recompute.o), ro);
@@ -182,6 +206,16 @@ TEST(EmulatedOp, BothModesMatchTheFp64ReferenceAndEachOtherBitwise) {
   std::printf("\n");
 }
 
+TEST(EmulatedOp, EveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
+  check_modes(Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}}, false);
+}
+
+// With the L2 norm the forward's q̂, k̂ stay in its workspace except in saved mode, so the
+// recompute and inverse backwards rerun qk_norm into theirs.
+TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
+  check_modes(Case{"docs 1,64,65,70 GVA 1/2 l2", {1, 64, 65, 70}}, true);
+}
+
 // A gradient left absent changes no other bit: the backward's arithmetic does not depend on which
 // gradients are wanted (the H200 test test_absent_gradients caught dv moving with dh0 once, when
 // walk_a_bwd keyed eO's hi + lo split on dh0), and nothing is written where one is absent.
@@ -191,8 +225,8 @@ TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
   std::mt19937 rng(seed);
   Case const c{"docs 1,64,65 GVA 1/2", {1, 64, 65}};
   Problem const pr = cake::gdn_testing::make_problem(c, rng);
-  OpRun const full = run_op(pr, false);
-  OpRun const part = run_op(pr, false, false);
+  OpRun const full = run_op(pr, 0);
+  OpRun const part = run_op(pr, 0, false);
   EXPECT_TRUE(bitwise_equal(full.grads.dv, part.grads.dv)) << "dv moved with dq, dk, dh0 absent";
   EXPECT_TRUE(bitwise_equal(full.grads.dg, part.grads.dg)) << "dg moved with dq, dk, dh0 absent";
   EXPECT_TRUE(bitwise_equal(full.grads.dbeta, part.grads.dbeta))

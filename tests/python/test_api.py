@@ -526,7 +526,7 @@ def test_cpu_accepts_every_save_mode():
     # (the GPU claim, saved == recompute bitwise, is tests/python/test_gpu_gdn.py's).
     t, opts = make_case(1401, kda=False, cu=DOCS, initial_state=True, l2norm=True, gate=True)
     results = []
-    for mode in ("saved", "recompute", None):
+    for mode in ("saved", "inverse", "recompute", None):
         o, ht = call_cake(False, t, dict(opts, save_for_backward=mode))
         do, dht = cotangents(o, ht, 1401)
         results.append([o, ht, *gradients(o, ht, do, dht, leaves(t))])
@@ -538,25 +538,26 @@ def test_cpu_accepts_every_save_mode():
 @pytest.mark.parametrize("bad", ["save", "Saved", "", True, 1])
 def test_save_for_backward_bad_value(bad):
     t, opts = make_case(1402, kda=False, cu=[0, 5, 12])
-    with pytest.raises(ValueError, match="save_for_backward must be 'saved' or 'recompute'"):
+    message = "save_for_backward must be 'saved', 'inverse' or 'recompute'"
+    with pytest.raises(ValueError, match=message):
         call_cake(False, t, dict(opts, save_for_backward=bad))
-    with pytest.raises(ValueError, match="save_for_backward must be 'saved' or 'recompute'"):
+    with pytest.raises(ValueError, match=message):
         cake.set_default_save_for_backward(bad)
 
 
 def test_set_default_save_for_backward():
-    assert cake.set_default_save_for_backward("saved") == "recompute"
+    assert cake.set_default_save_for_backward("saved") == "inverse"
     try:
         with pytest.raises(ValueError, match="now 'saved'"):
             cake.set_default_save_for_backward("x")
         t, opts = make_case(1403, kda=False, cu=[0, 5, 12])
         call_cake(False, t, opts)
     finally:
-        assert cake.set_default_save_for_backward("recompute") == "saved"
+        assert cake.set_default_save_for_backward("inverse") == "saved"
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
-@pytest.mark.parametrize("save", [False, True], ids=["recompute", "saved"])
+@pytest.mark.parametrize("save", [0, 1, 2], ids=["recompute", "saved", "inverse"])
 def test_saved_blob_is_empty_on_the_cpu(kda, save):
     # cake::forward's third output: the saved set, 0 bytes on the CPU in either mode, as the
     # query says (C++ cakeForwardSavedSize) and as the fake implementation says from shapes.
@@ -585,7 +586,8 @@ def test_saved_mode_needs_a_gradient(monkeypatch):
         call_cake(False, t, dict(opts, save_for_backward="saved"))
     call_cake(False, {n: x.detach() for n, x in t.items()}, dict(opts, save_for_backward="saved"))
     call_cake(False, t, dict(opts, save_for_backward="recompute"))
-    assert calls == [True, False, False, False]
+    call_cake(False, t, dict(opts, save_for_backward="inverse"))
+    assert calls == [1, 0, 0, 0, 2]
 
 
 def test_saved_buffer_plumbing():
@@ -598,30 +600,38 @@ def test_saved_buffer_plumbing():
     o = torch.empty(1, 12, 2, 8, dtype=torch.float64)
     opts = (0, 0.3, False, False, None, False, False)
     blob = torch.empty(64, dtype=torch.uint8)
-    assert _C.forward_saved_size(*ins, o, None, *opts, True) == 0
-    assert _C.forward_saved_size(*ins, o, None, *opts, False) == 0
+    for mode in (0, 1, 2):
+        assert _C.forward_saved_size(*ins, o, None, *opts, mode) == 0
     with pytest.raises(ValueError, match="saved must be NULL in recompute mode"):
-        _C.forward(*ins, o, None, *opts, False, blob, None, 0)
-    _C.forward(*ins, o, None, *opts, True, blob, None, 0)
-    _C.forward(*ins, o, None, *opts, True, None, None, 0)
+        _C.forward(*ins, o, None, *opts, 0, blob, None, 0)
+    with pytest.raises(ValueError, match="options.save_for_backward must be 0"):
+        _C.forward(*ins, o, None, *opts, 3, None, None, 0)
+    for mode in (1, 2):
+        _C.forward(*ins, o, None, *opts, mode, blob, None, 0)
+        _C.forward(*ins, o, None, *opts, mode, None, None, 0)
 
 
 def test_shape_only_saved_size_query():
     # The query the fake implementation uses; it needs a CUDA build, not a GPU. Layout as in
-    # docs/design/gdn-hopper.md: q, k normalised; G; A; beta; h per chunk (130 // 64 + 1 + 1 = 4
-    # slots); each region 256-byte aligned.
+    # docs/design/gdn-hopper.md, each region 256-byte aligned: saved mode q, k normalised; G; A;
+    # beta; h per chunk (130 // 64 + 1 + 1 = 4 slots); inverse mode G; A; beta.
     from cake import _C
 
+    shapes = ([1, 130, 1, 128], [1, 130, 2, 128], 2, True)
     try:
-        nbytes = _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 128], [1, 130, 2, 128], 2, True)
+        nbytes = _C.gdn_cuda_saved_size_of_shapes(*shapes, 1)
     except NotImplementedError as e:
         assert "without CUDA" in str(e)
         pytest.skip("needs a build with CUDA (CAKE_CUDA=ON); no GPU needed")
     up = lambda n: -(-n // 256) * 256  # noqa: E731
     assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + up(130 * 2 * 64 * 2)
                       + up(130 * 2 * 4) + 4 * 2 * 128 * 128 * 2)
+    inverse = up(130 * 2 * 4) + up(130 * 2 * 64 * 2) + 130 * 2 * 4
+    assert _C.gdn_cuda_saved_size_of_shapes(*shapes, 2) == inverse
+    assert _C.gdn_cuda_saved_size_of_shapes(*shapes[:3], False, 2) == inverse  # no q, k there
+    assert _C.gdn_cuda_saved_size_of_shapes(*shapes, 0) == 0
     with pytest.raises(ValueError, match="K = V = 128"):
-        _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 64], [1, 130, 2, 64], None, True)
+        _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 64], [1, 130, 2, 64], None, True, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,7 +647,7 @@ def _op_args(kda, t, opts, transform=lambda x: x.detach()):
 
 @pytest.mark.parametrize("kda", VARIANTS)
 @pytest.mark.parametrize("output_final_state", [True, False])
-@pytest.mark.parametrize("save_for_backward", [False, True], ids=["recompute", "saved"])
+@pytest.mark.parametrize("save_for_backward", [0, 1, 2], ids=["recompute", "saved", "inverse"])
 def test_opcheck_forward(kda, output_final_state, save_for_backward):
     t, opts = make_case(1101, kda=kda, cu=[0, 5, 12], initial_state=True, gate=True,
                         dt_bias=True, l2norm=True)
@@ -646,23 +656,25 @@ def test_opcheck_forward(kda, output_final_state, save_for_backward):
     torch.library.opcheck(cake.ops._forward, args)
 
 
-def _backward_args(kda, t, transform, *, gate, beta_sigmoid, saved=None):
+def _backward_args(kda, t, transform, *, gate, beta_sigmoid, mode=0, saved=None):
     HV = t["v"].shape[2]
     gen = torch.Generator().manual_seed(1)
     dout = torch.randn(1, 12, HV, 8, dtype=torch.float64, generator=gen)
     dht = torch.randn(2, HV, 8, 8, dtype=torch.float64, generator=gen)
     return (*_op_args(kda, t, {}, transform), dout, dht, 0.3, True, gate, None, beta_sigmoid,
-            beta_sigmoid, saved)
+            beta_sigmoid, mode, saved)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
-@pytest.mark.parametrize("saved", [False, True], ids=["recompute", "saved"])
-def test_opcheck_backward(kda, saved):
-    # On the CPU the saved set of saved mode is an empty blob: the reference recomputes.
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["recompute", "saved", "inverse"])
+def test_opcheck_backward(kda, mode):
+    # On the CPU the saved set of saved and inverse modes is an empty blob: the reference
+    # recomputes.
     t, _ = make_case(1102, kda=kda, cu=[0, 5, 12], initial_state=True, gate=True, dt_bias=True,
                      beta_sigmoid=True)
-    blob = torch.empty(0, dtype=torch.uint8) if saved else None
-    args = _backward_args(kda, t, lambda x: x.detach(), gate=True, beta_sigmoid=True, saved=blob)
+    blob = torch.empty(0, dtype=torch.uint8) if mode else None
+    args = _backward_args(kda, t, lambda x: x.detach(), gate=True, beta_sigmoid=True, mode=mode,
+                          saved=blob)
     torch.library.opcheck(cake.ops._backward, args)
 
 

@@ -22,7 +22,7 @@ pytestmark = [
 K = V = 128
 OPTIONS = dict(use_gate_in_kernel=False, lower_bound=None, use_beta_sigmoid=False,
                allow_neg_eigval=False)
-MODES = {"recompute": False, "saved": True}  # options.save_for_backward of each mode
+MODES = ops.SAVE_MODES  # options.save_for_backward of each mode
 
 
 def make_inputs(docs, H, HV, *, seed, g_range=(-1.0, 0.0), beta_range=(0.05, 0.95),
@@ -72,8 +72,9 @@ def poisoned(t):
 def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", absent=()):
     """Forward and backward through cake._C into NaN-poisoned buffers; returns every result.
 
-    In saved mode the forward writes the saved set (a buffer poisoned with 0xFF bytes, so that a
-    region the backward reads but the forward never wrote shows) and the backward reads it.
+    In saved and inverse modes the forward writes the saved set (a buffer poisoned with 0xFF bytes,
+    so that a region the backward reads but the forward never wrote shows) and the backward reads
+    it.
     absent: names of gradients ("dv", ...) the backward is not asked for (passed as None).
     """
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
@@ -168,10 +169,12 @@ def test_saved_mode_equals_recompute_mode_bitwise(case):
     if not l2:
         unit_norm_qk(inputs)
     recompute = run_gpu(inputs, dout, dht, l2, mode="recompute")
-    saved = run_gpu(inputs, dout, dht, l2, mode="saved")
-    assert recompute.keys() == saved.keys()
-    for name, t in recompute.items():
-        assert torch.equal(t, saved[name]), f"{case}: {name} differs between saved and recompute"
+    for mode in ("saved", "inverse"):
+        saved = run_gpu(inputs, dout, dht, l2, mode=mode)
+        assert recompute.keys() == saved.keys()
+        for name, t in recompute.items():
+            assert torch.equal(t, saved[name]), (
+                f"{case}: {name} differs between {mode} and recompute")
 
 
 @pytest.mark.slow
@@ -268,7 +271,7 @@ def test_buffers_are_exact(mode):
     opts = (ops.GDN, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
     stream = torch.cuda.current_stream().cuda_stream
     saved_bytes = _C.forward_saved_size(*ins, o, ht, *opts)
-    assert (saved_bytes > 0) == MODES[mode]
+    assert (saved_bytes > 0) == (MODES[mode] != 0)
     saved_whole, saved = guarded(saved_bytes)
     if not MODES[mode]:
         saved = None  # recompute mode takes no saved buffer
@@ -304,31 +307,35 @@ def test_buffers_are_exact(mode):
 
 def test_saved_size_query_matches_the_forward():
     """The query (C ABI, real tensors), the shape-only query of the fake implementation and the
-    blob cake::forward returns agree; a saved-mode forward's workspace holds none of the saved
-    set."""
+    blob cake::forward returns agree in every mode; a saved-mode forward's workspace holds none
+    of the saved set."""
     inputs, _, _ = make_inputs([129, 64, 1], 2, 6, seed=19)
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    T, H = x["q"].shape[1], x["q"].shape[2]
     for l2 in (True, False):
         args = (ops.GDN, x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"],
                 x["cu_seqlens"], None, None, K ** -0.5, True, l2, False, None, False, False)
-        o, ht, blob = ops._forward(*args, True)
-        _, _, empty = ops._forward(*args, False)
-        assert empty.numel() == 0
-        ins = (*args[1:10], o, ht)
         opts = (ops.GDN, K ** -0.5, l2, *OPTIONS.values())
-        queried = _C.forward_saved_size(*ins, *opts, True)
-        assert blob.dtype == torch.uint8 and blob.numel() == queried > 0
-        assert _C.forward_saved_size(*ins, *opts, False) == 0
-        assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
-                                          True) == queried
+        for mode in MODES.values():
+            o, ht, blob = ops._forward(*args, mode)
+            ins = (*args[1:10], o, ht)
+            queried = _C.forward_saved_size(*ins, *opts, mode)
+            assert blob.dtype == torch.uint8 and blob.numel() == queried
+            assert (queried > 0) == (mode != 0)
+            assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
+                                              mode) == queried
         # A saved-mode forward writes its saved set into the blob: its workspace is only the
-        # alignment slack, the recompute-mode forward's holds q̂, k̂, G, A and beta.
-        assert _C.forward_workspace_size(*ins, *opts, True) == 256
-        assert _C.forward_workspace_size(*ins, *opts, False) > 256
+        # alignment slack (q̂, k̂ of the L2 norm are in the blob too); an inverse-mode forward's
+        # holds q̂, k̂ with the L2 norm (G, A and beta go to the blob); the recompute-mode
+        # forward's holds q̂, k̂, G, A and beta.
+        qk = 2 * T * H * K * 2 if l2 else 0  # q̂, k̂ in bf16, each a multiple of 256 bytes
+        assert _C.forward_workspace_size(*ins, *opts, MODES["saved"]) == 256
+        assert _C.forward_workspace_size(*ins, *opts, MODES["inverse"]) == 256 + qk
+        assert _C.forward_workspace_size(*ins, *opts, MODES["recompute"]) > 256 + qk
 
 
 def test_saved_mode_through_autograd_and_compile():
-    """The public function in both modes: identical o and gradients, eager and under
+    """The public function in every mode: identical o and gradients, eager and under
     torch.compile (the fake implementation gives the saved blob's size from shapes)."""
     inputs, dout, dht = make_inputs([300, 65], 2, 4, seed=29)
     x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
@@ -350,8 +357,9 @@ def test_saved_mode_through_autograd_and_compile():
     want = step(gdn, "recompute")
     compiled = torch.compile(gdn, backend="aot_eager", fullgraph=True)
     for fn in (gdn, compiled):
-        for a, b in zip(want, step(fn, "saved")):
-            assert torch.equal(a, b)
+        for mode in ("saved", "inverse"):
+            for a, b in zip(want, step(fn, mode)):
+                assert torch.equal(a, b)
 
 
 def test_cuda_errors_are_clear():

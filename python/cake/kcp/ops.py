@@ -138,7 +138,7 @@ def _validate_walk(opts: _Options, q, k, v, g, beta, A_log, dt_bias, seg: _Segme
     o = q.new_empty(q.shape[:2] + v.shape[2:])
     final = num_documents_state.new_empty(num_documents_state.shape)
     _C.forward_workspace_size(q, k, v, g, beta, num_documents_state, cu, A_log, dt_bias, o, final,
-                              opts.variant, opts.scale, *opts.op_options(), False)
+                              opts.variant, opts.scale, *opts.op_options(), 0)
 
 
 def _walk(opts: _Options, q, k, v, g, beta, h0, cu: list[int], A_log, dt_bias):
@@ -148,7 +148,7 @@ def _walk(opts: _Options, q, k, v, g, beta, h0, cu: list[int], A_log, dt_bias):
     """
     cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
     o, final, _ = single._forward(opts.variant, q, k, v, g, beta, h0, cu_t, A_log, dt_bias,
-                                  opts.scale, True, *opts.op_options(), False)
+                                  opts.scale, True, *opts.op_options(), 0)
     return o, final
 
 
@@ -158,7 +158,7 @@ def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: list[int], A_log, d
     cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
     return single._backward(opts.variant, q, k, v, g, beta, h0, cu_t, A_log, dt_bias,
                             dout.contiguous(), None if dht is None else dht.contiguous(),
-                            opts.scale, *opts.op_options(), None)
+                            opts.scale, *opts.op_options(), 0, None)  # recompute mode
 
 
 def _segment_summaries(opts: _Options, seg: _Segments, fragments: list[int], q, k, v, g, beta,

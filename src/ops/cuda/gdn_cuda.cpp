@@ -6,10 +6,12 @@
 //           from its recompute [qk_norm] -> kkt_solve -> the h-walk (walk_a_fwd without o); then
 //           walk_a_bwd (one reverse walk: dq, dk per value head, dv, dbeta, dg, dh0) -> qk_grad
 //           (dq, dk summed over the value heads, L2-norm backward).
-// Two modes (options.save_for_backward): in recompute mode the backward reruns kkt_solve and the
-// h-walk into its workspace; in saved mode the forward's kkt_solve and walk write them into the
-// caller's saved buffer and the backward reads it from there. The same kernels on the same inputs
-// (the h-walk's h is the forward walk's, product for product), so the modes agree bitwise.
+// Three modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm],
+// kkt_solve and the h-walk into its workspace; in saved mode the forward's kkt_solve and walk
+// write all of it into the caller's saved buffer and the backward reads it from there; in inverse
+// mode the saved buffer holds kkt_solve's outputs and the backward reruns [qk_norm] and the
+// h-walk. The same kernels on the same inputs (the h-walk's h is the forward walk's, product for
+// product), so the modes agree bitwise.
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include <cuda_runtime_api.h>
 
@@ -143,14 +145,15 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
 }
 
 using cuda::Pass;
+using cuda::SaveMode;
 
-bool saved_mode(cakeOptions_t const& options) {
-  return options.save_for_backward != 0;
+SaveMode save_mode(cakeOptions_t const& options) {  // validated: 0, 1 or 2
+  return static_cast<SaveMode>(options.save_for_backward);
 }
 
 // The layout's sizes for a call (null bases: counting only).
 cuda::GdnBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
-  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, saved_mode(options),
+  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options),
                                  nullptr, nullptr);
 }
 
@@ -168,7 +171,7 @@ cuda::GdnBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pa
              cakeInvalidArgument, "saved must be ", cuda::kSavedAlign,
              "-byte aligned (the saved set's layout does not depend on its address), got address ",
              saved);
-  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, saved_mode(options), saved,
+  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved,
                                  workspace);
 }
 
@@ -204,11 +207,12 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   bf16 const* k_used = nullptr;
   normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
 
-  // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk. Then the
-  // walk: o and the final state, and in saved mode h per chunk for the backward.
+  // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk (into the
+  // saved set in saved and inverse modes). Then the walk: o and the final state, and in saved mode
+  // h per chunk for the backward.
   run_kkt_solve(p, in, k_used, b, stream);
   run_walk(p, in, q_used, k_used, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
-           saved_mode(options) ? b.h : nullptr, stream);
+           save_mode(options) == SaveMode::kSaved ? b.h : nullptr, stream);
 }
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
@@ -229,8 +233,8 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dq", args.dq, 4);
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
-  // The carve hands out mutable pointers; in saved mode the backward only passes the saved set's
-  // regions to kernel inputs (const parameters).
+  // The carve hands out mutable pointers; in saved and inverse modes the backward only passes the
+  // saved arena's regions to kernel inputs (const parameters).
   auto const b = bind_buffers(options, p, Pass::kBackward, const_cast<void*>(saved), workspace,
                               workspace_bytes);
   if (empty(p)) return;
@@ -238,10 +242,11 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
 
   bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
-  if (!saved_mode(options)) {
+  SaveMode const mode = save_mode(options);
+  if (mode != SaveMode::kSaved) {  // recompute what the saved set does not hold
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
     normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
-    run_kkt_solve(p, in, k_used, b, stream);
+    if (mode == SaveMode::kRecompute) run_kkt_solve(p, in, k_used, b, stream);
     run_walk(p, in, q_used, k_used, b, nullptr, nullptr, b.h, stream);  // the h-walk
   }
 

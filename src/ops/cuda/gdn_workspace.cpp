@@ -43,13 +43,17 @@ class Carver {
 }  // namespace
 
 GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
-                             bool saved_mode, void* saved, void* workspace) {
+                             SaveMode mode, void* saved, void* workspace) {
   using kernels::kChunk;
   using kernels::kHeadDim;
   using bf16 = __nv_bfloat16;
-  Carver saved_arena(saved_mode ? saved : nullptr, Carver::kFixed);
+  bool const kept = mode != SaveMode::kRecompute;  // the saved arena holds something
+  Carver saved_arena(kept ? saved : nullptr, Carver::kFixed);
   Carver scratch(workspace, Carver::kRelocatable);
-  Carver& saved_set = saved_mode ? saved_arena : scratch;
+  // Where each part of the saved set lives: kkt_solve's outputs (G, A, beta) in the saved arena in
+  // saved and inverse modes, the rest (q̂, k̂, h) there in saved mode only; else in the workspace.
+  Carver& solved = kept ? saved_arena : scratch;
+  Carver& rest = mode == SaveMode::kSaved ? saved_arena : scratch;
   bool const backward = pass == Pass::kBackward;
   GdnBuffers b;
   int64_t const bt = p.num_tokens;
@@ -59,20 +63,20 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
 
   // The saved set, in one order for forward and backward: both carve the same offsets.
   if (use_qk_l2norm) {
-    b.q_norm = saved_set.take<bf16>(qk_rows * kHeadDim);
-    b.k_norm = saved_set.take<bf16>(qk_rows * kHeadDim);
+    b.q_norm = rest.take<bf16>(qk_rows * kHeadDim);
+    b.k_norm = rest.take<bf16>(qk_rows * kHeadDim);
   }
-  b.gcum = saved_set.take<float>(v_rows);
-  b.a = saved_set.take<bf16>(v_rows * kChunk);
-  b.beta_f32 = saved_set.take<float>(v_rows);
-  // A forward that saves nothing needs no h (its walk keeps the state on chip).
-  if (backward || saved_mode) b.h = saved_set.take<bf16>(states);
+  b.gcum = solved.take<float>(v_rows);
+  b.a = solved.take<bf16>(v_rows * kChunk);
+  b.beta_f32 = solved.take<float>(v_rows);
+  // A forward that saves no h needs none (its walk keeps the state on chip).
+  if (backward || mode == SaveMode::kSaved) b.h = rest.take<bf16>(states);
 
   if (backward) {
     b.dq_hv = scratch.take<float>(v_rows * kHeadDim);
     b.dk_hv = scratch.take<float>(v_rows * kHeadDim);
   }
-  b.saved_bytes = saved_mode ? saved_arena.bytes() : 0;
+  b.saved_bytes = kept ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();
   return b;
 }

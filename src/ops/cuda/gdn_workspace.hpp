@@ -1,10 +1,11 @@
 // The one layout of the GDN GPU buffers: the same function sizes them (null bases) and carves the
 // caller's memory into the intermediate tensors of forward and backward. It answers both arenas:
 //   saved      the "saved set", what the backward reads of the forward's stages; the forward writes
-//              it and the backward reads it in saved mode (options.save_for_backward = 1);
-//   workspace  scratch memory of one call, dead when the call's work has run. In recompute mode
-//              the saved set lives here too (the recompute-mode forward writes q̂, k̂, G, A and
-//              beta of it, not h; the backward recomputes all of it).
+//              it and the backward reads it: all of it in saved mode (options.save_for_backward
+//              = 1), kkt_solve's outputs (G, A, beta) in inverse mode (2);
+//   workspace  scratch memory of one call, dead when the call's work has run. What the mode does
+//              not keep lives here (a forward writes q̂, k̂, G, A and beta there in recompute mode,
+//              q̂, k̂ in inverse mode, no h; the backward recomputes what is not kept).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,9 +22,11 @@ namespace cake::ops::cuda {
 inline constexpr size_t kSavedAlign = 256;
 
 enum class Pass { kForward, kBackward };
+// options.save_for_backward's modes (include/cake/cake.h)
+enum class SaveMode { kRecompute = 0, kSaved = 1, kInverse = 2 };
 
 struct GdnBuffers {
-  // the saved set: saved arena in saved mode, workspace in recompute mode
+  // the saved set (where each part lives: carve_gdn_buffers)
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]   with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]   with use_qk_l2norm
   float* gcum = nullptr;            // [BT, HV]     G, within-chunk cumsum of g (kkt_solve)
@@ -31,7 +34,7 @@ struct GdnBuffers {
   float* beta_f32 = nullptr;        // [BT, HV]     beta in fp32 (kkt_solve)
   __nv_bfloat16* h = nullptr;       // [num_slots, HV, K, V] chunk-start states (the forward walk
                                     //              in saved mode, the h-walk in the backward);
-                                    //              absent in a recompute-mode forward
+                                    //              absent in a forward that saves no h
   // workspace, backward only
   float* dq_hv = nullptr;           // [BT, HV, K]  dq's terms per value head (walk_a_bwd)
   float* dk_hv = nullptr;           // [BT, HV, K]  dk's terms per value head (walk_a_bwd)
@@ -40,8 +43,8 @@ struct GdnBuffers {
 };
 
 // Carves `saved` (kSavedAlign-aligned) and `workspace` for problem p; null bases only count. In
-// recompute mode (saved_mode false) the saved arena is empty and `saved` is ignored.
+// recompute mode the saved arena is empty and `saved` is ignored.
 GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
-                             bool saved_mode, void* saved, void* workspace);
+                             SaveMode mode, void* saved, void* workspace);
 
 }  // namespace cake::ops::cuda
