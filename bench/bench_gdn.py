@@ -9,7 +9,8 @@ cell is the median over groups of each group's median; a control arm (a second v
 measures noise; drift is the change of an arm's median between the first and the last group.
 Speedup = baseline ms / cake ms. One JSON line per (workload, op, arm).
 
-Arms: "cake" (recompute mode, the default); "cake_saved" (saved mode); "fla" = flash-linear-attention's Triton kernels with its FlashQLA dispatch disabled
+Arms: "cake" (inverse mode, the default); "cake_saved" (saved mode); "cake_recompute" (recompute
+mode); "fla" = flash-linear-attention's Triton kernels with its FlashQLA dispatch disabled
 (FLA_FLASH_QLA=0; its TileLang dq/dk kernel stays on, as FLA requires on Hopper with Triton < 3.7.1);
 "flashqla" = flash_qla.chunk_gated_delta_rule; "cake_control" = cake again.
 """
@@ -37,10 +38,14 @@ K = V = 128
 def load_arms():
     """name -> (function with FLA's signature, version string); missing packages are skipped."""
     import cake
-    # "cake": the default mode (recompute); "cake_saved": the forward keeps the backward's inputs.
+    # "cake": the default mode (inverse: the chunk inverses kept, as FLA keeps them);
+    # "cake_saved": the forward keeps all the backward reads; "cake_recompute": it keeps nothing.
     arms = {"cake": (cake.chunk_gated_delta_rule, cake.__version__),
             "cake_saved": (functools.partial(cake.chunk_gated_delta_rule,
-                                             save_for_backward="saved"), cake.__version__)}
+                                             save_for_backward="saved"), cake.__version__),
+            "cake_recompute": (functools.partial(cake.chunk_gated_delta_rule,
+                                                 save_for_backward="recompute"),
+                               cake.__version__)}
     try:
         import fla
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
