@@ -23,7 +23,8 @@ import cake  # noqa: E402
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="M")
-    parser.add_argument("--save-for-backward", default="recompute")
+    parser.add_argument("--save-for-backward", default=None,
+                        help="saved, inverse or recompute (default: cake's default mode)")
     args = parser.parse_args()
     spec = json.loads((HERE.parent / "bench" / "workloads.json").read_text())["gdn"]["single_gpu"]
     w = spec[args.workload]

@@ -131,20 +131,20 @@ cakeResult_t cakeBackwardWorkspaceSize(const cakeOptions_t* options,
 cakeResult_t cakeForwardSavedSize(const cakeOptions_t* options, const cakeForwardArgs_t* args,
                                   size_t* bytes);
 
-/* Forward: o (and final_state when given); in saved mode also the saved set. In saved mode, saved
- * holds at least the cakeForwardSavedSize bytes (NULL with saved_bytes = 0 when that is 0, as on
- * the CPU) and is 256-byte aligned (cudaMalloc's and torch's allocations are), so that the saved
- * set does not depend on its address and may be moved as a whole; in recompute mode saved is NULL
- * with saved_bytes = 0. The workspace holds at least the queried bytes. A saved set or workspace
- * smaller than its query fails with cakeInsufficientWorkspace. stream is a cudaStream_t for CUDA
- * tensors and ignored for CPU tensors. */
+/* Forward: o (and final_state when given); in saved and inverse modes also the saved set. There,
+ * saved holds at least the cakeForwardSavedSize bytes (NULL with saved_bytes = 0 when that is 0,
+ * as on the CPU) and is 256-byte aligned (cudaMalloc's and torch's allocations are), so that the
+ * saved set does not depend on its address and may be moved as a whole; in recompute mode saved is
+ * NULL with saved_bytes = 0. The workspace holds at least the queried bytes. A saved set or
+ * workspace smaller than its query fails with cakeInsufficientWorkspace. stream is a cudaStream_t
+ * for CUDA tensors and ignored for CPU tensors. */
 cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args, void* saved,
                          size_t saved_bytes, void* workspace, size_t workspace_bytes,
                          void* stream);
 
-/* Backward: the gradients of every input given in args. In saved mode, saved is the saved set its
- * forward wrote with the same options and inputs (read only: one saved set serves any number of
- * backwards); in recompute mode NULL with saved_bytes = 0. */
+/* Backward: the gradients of every input given in args. In saved and inverse modes, saved is the
+ * saved set its forward wrote with the same options and inputs (read only: one saved set serves
+ * any number of backwards); in recompute mode NULL with saved_bytes = 0. */
 cakeResult_t cakeBackward(const cakeOptions_t* options, const cakeBackwardArgs_t* args,
                           const void* saved, size_t saved_bytes, void* workspace,
                           size_t workspace_bytes, void* stream);

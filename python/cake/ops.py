@@ -4,11 +4,11 @@ Two custom ops carry all the work: ``cake::forward`` and ``cake::backward``; aut
 (register_autograd). No maths here: shapes, allocation and wiring only. CPU tensors run the FP64
 reference in C++ (outputs in the input dtype); CUDA tensors run the kernels where they exist.
 
-Saved, inverse and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward`` also
-returns the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference always
-recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds the chunk
-inverses only (the backward recomputes the rest); in recompute mode the blob is empty and the
-backward recomputes the forward's stages.
+Saved, inverse and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward``
+also returns the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference
+always recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds only
+what ``kkt_solve`` writes (the chunk inverses, the gate cumsum, beta; the backward recomputes the
+rest); in recompute mode the blob is empty and the backward recomputes the forward's stages.
 """
 
 from typing import Optional

@@ -197,7 +197,7 @@ NB_MODULE(_C, m) {
   m.def("forward_workspace_size", forward_query<cakeForwardWorkspaceSize>());
   m.def("forward_saved_size", forward_query<cakeForwardSavedSize>());
 
-  // The saved set's bytes of a GDN forward on CUDA in saved mode, from shapes alone (for the
+  // The saved set's bytes of a GDN forward on CUDA in a mode, from shapes alone (for the
   // fake implementation of cake::forward, whose tensors have no data): q [B, T, H, K],
   // v [B, T, HV, V], and N + 1 = cu_seqlens' length when given.
   m.def("gdn_cuda_saved_size_of_shapes",

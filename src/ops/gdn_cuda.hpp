@@ -16,13 +16,14 @@ size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens);
 
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options, cakeForwardArgs_t const& args);
-// saved: the saved set to write in saved mode (nullptr in recompute mode).
+// saved: the saved set to write in saved and inverse modes (nullptr in recompute mode).
 void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
                       void* workspace, size_t workspace_bytes, void* stream);
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args);
-// saved: the forward's saved set in saved mode, read only (nullptr in recompute mode).
+// saved: the forward's saved set in saved and inverse modes, read only (nullptr in recompute
+// mode).
 void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
                        void const* saved, void* workspace, size_t workspace_bytes, void* stream);
 

@@ -501,7 +501,7 @@ TEST(Validation, CudaTensorsInBuildWithoutCuda) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Saved and recompute modes (options.save_for_backward, the saved buffer)
+// Saved, inverse and recompute modes (options.save_for_backward, the saved buffer)
 // ------------------------------------------------------------------------------------------------
 
 TEST(Validation, SaveForBackwardMustBeZeroOneOrTwo) {
@@ -561,8 +561,8 @@ TEST(Validation, NullSavedBufferWithBytes) {
   }
 }
 
-// On the CPU both modes run the same reference: saved mode accepts a NULL (0-byte) saved set, or
-// any buffer, and gives the same results as recompute mode; so does inverse mode.
+// On the CPU every mode runs the same reference: saved and inverse modes accept a NULL (0-byte)
+// saved set, or any buffer, and give the same results as recompute mode.
 TEST(Validation, SavedModeOnTheCpuEqualsRecomputeMode) {
   for (bool kda : {false, true}) {
     Problem recompute(kda);
@@ -678,7 +678,28 @@ TEST(Validation, SavedSetOnCudaTensors) {
   expect_error(cakeForward(&c.options, &c.fwd, misaligned, saved, scratch.data(), fws, nullptr),
                cakeInvalidArgument, {"saved must be 256-byte aligned"});
 
+  // Inverse mode: the saved set is kkt_solve's outputs (G, A, beta); the forward's scratch holds
+  // q and k normalised (its kkt_solve and walk read them) and the slack. The backward's scratch
+  // holds what it reruns (q and k normalised, h) and dq, dk per value head, not G, A and beta.
+  c.options.save_for_backward = 2;
+  size_t saved_inverse = 0, fws_inverse = 0, bws_inverse = 0;
+  ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_inverse), cakeSuccess);
+  ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws_inverse), cakeSuccess);
+  ASSERT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bws_inverse), cakeSuccess);
+  size_t const solved = up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4);
+  EXPECT_EQ(saved_inverse, up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4);
+  EXPECT_EQ(fws_inverse, up(bt * d * 2) * 2 + 256);
+  EXPECT_EQ(bws_inverse, bws + up(bt * d * 2) * 2 + 4 * hv * d * d * 2);
+  EXPECT_EQ(bws_recompute, bws_inverse + solved);
+
+  // Without use_qk_l2norm: no q, k normalised anywhere.
   c.options.use_qk_l2norm = 0;
+  size_t saved_inverse_no_l2 = 0;
+  ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_inverse_no_l2), cakeSuccess);
+  ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws_inverse), cakeSuccess);
+  EXPECT_EQ(saved_inverse_no_l2, saved_inverse) << "the inverse saved set holds no q, k";
+  EXPECT_EQ(fws_inverse, 256u);
+  c.options.save_for_backward = 1;
   size_t saved_no_l2 = 0;
   ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_no_l2), cakeSuccess);
   EXPECT_EQ(saved_no_l2, saved - up(bt * d * 2) * 2) << "without use_qk_l2norm q, k are not saved";

@@ -1,7 +1,7 @@
 // GPU check of the GDN CUDA path: random problems through the C ABI on the GPU against the FP64
 // reference (the same C ABI on CPU tensors holding the bf16 inputs upcast to float64), a table of
-// errors per output, each case rerun in saved mode (options.save_for_backward = 1) and compared
-// bit for bit with recompute mode, and forward/backward timings of both modes at workload A.
+// errors per output, each case rerun in saved and inverse modes (options.save_for_backward = 1,
+// 2) and compared bit for bit with recompute mode, and forward/backward timings at workload A.
 // Exits non-zero on any failure.
 //
 //   cake_cuda_check            kkt_solve's and the fused backward's checks, all accuracy cases,
@@ -382,41 +382,44 @@ bool run_case(Case const& c) {
                   pass ? "" : "!");
     line += buf;
   }
-  // Saved mode on the same inputs gives the same bits (the saved set holds exactly what the
-  // backward's recompute produces, and the kernels are deterministic); saved set, outputs and
-  // workspace poisoned as above.
+  // Saved and inverse modes on the same inputs give the same bits (the saved set holds exactly
+  // what the backward's recompute produces, and the kernels are deterministic); saved set,
+  // outputs and workspace poisoned as above.
   std::vector<std::vector<double>> recomputed;
   for (auto const& r : rows) recomputed.push_back(r.got->download());
-  p.options.save_for_backward = 1;
-  size_t saved_bytes = 0;
-  CAKE_OK(cakeForwardSavedSize(&p.options, &gf, &saved_bytes));
-  CAKE_OK(cakeForwardWorkspaceSize(&p.options, &gf, &fws));
-  CAKE_OK(cakeBackwardWorkspaceSize(&p.options, &gb, &bws));
-  size_t const saved_ws_bytes = std::max(fws, bws);
-  void* saved = nullptr;
-  CUDA_OK(cudaMalloc(&saved, std::max<size_t>(saved_bytes, 16)));
-  CUDA_OK(cudaMalloc(&ws, std::max<size_t>(saved_ws_bytes, 16)));
-  CUDA_OK(cudaMemset(saved, 0xff, saved_bytes));
-  for (Tensor* t : {&p.o, &p.ht, &p.dq, &p.dk, &p.dv, &p.dg, &p.dbeta, &p.dh0}) t->poison();
-  CUDA_OK(cudaMemset(ws, 0xff, saved_ws_bytes));
-  CAKE_OK(cakeForward(&p.options, &gf, saved, saved_bytes, ws, fws, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  CUDA_OK(cudaMemset(ws, 0xff, saved_ws_bytes));
-  CAKE_OK(cakeBackward(&p.options, &gb, saved, saved_bytes, ws, bws, nullptr));
-  CUDA_OK(cudaDeviceSynchronize());
-  CUDA_OK(cudaFree(ws));
-  CUDA_OK(cudaFree(saved));
-  p.options.save_for_backward = 0;
-  bool same = true;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::vector<double> const got = rows[i].got->download();
-    for (size_t j = 0; same && j < got.size(); ++j) {
-      double const a = got[j], b = recomputed[i][j];
-      same = std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+  for (int32_t mode : {1, 2}) {
+    p.options.save_for_backward = mode;
+    size_t saved_bytes = 0;
+    CAKE_OK(cakeForwardSavedSize(&p.options, &gf, &saved_bytes));
+    CAKE_OK(cakeForwardWorkspaceSize(&p.options, &gf, &fws));
+    CAKE_OK(cakeBackwardWorkspaceSize(&p.options, &gb, &bws));
+    size_t const saved_ws_bytes = std::max(fws, bws);
+    void* saved = nullptr;
+    CUDA_OK(cudaMalloc(&saved, std::max<size_t>(saved_bytes, 16)));
+    CUDA_OK(cudaMalloc(&ws, std::max<size_t>(saved_ws_bytes, 16)));
+    CUDA_OK(cudaMemset(saved, 0xff, saved_bytes));
+    for (Tensor* t : {&p.o, &p.ht, &p.dq, &p.dk, &p.dv, &p.dg, &p.dbeta, &p.dh0}) t->poison();
+    CUDA_OK(cudaMemset(ws, 0xff, saved_ws_bytes));
+    CAKE_OK(cakeForward(&p.options, &gf, saved, saved_bytes, ws, fws, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemset(ws, 0xff, saved_ws_bytes));
+    CAKE_OK(cakeBackward(&p.options, &gb, saved, saved_bytes, ws, bws, nullptr));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaFree(ws));
+    CUDA_OK(cudaFree(saved));
+    bool same = true;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::vector<double> const got = rows[i].got->download();
+      for (size_t j = 0; same && j < got.size(); ++j) {
+        double const a = got[j], b = recomputed[i][j];
+        same = std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+      }
     }
+    ok = ok && same;
+    char const* const name = mode == 1 ? "saved" : "inverse";
+    line += std::string(" ") + name + (same ? "==recompute" : "!=recompute!");
   }
-  ok = ok && same;
-  line += same ? " saved==recompute" : " saved!=recompute!";
+  p.options.save_for_backward = 0;
 
   std::printf("%-34s %s %s\n", c.name.c_str(), ok ? "PASS" : "FAIL", line.c_str());
   std::fflush(stdout);

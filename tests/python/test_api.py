@@ -518,12 +518,12 @@ def test_largest_head_dims(kda):
 
 
 # ---------------------------------------------------------------------------------------------
-# Saved and recompute modes (save_for_backward): the CPU reference always recomputes
+# Saved, inverse and recompute modes (save_for_backward): the CPU reference always recomputes
 # ---------------------------------------------------------------------------------------------
 
 def test_cpu_accepts_every_save_mode():
     # The CPU reference always recomputes, so the mode only has to be accepted and change nothing
-    # (the GPU claim, saved == recompute bitwise, is tests/python/test_gpu_gdn.py's).
+    # (the GPU claim, saved == inverse == recompute bitwise, is tests/python/test_gpu_gdn.py's).
     t, opts = make_case(1401, kda=False, cu=DOCS, initial_state=True, l2norm=True, gate=True)
     results = []
     for mode in ("saved", "inverse", "recompute", None):
@@ -559,7 +559,7 @@ def test_set_default_save_for_backward():
 @pytest.mark.parametrize("kda", VARIANTS)
 @pytest.mark.parametrize("save", [0, 1, 2], ids=["recompute", "saved", "inverse"])
 def test_saved_blob_is_empty_on_the_cpu(kda, save):
-    # cake::forward's third output: the saved set, 0 bytes on the CPU in either mode, as the
+    # cake::forward's third output: the saved set, 0 bytes on the CPU in every mode, as the
     # query says (C++ cakeForwardSavedSize) and as the fake implementation says from shapes.
     t, _ = make_case(1404, kda=kda, cu=[0, 5, 12], initial_state=True, l2norm=True)
     args = (*_op_args(kda, t, {}, lambda x: x.detach()), 0.3, True, True, False, None, False,
