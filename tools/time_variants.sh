@@ -22,9 +22,13 @@ for f in .devpkg/variants/*.xz; do
     "$f" "/tmp/variants/$n" && chmod +x "/tmp/variants/$n" && names+=("$n")
 done
 cat .devpkg/variants/REFS
+# FULL_CHECK=0 skips the forward and op cases (about a minute per variant) where the variants
+# change only the backward's stages, whose own check still runs.
 for n in "${names[@]}"; do
   echo "== $n: check (forward and op cases) and the backward's stage check"
-  timeout 180 "/tmp/variants/$n" --no-time 2>&1 | grep -E "PASS|FAIL|ERROR|failed"
+  if [ "${FULL_CHECK:-1}" != 0 ]; then
+    timeout 180 "/tmp/variants/$n" --no-time 2>&1 | grep -E "PASS|FAIL|ERROR|failed"
+  fi
   timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "PASS|FAIL|ERROR"
 done
 reversed=()
