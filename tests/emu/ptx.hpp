@@ -81,18 +81,22 @@ inline void mma_bf16_op(void const* in_v, void* out_v) {
       });
 }
 
+// The tensor cores read a tf32 operand's top 19 bits (sign, exponent, 10 mantissa bits) and
+// ignore the low 13, so an operand that is not rounded to tf32 is truncated.
+inline float tf32_bits(uint32_t u) { return __builtin_bit_cast(float, u & 0xffffe000u); }
+
 inline void mma_tf32_op(void const* in_v, void* out_v) {
   mma_op<8>(
       static_cast<MmaIn const*>(in_v), static_cast<MmaOut*>(out_v),
       [](MmaIn const& x, int g, int q, float (&A)[16][8]) {
-        A[g][q] = __builtin_bit_cast(float, x.a[0]);
-        A[g + 8][q] = __builtin_bit_cast(float, x.a[1]);
-        A[g][q + 4] = __builtin_bit_cast(float, x.a[2]);
-        A[g + 8][q + 4] = __builtin_bit_cast(float, x.a[3]);
+        A[g][q] = tf32_bits(x.a[0]);
+        A[g + 8][q] = tf32_bits(x.a[1]);
+        A[g][q + 4] = tf32_bits(x.a[2]);
+        A[g + 8][q + 4] = tf32_bits(x.a[3]);
       },
       [](MmaIn const& x, int g, int q, float (&B)[8][8]) {
-        B[q][g] = __builtin_bit_cast(float, x.b[0]);
-        B[q + 4][g] = __builtin_bit_cast(float, x.b[1]);
+        B[q][g] = tf32_bits(x.b[0]);
+        B[q + 4][g] = tf32_bits(x.b[1]);
       });
 }
 
@@ -138,13 +142,6 @@ inline void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (&a)[4], uint32_t con
   auto const out =
       emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(in, &emu_detail::mma_tf32_op, "mma.tf32");
   std::memcpy(d, out.d, sizeof out.d);
-}
-
-// cvt.rna.tf32.f32: nearest, ties away from zero, to 10 mantissa bits.
-inline uint32_t to_tf32(float x) {
-  uint32_t u = __builtin_bit_cast(uint32_t, x);
-  if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
-  return u & 0xffffe000u;
 }
 
 // The copies complete at once; commit has nothing to do, and the wait is a preemption point (the

@@ -1,5 +1,5 @@
 // A warp's product of fp32 shared-memory matrices on the tensor cores at about fp32 accuracy:
-// 3xTF32. Each operand x is split into big = tf32(x) and small = tf32(x - big), and
+// 3xTF32. Each operand x is split into big = tf32(x) and small = x - big (read as tf32), and
 //   A B ~ A_small B_big + A_big B_small + A_big B_big       (the A_small B_small term dropped),
 // three mma.m16n8k8.tf32 per step, fp32 accumulation: a relative error near 2^-21 rather than
 // tf32's 2^-11. For small products that must stay fp32-exact in spirit (the chunk's triangular
@@ -22,9 +22,14 @@ __device__ __forceinline__ void warp_mma_f32x3(float const* a, int lda, float co
   int const lane = threadIdx.x % 32;
   int const g = lane / 4;
   int const q = lane % 4;
+  // big = x rounded to tf32 by its bits (half away from zero; finite x: the inputs here are
+  // finite, and cvt.rna's Inf/NaN guard costs two more instructions per split on sm_90), small
+  // = x - big exactly; small goes in unrounded, as the mma reads only a tf32 register's top 19
+  // bits (truncating small moves the product by ~2^-22 of x, below the dropped small x small).
+  // Three instructions per split where two cvt.rna took seven (kkt_solve is issue-bound).
   auto const split = [](float x, uint32_t& big, uint32_t& small) {
-    big = to_tf32(x);
-    small = to_tf32(x - __uint_as_float(big));
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big));
   };
 #pragma unroll
   for (int k0 = 0; k0 < kK; k0 += 8) {

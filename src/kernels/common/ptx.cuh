@@ -40,13 +40,6 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// x rounded to tf32 (nearest, ties away), as the bits of an fp32 with the low 13 mantissa bits 0.
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-
 // Asynchronous 16-byte copy global -> shared (L2 only); valid == false writes 16 zero bytes and
 // reads nothing (src must still be a mapped address).
 __device__ __forceinline__ void cp_async_16(void* smem, void const* gmem, bool valid) {

@@ -5,7 +5,7 @@
 //   S    = K K^T                                                       [64 x 64] fp32, once
 //   per value head hv of the group:
 //   G    = cumsum(g) within the chunk                                  [64]      fp32 out
-//   L_ij = beta_i S_ij  (i > j), strictly lower                        [64 x 64] fp32
+//   L_ij = beta_i S_ij  (i > j), strictly lower (never formed: the solve scales S's rows)
 //   A    = (I + L)^-1                                                  [64 x 64] bf16 out
 //
 // Why no gate: with Gamma_ij = e^{G_i - G_j} and D = diag(e^G), Gamma o L = D L D^-1, so the
@@ -31,7 +31,7 @@ namespace cake::kernels::kkt_solve {
 inline constexpr int kThreads = kTrilThreads;
 inline constexpr int kWarps = kThreads / 32;
 
-// About 55 KB: three CTAs per SM (register-bound: at four the device find_chunk pushed the kernel
+// About 38 KB: three CTAs per SM (register-bound: at four the device find_chunk pushed the kernel
 // over 64 registers into spills). A (fp32) takes K's place once S is formed.
 struct SharedStorage {
   union {
@@ -39,7 +39,6 @@ struct SharedStorage {
     float t[kChunk * kLd64];            // [64 x 64]  A of the current value head, fp32
   };
   float s[kChunk * kLd64];  // [64 x 64] S = K K^T, shared by the group's value heads
-  float l[kChunk * kLd64];  // [64 x 64] L of the current value head
   float y[kTrilScratch];    // the solve's scratch
   float gcum[kChunk];       // G of the current value head
   float beta[kChunk];       // its beta, 0 past the end
@@ -90,33 +89,30 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
     }
     if (hv + 1 < (h + 1) * group) load_head(hv + 1);
     __syncthreads();  // S, this head's g and beta visible; the previous head's A written out
-                      // (t and l free)
-    warp_cumsum64(s.gcum);
-    // L = strictly-lower(beta_i S_ij)
-    for (int idx = tid; idx < kChunk * kChunk / 2; idx += kThreads) {
-      int const i = idx / (kChunk / 2);
-      int const j = idx % (kChunk / 2) * 2;
-      float2 const sij = *reinterpret_cast<float2 const*>(s.s + i * kLd64 + j);
-      float const bi = s.beta[i];
-      *reinterpret_cast<float2*>(s.l + i * kLd64 + j) =
-          make_float2(i > j ? bi * sij.x : 0.f, i > j + 1 ? bi * sij.y : 0.f);
-    }
-    __syncthreads();  // L and G complete
+                      // (t free)
+    warp_cumsum64(s.gcum);  // G, read after the solve's barriers
+    invert_unit_lower_64(s.s, s.beta, s.t, s.y);
     if (tid < len) {
       p.gcum[(c.t0 + tid) * HV + hv] = s.gcum[tid];
       if (p.beta_f32 != nullptr) p.beta_f32[(c.t0 + tid) * HV + hv] = s.beta[tid];
     }
 
-    invert_unit_lower_64(s.l, s.t, s.y);
-
-    // A -> a, rows of the chunk, two columns per thread and step (4-byte stores, 128 bytes a row)
+    // A -> a, rows of the chunk, four columns per thread and step (8-byte stores, 128 bytes a
+    // row); above the diagonal A is 0, which the solve leaves unwritten in T's upper 32-block
     __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
     int64_t const stride = int64_t{HV} * kChunk;
-    for (int idx = tid; idx < len * kChunk / 2; idx += kThreads) {
-      int const i = idx / (kChunk / 2);
-      int const j = idx % (kChunk / 2) * 2;
-      *reinterpret_cast<__nv_bfloat162*>(a + i * stride + j) =
-          __floats2bfloat162_rn(s.t[i * kLd64 + j], s.t[i * kLd64 + j + 1]);
+    for (int idx = tid; idx < len * kChunk / 4; idx += kThreads) {
+      int const i = idx / (kChunk / 4);
+      int const j = idx % (kChunk / 4) * 4;
+      float4 x = *reinterpret_cast<float4 const*>(s.t + i * kLd64 + j);
+      x.x = j > i ? 0.f : x.x;
+      x.y = j + 1 > i ? 0.f : x.y;
+      x.z = j + 2 > i ? 0.f : x.z;
+      x.w = j + 3 > i ? 0.f : x.w;
+      __nv_bfloat162 const lo = __floats2bfloat162_rn(x.x, x.y);
+      __nv_bfloat162 const hi = __floats2bfloat162_rn(x.z, x.w);
+      *reinterpret_cast<uint2*>(a + i * stride + j) =
+          make_uint2(*reinterpret_cast<uint32_t const*>(&lo), *reinterpret_cast<uint32_t const*>(&hi));
     }
   }
 #endif
