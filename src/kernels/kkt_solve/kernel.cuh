@@ -16,7 +16,8 @@
 // (intra_fwd until v8) this writes 8 KB of A per (chunk, value head) instead of 32 KB and skips the
 // two [64 x 128] products that form them (the walks rebuild Delta from A). K K^T on the tensor
 // cores (bf16 operands, fp32 accumulation); the solve by substitution and 3xTF32 merges
-// (common/tril_inverse.cuh); A rounded once to bf16. Also writes beta in fp32 for the walk (whatever beta's dtype).
+// (common/tril_inverse.cuh); A rounded once to bf16. Also writes beta in fp32 for the walk
+// (whatever beta's dtype).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -88,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
       s.beta[tid] = beta_next;
     }
     if (hv + 1 < (h + 1) * group) load_head(hv + 1);
-    __syncthreads();  // S, this head's g and beta visible; the previous head's A written out
-                      // (t free)
+    // S, this head's g and beta visible; the previous head's A written out (t free)
+    __syncthreads();
     warp_cumsum64(s.gcum);  // G, read after the solve's barriers
     invert_unit_lower_64(s.s, s.beta, s.t, s.y);
     if (tid < len) {
@@ -111,8 +112,8 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
       x.w = j + 3 > i ? 0.f : x.w;
       __nv_bfloat162 const lo = __floats2bfloat162_rn(x.x, x.y);
       __nv_bfloat162 const hi = __floats2bfloat162_rn(x.z, x.w);
-      *reinterpret_cast<uint2*>(a + i * stride + j) =
-          make_uint2(*reinterpret_cast<uint32_t const*>(&lo), *reinterpret_cast<uint32_t const*>(&hi));
+      *reinterpret_cast<uint2*>(a + i * stride + j) = make_uint2(
+          *reinterpret_cast<uint32_t const*>(&lo), *reinterpret_cast<uint32_t const*>(&hi));
     }
   }
 #endif
