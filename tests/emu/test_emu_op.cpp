@@ -128,6 +128,14 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   return run;
 }
 
+// A problem of case c drawn from a fresh seed, printed so that a failure can be replayed.
+Problem fresh_problem(Case const& c) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  return cake::gdn_testing::make_problem(c, rng);
+}
+
 template <class T>
 bool bitwise_equal(std::vector<T> const& a, std::vector<T> const& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
@@ -220,11 +228,7 @@ TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
 // gradients are wanted (the H200 test test_absent_gradients caught dv moving with dh0 once, when
 // walk_a_bwd keyed eO's hi + lo split on dh0), and nothing is written where one is absent.
 TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
-  unsigned const seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
-  Case const c{"docs 1,64,65 GVA 1/2", {1, 64, 65}};
-  Problem const pr = cake::gdn_testing::make_problem(c, rng);
+  Problem const pr = fresh_problem(Case{"docs 1,64,65 GVA 1/2", {1, 64, 65}});
   OpRun const full = run_op(pr, 0);
   OpRun const part = run_op(pr, 0, false);
   EXPECT_TRUE(bitwise_equal(full.grads.dv, part.grads.dv)) << "dv moved with dq, dk, dh0 absent";
@@ -244,11 +248,7 @@ TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
 // document's last chunk hold the next document's rows unless a stage zeroes them (TMA copies
 // whole boxes), and 0 x Inf is NaN.
 TEST(EmulatedOp, DocumentsAreIsolated) {
-  unsigned const seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
-  Case const c{"docs 65,70,30 GVA 1/2", {65, 70, 30}};
-  Problem const pr = cake::gdn_testing::make_problem(c, rng);
+  Problem const pr = fresh_problem(Case{"docs 65,70,30 GVA 1/2", {65, 70, 30}});
   Problem bad = pr;
   uint16_t const inf_bits = 0x7f80;
   for (int64_t t = pr.cu[1]; t < pr.cu[2]; ++t) {
