@@ -4,6 +4,7 @@
 // and saved set the size queries ask for stay untouched; outputs poisoned first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -251,13 +252,15 @@ TEST(EmulatedOp, DocumentsAreIsolated) {
   Problem const pr = fresh_problem(Case{"docs 65,70,30 GVA 1/2", {65, 70, 30}});
   Problem bad = pr;
   uint16_t const inf_bits = 0x7f80;
-  for (int64_t t = pr.cu[1]; t < pr.cu[2]; ++t) {
-    for (int64_t i = 0; i < pr.H * K; ++i) {
-      std::memcpy(&bad.q16[t * pr.H * K + i], &inf_bits, 2);
-      std::memcpy(&bad.k16[t * pr.H * K + i], &inf_bits, 2);
-    }
-    for (int64_t i = 0; i < pr.HV * K; ++i) std::memcpy(&bad.v16[t * pr.HV * K + i], &inf_bits, 2);
-  }
+  bf16 inf;
+  std::memcpy(&inf, &inf_bits, 2);
+  // document 1's rows of a [BT, heads, K] tensor
+  auto const fill_doc1 = [&](std::vector<bf16>& x, int heads) {
+    std::fill(x.begin() + pr.cu[1] * heads * K, x.begin() + pr.cu[2] * heads * K, inf);
+  };
+  fill_doc1(bad.q16, pr.H);
+  fill_doc1(bad.k16, pr.H);
+  fill_doc1(bad.v16, pr.HV);
   for (int mode : {0, 2}) {
     OpRun const clean = run_op(pr, mode, true, true);
     OpRun const dirty = run_op(bad, mode, true, true);
@@ -265,8 +268,8 @@ TEST(EmulatedOp, DocumentsAreIsolated) {
     auto const same_rows = [&](auto const& x, auto const& y, int64_t w) {
       bool same = std::memcmp(x.data(), y.data(), pr.cu[1] * w * sizeof(x[0])) == 0;
       int64_t const from = pr.cu[2] * w;
-      return same && std::memcmp(x.data() + from, y.data() + from,
-                                 (x.size() - from) * sizeof(x[0])) == 0;
+      return same &&
+             std::memcmp(x.data() + from, y.data() + from, (x.size() - from) * sizeof(x[0])) == 0;
     };
     int64_t const state = int64_t{pr.HV} * K * K;  // per document
     auto const same_states = [&](std::vector<float> const& x, std::vector<float> const& y) {

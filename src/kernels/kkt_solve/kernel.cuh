@@ -32,8 +32,8 @@ namespace cake::kernels::kkt_solve {
 inline constexpr int kThreads = kTrilThreads;
 inline constexpr int kWarps = kThreads / 32;
 
-// About 38 KB: three CTAs per SM (register-bound: at four the device find_chunk pushed the kernel
-// over 64 registers into spills). A (fp32) takes K's place once S is formed.
+// About 38 KB: three CTAs per SM, bound by registers (80 a thread; at four CTAs the kernel gets 64
+// and spills). A (fp32) takes K's place once S is formed.
 struct SharedStorage {
   union {
     __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end)
