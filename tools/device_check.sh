@@ -19,13 +19,24 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 # FLA's Triton autotuning takes ~2 minutes per new head configuration; its results (small JSON
 # files in Triton's cache) travel between sessions: .tritoncache/autotune.tar.gz here (copied from
-# a run's $OUT), unpacked before and packed again after the stages.
+# a run's $OUT), unpacked before and packed again after the stages. Likewise TileLang's compiled
+# kernels (FlashQLA's, FLA's backward on Hopper: ~4 minutes of compiling in a fresh machine):
+# .tritoncache/tilelang.tar.xz, packed into $OUT when it fits the 16 MiB a returned file may have.
 if [ -f .tritoncache/autotune.tar.gz ]; then
   mkdir -p "$HOME/.triton/cache" && tar -xzf .tritoncache/autotune.tar.gz -C "$HOME/.triton/cache"
+fi
+if [ -f .tritoncache/tilelang.tar.xz ]; then
+  mkdir -p "$HOME/.tilelang/cache" && tar -xJf .tritoncache/tilelang.tar.xz -C "$HOME/.tilelang/cache"
 fi
 pack_autotune() {
   (cd "$HOME/.triton/cache" 2>/dev/null && find . -name "*.autotune.json" -print0 \
      | tar --null -czf "$OUT/autotune.tar.gz" -T - 2>/dev/null) || true
+  if [ -d "$HOME/.tilelang/cache" ]; then
+    (cd "$HOME/.tilelang/cache" && tar -cf - . | xz -6 -T0 > "$OUT/tilelang.tar.xz") || true
+    if [ "$(stat -c %s "$OUT/tilelang.tar.xz" 2>/dev/null || echo 0)" -gt $((16 * 1024 * 1024)) ]; then
+      echo "TileLang's kernel cache is over 16 MiB packed; not returned" && rm -f "$OUT/tilelang.tar.xz"
+    fi
+  fi
 }
 trap pack_autotune EXIT
 trap 'exit 143' TERM  # a timeout's SIGTERM still packs (through the EXIT trap)
@@ -33,6 +44,11 @@ trap 'exit 143' TERM  # a timeout's SIGTERM still packs (through the EXIT trap)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
 fi
+# Wheels repacked as tar.xz by tools/fetch_device_wheels.sh (TileLang's: 50 MB as a wheel, 30 as
+# tar.xz): a wheel without a .data folder is its site-packages tree, so unpacking it installs it.
+for t in .whl/*.tar.xz; do
+  [ -f "$t" ] && mkdir -p /tmp/site && tar -xJf "$t" -C /tmp/site
+done
 # tilelang's native library needs z3's; only that library travels (xz-compressed, to fit the limit).
 if [ -f .whl/libz3.so.4.15.xz ]; then
   mkdir -p /tmp/z3lib
