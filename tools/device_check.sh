@@ -21,17 +21,20 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 # files in Triton's cache) travel between sessions: .tritoncache/autotune.tar.gz here (copied from
 # a run's $OUT), unpacked before and packed again after the stages. Likewise TileLang's compiled
 # kernels (FlashQLA's, FLA's backward on Hopper: ~4 minutes of compiling in a fresh machine):
-# .tritoncache/tilelang.tar.xz, packed into $OUT when it fits the 16 MiB a returned file may have.
+# .tritoncache/tilelang.tar.xz, packed into $OUT when this run compiled kernels and the pack fits
+# the 16 MiB a returned file may have.
 if [ -f .tritoncache/autotune.tar.gz ]; then
   mkdir -p "$HOME/.triton/cache" && tar -xzf .tritoncache/autotune.tar.gz -C "$HOME/.triton/cache"
 fi
 if [ -f .tritoncache/tilelang.tar.xz ]; then
   mkdir -p "$HOME/.tilelang/cache" && tar -xJf .tritoncache/tilelang.tar.xz -C "$HOME/.tilelang/cache"
 fi
+touch /tmp/tilelang_cache_stamp  # what is newer in the cache at exit, this run compiled
 pack_autotune() {
   (cd "$HOME/.triton/cache" 2>/dev/null && find . -name "*.autotune.json" -print0 \
      | tar --null -czf "$OUT/autotune.tar.gz" -T - 2>/dev/null) || true
-  if [ -d "$HOME/.tilelang/cache" ]; then
+  if [ -n "$(find "$HOME/.tilelang/cache" -type f -newer /tmp/tilelang_cache_stamp 2>/dev/null \
+             | head -1)" ]; then
     (cd "$HOME/.tilelang/cache" && tar -cf - . | xz -6 -T0 > "$OUT/tilelang.tar.xz") || true
     if [ "$(stat -c %s "$OUT/tilelang.tar.xz" 2>/dev/null || echo 0)" -gt $((16 * 1024 * 1024)) ]; then
       echo "TileLang's kernel cache is over 16 MiB packed; not returned" && rm -f "$OUT/tilelang.tar.xz"

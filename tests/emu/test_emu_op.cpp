@@ -242,8 +242,6 @@ TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
       << "an absent gradient's buffer was written";
 }
 
-}  // namespace
-
 // Documents do not see each other: Inf in one document's q, k and v (a diverged sequence in a
 // pack) leaves every output and gradient of the others bitwise as they were. The tiles of a
 // document's last chunk hold the next document's rows unless a stage zeroes them (TMA copies
@@ -288,3 +286,5 @@ TEST(EmulatedOp, DocumentsAreIsolated) {
         << "dg, dbeta, dh0, mode " << mode;
   }
 }
+
+}  // namespace
