@@ -1,0 +1,649 @@
+// The fused reverse walk on warpgroup roles: the same maths as kernel.cuh (its header and the FP64
+// model tests/cpp/reverse_walk_model.hpp), one CTA per (document, value head), the chunks last to
+// first, every product a wgmma from shared memory (blocked tiles, wgmma.cuh).
+//
+// Why: kernel.cuh's step (16 warps, eight barriers, every phase's products and epilogues done by
+// all warps at once) takes ~26.7 us per chunk at workload A on the H200, and putting its products
+// on wgmma inside that structure made it slower (docs/perf-notes.md, 2026-11-30): the step is
+// bound by its serial structure. Here the work is split by what it depends on:
+// - dS's recurrence is linear in the upstream gradients and does not involve h or V:
+//     dS <- gamma dS + Q^T eO + K^T Zs,   Zs = -beta e (T^T dDelta),   dDelta = ebar (K dS) + P^T dO
+//   and it splits by dS's columns (the V dimension): column block c needs only K dS[:, c],
+//   dDelta[:, c], Z[:, c]. So two column warpgroups own 64 of dS's 128 columns each and do every
+//   product in V space on their columns: K h, Rt = V - e (K h), R = beta Rt, Delta = T R, K dS,
+//   dDelta, Z = T^T dDelta, Zs, dv, and the update.
+// - two side warpgroups do the products in token x token and K space, off the chain: the gates
+//   T and P and eO = s e dO before the chain needs them, then dP -> dQK and dq and dk's terms
+//   that need only Delta and bf16(dS) while the chain runs, then (after Zs and dDelta) dT -> dA
+//   -> Y -> dL -> M and the rest of dk, each warpgroup half of the [64 x 64] columns and 64 of
+//   dq's and dk's 128 columns; they also load the chunk's tiles and run E (dbeta, dg).
+// Per chunk, the hand-overs (named barriers, ids below):
+//   side:   loads, E of the previous chunk -> TilesFull -> T, P, eO -> GatesFull
+//   column: bf16(dS) -> ds; [TilesFull] <dS, h>, K h, K dS, Rt, R; [GatesFull] Delta = T R,
+//           dS = gamma dS + Q^T eO, <K dS, Delta>, Delta and ebar Delta -> DeltaFull;
+//           dDelta = ebar K dS + P^T dO -> PFree; Z = T^T dDelta, <Z, Rt>, dv, Zs -> ChainFull;
+//           dS += K^T Zs
+//   side:   [DeltaFull] dP = mask(dO Delta^T); [PFree] gate sums, dQK -> p; dq; dk = dQK^T Q +
+//           ebar (Delta dS^T); [ChainFull] dk += Zs h^T; dT -> dA; Y; dL, M; dk += M^T K +
+//           beta (dL K)
+//   all:    StepDone (every tile's readers are done: the next chunk may load)
+// Shared memory (~221 KB of tiles) holds one chunk: the next chunk's loads wait for StepDone.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/common/gemm.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/walk.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/walk_a_bwd/params.hpp"
+
+namespace cake::kernels::walk_a_bwd::roles {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr int kRoleThreads = 128;  // one warpgroup
+inline constexpr int kThreads = 4 * kRoleThreads;
+inline constexpr int kSideThreads = 2 * kRoleThreads;
+inline constexpr int kSideCols = kChunk / 2;  // a side warpgroup's columns of a [64 x 64] product
+// Registers per thread (setmaxnreg; 65,536 per SM over 512 threads): a column warpgroup holds its
+// dS share (64), K h and K dS (32 each) and half of Delta (16) at once; a side warpgroup at most
+// 32 accumulators (dq, dk, or dL and K K^T).
+inline constexpr int kColumnRegs = 176;
+inline constexpr int kSideRegs = 80;
+static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
+              "the roles' registers exceed the SM's");
+
+// One chunk's tiles (blocked, wgmma.cuh) and row sums; about 221 KB: one CTA per SM.
+struct SharedStorage {
+  bf16 q[kChunk * kHeadDim];         // [64 x 128] Q
+  bf16 k[kChunk * kHeadDim];         // [64 x 128] K
+  bf16 v[kChunk * kHeadDim];         // [64 x 128] V; then Zs = -beta e Z
+  bf16 dout[kChunk * kHeadDim];      // [64 x 128] dO
+  bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state
+  bf16 ds[kHeadDim * kHeadDim];      // [128 x 128] bf16(dS) of the chunk's end state
+  bf16 a[kChunk * kChunk];           // [64 x 64] A
+  bf16 t[kChunk * kChunk];           // [64 x 64] T = Gamma o A; then dA, then dL
+  bf16 p[kChunk * kChunk];           // [64 x 64] P; then dQK, then Y
+  bf16 r[kChunk * kHeadDim];         // [64 x 128] R; then M [64 x 64]
+  bf16 delta[kChunk * kHeadDim];     // [64 x 128] bf16(Delta)
+  bf16 delta_eb[kChunk * kHeadDim];  // [64 x 128] eO's low part (eo_split); then bf16(ebar Delta)
+  bf16 ddelta[kChunk * kHeadDim];    // [64 x 128] eO = s e dO; then bf16(dDelta)
+  float gcum[kChunk];                // G; rows past the end repeat G of the last token
+  float g_prev[kChunk];              // the previous chunk's G, for its E
+  float beta[kChunk];                // beta; 0 past the end
+  // Row sums in parts, added in ascending part order (deterministic): by column warpgroup
+  float kdsd[2 * kChunk];  // <K dS, Delta>
+  float zrt[2 * kChunk];   // <Z, Rt>
+  // by side warpgroup
+  float oqh[2 * kChunk];       // <Q, dO h^T> = <dO, Q h>
+  float zkh[2 * kChunk];       // <Zs h^T, K> = -beta e <Z, K h>
+  float dlk[2 * kChunk];       // <dL K, K>
+  float gate_row[2 * kChunk];  // row sums of T o dT + P o dP (i > j)
+  float gate_col[4 * kChunk];  // their column sums, by the warp's 16 rows
+  float dsh[8];                // <dS, h>, by column warp
+};
+static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd roles' shared memory exceeds 227 KB");
+
+// Named barriers (0 is __syncthreads, unused here).
+enum Barrier : int {
+  kColumnGroup0 = 1,  // a column warpgroup alone (128 threads); kColumnGroup0 + 1 the other one
+  kSideGroup = 3,     // the two side warpgroups (256)
+  kSideGroup0 = 4,    // a side warpgroup alone (128); kSideGroup0 + 1 the other one
+  kTilesFull = 6,     // side -> column: the chunk's tiles, G and beta landed
+  kGatesFull = 7,     // side -> column: T, P, eO (and eO's low part)
+  kDeltaFull = 8,     // column -> side: bf16(Delta), bf16(ebar Delta), <K dS, Delta>
+  kPFree = 9,         // column -> side: P^T dO done (P may be overwritten)
+  kChainFull = 10,    // column -> side: bf16(dDelta), Zs, <Z, Rt>
+  kStepDone = 11,     // everyone: the chunk's tiles are no longer read
+};
+
+template <int kCols>
+__device__ __forceinline__ float2 ld_pair(bf16 const* tile, int r, int c) {
+  return __bfloat1622float2(
+      *reinterpret_cast<__nv_bfloat162 const*>(tile + blocked_offset<kCols>(r, c)));
+}
+template <int kCols>
+__device__ __forceinline__ void st_pair(bf16* tile, int r, int c, float x0, float x1) {
+  *reinterpret_cast<__nv_bfloat162*>(tile + blocked_offset<kCols>(r, c)) =
+      __floats2bfloat162_rn(x0, x1);
+}
+
+// parts[part * 64 + row] <- the row sums whose thread shares are lo (row_lo) and hi (row_lo + 8).
+__device__ __forceinline__ void store_row_sums(float lo, float hi, float* parts, int part,
+                                               int row_lo) {
+  lo = quad_sum(lo);
+  hi = quad_sum(hi);
+  if (threadIdx.x % 4 == 0) {
+    parts[part * kChunk + row_lo] = lo;
+    parts[part * kChunk + row_lo + 8] = hi;
+  }
+}
+
+// This thread's shares of the row dots <x_r, y_r> of two accumulators of one layout.
+template <int kN>
+__device__ __forceinline__ float2 acc_row_dots(float const (&x)[kN / 2], float const (&y)[kN / 2]) {
+  float2 dot = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int jb = 0; jb < kN / 8; ++jb) {
+    dot.x += x[4 * jb] * y[4 * jb] + x[4 * jb + 1] * y[4 * jb + 1];
+    dot.y += x[4 * jb + 2] * y[4 * jb + 2] + x[4 * jb + 3] * y[4 * jb + 3];
+  }
+  return dot;
+}
+
+// The row dots of a side warpgroup's [64 x 64] product (columns n0 ..) with those of a blocked
+// [64 x 128] tile, stored as part `part`.
+__device__ __forceinline__ void store_tile_row_dots(float const (&acc)[kChunk / 2],
+                                                    bf16 const* tile, int n0, float* parts,
+                                                    int part, int row_lo) {
+  float2 const dot = row_dot_shares<kChunk, kHeadDim>(
+      acc, tile + blocked_offset<kHeadDim>(row_lo, n0 + 2 * (threadIdx.x % 4)));
+  store_row_sums(dot.x, dot.y, parts, part, row_lo);
+}
+
+// ---- the column roles
+
+// A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
+// of document n, last to first.
+__device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
+                                            WalkSpan const& span, int n, int hv, int wg) {
+  int const HV = p.problem.num_v_heads;
+  int const c0 = kStateHalf * wg;
+  int const group = kColumnGroup0 + wg;
+  int const warp = threadIdx.x / 32;  // 0 .. 7
+  int const lane = threadIdx.x % 32;
+  int const row_lo = 16 * (warp % 4) + lane / 4;  // this thread's accumulator rows
+  int const row_hi = row_lo + 8;
+  int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  float const scale = p.problem.scale;
+  bool const eo_split = p.eo_split;
+  StateHalf ds;
+  load_state_half(ds, p.dht != nullptr ? p.dht + state_offset : nullptr, c0);
+
+  for (int64_t j = span.num_chunks() - 1; j >= 0; --j) {
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
+    // bf16(dS) -> ds (this warpgroup's columns), under the side roles' loads
+    for_each_state_pair(ds, c0, [&](int r, int c, float& x0, float& x1) {
+      st_pair<kHeadDim>(s.ds, r, c, x0, x1);
+    });
+    named_barrier_sync(kTilesFull, kThreads);
+
+    float const g_last = s.gcum[len - 1];
+    float const g_lo = s.gcum[row_lo];
+    float const g_hi = s.gcum[row_hi];
+    float const e_lo = __expf(g_lo);
+    float const e_hi = __expf(g_hi);
+    float const eb_lo = __expf(g_last - g_lo);
+    float const eb_hi = __expf(g_last - g_hi);
+    float const b_lo = s.beta[row_lo];
+    float const b_hi = s.beta[row_hi];
+    auto const by_row = [&](int r, float lo, float hi) { return r == row_lo ? lo : hi; };
+
+    {  // <dS, h> over this warpgroup's share (dS as it enters the chunk)
+      float acc = 0.f;
+      for_each_state_pair(ds, c0, [&](int r, int c, float& x0, float& x1) {
+        float2 const hh = ld_pair<kHeadDim>(s.h, r, c);
+        acc += x0 * hh.x + x1 * hh.y;
+      });
+      for (int d = 16; d > 0; d /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, d);
+      if (lane == 0) s.dsh[warp] = acc;
+    }
+    // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
+    // (Params::eo_split) its rounding residual -> delta_eb
+#pragma unroll
+    for (int jb = 0; jb < kStateHalf / 8; ++jb)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int const r = row_lo + 8 * half;
+        int const c = c0 + 8 * jb + 2 * (lane % 4);
+        float const se = scale * (half == 0 ? e_lo : e_hi);
+        float2 const d = ld_pair<kHeadDim>(s.dout, r, c);
+        __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
+        *reinterpret_cast<__nv_bfloat162*>(s.ddelta + blocked_offset<kHeadDim>(r, c)) = eo;
+        if (eo_split) {
+          float2 const hi = __bfloat1622float2(eo);
+          st_pair<kHeadDim>(s.delta_eb, r, c, se * d.x - hi.x, se * d.y - hi.y);
+        }
+      }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
+
+    // K h, then K dS and dS <- gamma dS + Q^T eO (K^T Zs follows at the end)
+    float const gamma = __expf(g_last);
+    for (float& x : ds.lo) x *= gamma;
+    for (float& x : ds.hi) x *= gamma;
+    float kh[kStateHalf / 2] = {};
+    float kds[kStateHalf / 2] = {};
+    fence_accumulators(kh);
+    fence_accumulators(kds);
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    wgmma_fence();
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+                                              MNMajorTile<kHeadDim>{s.h}, 0, c0, kh);
+    wgmma_commit();
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+                                              MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
+    for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
+      bf16 const* const eo = part == 0 ? s.ddelta : s.delta_eb;
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
+                                              0, c0, ds.lo);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
+                                              kStateHalf, c0, ds.hi);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_accumulators(kh);
+    // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below
+    for_each_wgmma_pair<kStateHalf>(0, c0, kh, [&](int r, int c, float& x0, float& x1) {
+      float2 const vv = ld_pair<kHeadDim>(s.v, r, c);
+      float const e = by_row(r, e_lo, e_hi);
+      float const b = by_row(r, b_lo, b_hi);
+      st_pair<kHeadDim>(s.r, r, c, b * (vv.x - e * x0), b * (vv.y - e * x1));
+    });
+    fence_proxy_async_shared();
+    wgmma_wait<0>();
+    fence_accumulators(kds);
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    named_barrier_sync(kGatesFull, kThreads);  // T, P; also R's columns of this warpgroup
+
+    // Delta = T R in two [64 x 32] halves (registers: a column warpgroup holds dS, Rt and K dS):
+    // <K dS, Delta> by rows (both fp32), bf16(Delta) -> delta, bf16(ebar Delta) -> delta_eb
+    {
+      float2 dot = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int const n0 = c0 + kStateHalf / 2 * half;
+        float d[kStateHalf / 4] = {};
+        warpgroup_mma<kStateHalf / 2, kChunk>(KMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.r},
+                                              0, n0, d);
+#pragma unroll
+        for (int e = 0; e < kStateHalf / 4; ++e) {
+          float const x = d[e] * kds[kStateHalf / 4 * half + e];
+          (e % 4 < 2 ? dot.x : dot.y) += x;
+        }
+        for_each_wgmma_pair<kStateHalf / 2>(0, n0, d, [&](int r, int c, float& x0, float& x1) {
+          float const eb = by_row(r, eb_lo, eb_hi);
+          st_pair<kHeadDim>(s.delta, r, c, x0, x1);
+          st_pair<kHeadDim>(s.delta_eb, r, c, eb * x0, eb * x1);
+        });
+      }
+      store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_arrive(kDeltaFull, kThreads);
+
+    // dDelta = ebar (K dS) + P^T dO
+    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int, float& x0, float& x1) {
+      float const eb = by_row(r, eb_lo, eb_hi);
+      x0 *= eb;
+      x1 *= eb;
+    });
+    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.dout}, 0,
+                                      c0, kds);
+    named_barrier_arrive(kPFree, kThreads);
+    // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
+    // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
+    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int c, float& x0, float& x1) {
+      __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
+      *reinterpret_cast<__nv_bfloat162*>(s.ddelta + blocked_offset<kHeadDim>(r, c)) = d;
+      float2 const df = __bfloat1622float2(d);
+      x0 -= df.x;
+      x1 -= df.y;
+    });
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+    float(&z)[kStateHalf / 2] = kds;  // Z = T^T dDelta
+    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.ddelta}, 0,
+                                      c0, z);
+    {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
+       // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
+       // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); dv = beta Z; Zs = -beta e Z
+       // -> v (this warpgroup's V is read)
+      float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
+      float2 zv = make_float2(0.f, 0.f);
+      bf16* const dv = p.dv != nullptr ? p.dv + (t0 * HV + hv) * kHeadDim : nullptr;
+      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
+        float const b = by_row(r, b_lo, b_hi);
+        float const be = b * by_row(r, e_lo, e_hi);
+        float2 const vv = ld_pair<kHeadDim>(s.v, r, c);
+        (r == row_lo ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
+        if (dv != nullptr && r < len)
+          *reinterpret_cast<__nv_bfloat162*>(dv + r * v_stride + c) =
+              __floats2bfloat162_rn(b * x0, b * x1);
+        st_pair<kHeadDim>(s.v, r, c, -be * x0, -be * x1);
+      });
+      store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
+      store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+    named_barrier_arrive(kChainFull, kThreads);
+
+    // dS += K^T Zs: dS of the previous chunk's end
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    wgmma_fence();
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
+                                            0, c0, ds.lo);
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
+                                            kStateHalf, c0, ds.hi);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    named_barrier_sync(kStepDone, kThreads);
+  }
+  if (p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset, c0);
+}
+
+// ---- the side roles
+
+// A chunk's tiles (tokens t0 .. t0 + len; q/k head h, value head hv) by the side warpgroups
+// (tid 0 .. 255), as cp.async groups; rows past the end are zero, except G's.
+__device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                           int64_t slot, int h, int hv, int tid) {
+  int const HV = p.problem.num_v_heads;
+  load_blocked_chunk_async<kSideThreads>(BlockedChunk{s.q, s.k, s.v, s.a, s.gcum, s.beta}, p, p.v,
+                                         t0, len, h, hv, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
+      s.dout, p.dout + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+  load_tile_blocked_async<kHeadDim, kHeadDim, kSideThreads>(
+      s.h, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim, tid);
+  cp_async_commit();
+}
+
+// E (one warp; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
+// reverse cumsum dg from the chunk's row sums and G (g_prev), which stay in shared memory until
+// the next chunk's TilesFull.
+__device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const& p, int64_t t0,
+                                            int len, int hv) {
+  int const lane = threadIdx.x % 32;
+  int const HV = p.problem.num_v_heads;
+  float const scale = p.problem.scale;
+  float const g_last = s.g_prev[len - 1];
+  float dg_row[2], dbeta_row[2], tail = 0.f;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    float const gi = s.g_prev[i];
+    float const e = __expf(gi);
+    float const kd = sum_parts<kChunk, 2>(s.kdsd, i);
+    float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
+    dbeta_row[half] = sum_parts<kChunk, 2>(s.zrt, i) + sum_parts<kChunk, 2>(s.dlk, i);
+    dg_row[half] = e * scale * sum_parts<kChunk, 2>(s.oqh, i) + sum_parts<kChunk, 2>(s.zkh, i) +
+                   sum_parts<kChunk, 2>(s.gate_row, i) - sum_parts<kChunk, 4>(s.gate_col, i) -
+                   t_i;
+    tail += t_i;
+  }
+  for (int d = 16; d > 0; d /= 2) tail += __shfl_xor_sync(0xffffffffu, tail, d);
+  float const dsh = sum_parts<1, 8>(s.dsh, 0);
+  float const extra = __expf(g_last) * dsh + tail;  // the last row's terms through G_last
+  if (lane == len - 1) dg_row[0] += extra;
+  if (lane + 32 == len - 1) dg_row[1] += extra;
+  // dg_i = sum over rows r >= i of dG_r: suffix sums of the upper half, then the lower half
+  // plus the upper half's total
+  float hi = dg_row[1];
+  float lo = dg_row[0];
+  for (int d = 1; d < 32; d *= 2) {
+    float const a = __shfl_down_sync(0xffffffffu, hi, d);
+    float const b = __shfl_down_sync(0xffffffffu, lo, d);
+    if (lane + d < 32) {
+      hi += a;
+      lo += b;
+    }
+  }
+  lo += __shfl_sync(0xffffffffu, hi, 0);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    if (i < len) {
+      int64_t const row = (t0 + i) * HV + hv;
+      if (p.dg != nullptr) p.dg[row] = half == 0 ? lo : hi;
+      if (p.dbeta == nullptr) continue;
+      if (p.dbeta_is_bf16)
+        static_cast<bf16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
+      else
+        static_cast<float*>(p.dbeta)[row] = dbeta_row[half];
+    }
+  }
+}
+
+// A side warpgroup's [64 x 32] gradient of a gate product X (T or P, columns n0 ..): with
+// dX = mask(acc) (i >= j), the row sums (part ow) and column sums (part: the warp's rows) of
+// X o dX over i > j (`first` stores, else adds: the same thread owns a slot in both passes), then
+// factor Gamma o dX -> x in place (this warpgroup alone reads and writes these columns of x).
+__device__ __forceinline__ void gate_grad(float (&acc)[kSideCols / 2], bf16* x, float factor,
+                                          bool first, SharedStorage& s, int n0, int ow) {
+  int const lane = threadIdx.x % 32;
+  int const warp = threadIdx.x % kRoleThreads / 32;
+  int const row_lo = 16 * warp + lane / 4;
+  float lo = 0.f, hi = 0.f;
+  float col[kSideCols / 8][2];
+#pragma unroll
+  for (int jb = 0; jb < kSideCols / 8; ++jb) {
+    int const jc = n0 + 8 * jb + 2 * (lane % 4);
+    col[jb][0] = 0.f;
+    col[jb][1] = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int const i = row_lo + 8 * half;
+      float const d0 = i >= jc ? acc[4 * jb + 2 * half] : 0.f;
+      float const d1 = i >= jc + 1 ? acc[4 * jb + 2 * half + 1] : 0.f;
+      float2 const xx = ld_pair<kChunk>(x, i, jc);
+      float const s0 = i > jc ? xx.x * d0 : 0.f;
+      float const s1 = i > jc + 1 ? xx.y * d1 : 0.f;
+      float2 const gate = causal_gates(s.gcum, i, jc);
+      st_pair<kChunk>(x, i, jc, factor * gate.x * d0, factor * gate.y * d1);
+      (half == 0 ? lo : hi) += s0 + s1;
+      col[jb][0] += s0;
+      col[jb][1] += s1;
+    }
+  }
+  lo = quad_sum(lo);
+  hi = quad_sum(hi);
+  float* const rows = s.gate_row + ow * kChunk;
+  if (lane % 4 == 0) {
+    rows[row_lo] = first ? lo : rows[row_lo] + lo;
+    rows[row_lo + 8] = first ? hi : rows[row_lo + 8] + hi;
+  }
+  float* const cols = s.gate_col + warp * kChunk;
+#pragma unroll
+  for (int jb = 0; jb < kSideCols / 8; ++jb)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float const sum = column_sum(col[jb][e]);
+      int const jcol = n0 + 8 * jb + 2 * lane + e;
+      if (lane < 4) cols[jcol] = first ? sum : cols[jcol] + sum;
+    }
+}
+
+// The two side warpgroups (tid 0 .. 255; warpgroup ow = tid / 128): columns n0 = 32 ow .. of the
+// [64 x 64] products, k0 = 64 ow .. of dq and dk.
+__device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, WalkSpan const& span,
+                                          int hk, int hv) {
+  int const tid = threadIdx.x - 2 * kRoleThreads;
+  int const ow = tid / kRoleThreads;
+  int const warp = tid / 32;  // 0 .. 7
+  int const lane = tid % 32;
+  int const row_lo = 16 * (warp % 4) + lane / 4;
+  int const n0 = kSideCols * ow;
+  int const k0 = kStateHalf * ow;
+  int const HV = p.problem.num_v_heads;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  float const scale = p.problem.scale;
+  bf16* const y = s.delta;  // Y, [64 x 64]
+  bf16* const m = s.r;      // M, [64 x 64]
+
+  int64_t const num_chunks = span.num_chunks();
+  for (int64_t j = num_chunks - 1; j >= 0; --j) {
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
+    load_chunk(s, p, t0, len, span.slot0 + j, hk, hv, tid);
+    if (warp == 0 && j + 1 < num_chunks)  // E of the previous chunk, under the loads
+      finish_rows(s, p, t0 + kChunk, span.chunk_len(j + 1), hv);
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup, kSideThreads);  // also: E is done with the row sums
+    named_barrier_arrive(kTilesFull, kThreads);
+
+    // Q K^T and K K^T (for <dL K, K> below) on this warpgroup's columns, under T's gates
+    float qk[kSideCols / 2] = {};
+    float kk[kSideCols / 2] = {};
+    fence_accumulators(qk);
+    fence_accumulators(kk);
+    wgmma_fence();
+    warpgroup_mma_async<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k},
+                                             0, n0, qk);
+    wgmma_commit();
+    warpgroup_mma_async<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.k}, KMajorTile<kHeadDim>{s.k},
+                                             0, n0, kk);
+    wgmma_commit();
+    // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
+    for (int w = tid; w < kChunk * kChunk / 2; w += kSideThreads) {
+      int const core = w / 32;
+      int const i = core / (kChunk / 8) * 8 + w % 32 / 4;
+      int const jc = core % (kChunk / 8) * 8 + w % 4 * 2;
+      float2 const gate = causal_gates(s.gcum, i, jc);
+      float2 const aa = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(s.a + 2 * w));
+      *reinterpret_cast<__nv_bfloat162*>(s.t + 2 * w) =
+          __floats2bfloat162_rn(aa.x * gate.x, aa.y * gate.y);
+    }
+    wgmma_wait<1>();
+    fence_accumulators(qk);
+    // P = causal(s (Q K^T) o Gamma) -> p
+    for_each_wgmma_pair<kSideCols>(0, n0, qk, [&](int i, int jc, float& c0, float& c1) {
+      float2 const gate = causal_gates(s.gcum, i, jc);
+      st_pair<kChunk>(s.p, i, jc, scale * c0 * gate.x, scale * c1 * gate.y);
+    });
+    fence_proxy_async_shared();
+    named_barrier_arrive(kGatesFull, kThreads);
+    wgmma_wait<0>();
+    fence_accumulators(kk);
+
+    // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p
+    named_barrier_sync(kDeltaFull, kThreads);
+    {
+      float dp[kSideCols / 2] = {};
+      warpgroup_mma<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.dout},
+                                         KMajorTile<kHeadDim>{s.delta}, 0, n0, dp);
+      named_barrier_sync(kPFree, kThreads);
+      gate_grad(dp, s.p, scale, true, s, n0, ow);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup, kSideThreads);  // dQK complete (and T, from every thread)
+
+    auto const store_rows = [&](float* out, float(&acc)[kStateHalf / 2]) {
+      for_each_wgmma_pair<kStateHalf>(0, k0, acc, [&](int r, int c, float& x0, float& x1) {
+        if (r < len) *reinterpret_cast<float2*>(out + r * v_stride + c) = make_float2(x0, x1);
+      });
+    };
+    {  // dq = s e (dO h^T) + dQK K; <Q, dO h^T> by rows
+      float dq[kStateHalf / 2] = {};
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.dout}, KMajorTile<kHeadDim>{s.h},
+                                          0, k0, dq);
+      store_tile_row_dots(dq, s.q, k0, s.oqh, ow, row_lo);
+      float const se_lo = scale * __expf(s.gcum[row_lo]);
+      float const se_hi = scale * __expf(s.gcum[row_lo + 8]);
+      for_each_wgmma_pair<kStateHalf>(0, k0, dq, [&](int r, int, float& x0, float& x1) {
+        float const se = r == row_lo ? se_lo : se_hi;
+        x0 *= se;
+        x1 *= se;
+      });
+      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.k}, 0, k0,
+                                        dq);
+      store_rows(p.dq + (t0 * HV + hv) * kHeadDim, dq);
+    }
+
+    named_barrier_sync(kChainFull, kThreads);
+    {  // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t
+      float dt[kSideCols / 2] = {};
+      warpgroup_mma<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.ddelta}, KMajorTile<kHeadDim>{s.r},
+                                         0, n0, dt);
+      gate_grad(dt, s.t, 1.f, false, s, n0, ow);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup0 + ow, kRoleThreads);  // this warpgroup's columns of dA
+    {  // Y = A^T dA -> y (Delta's readers are done: dP above, and the column roles' stores
+       // precede DeltaFull)
+      float ya[kSideCols / 2] = {};
+      warpgroup_mma<kSideCols, kChunk>(MNMajorTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t}, 0, n0,
+                                       ya);
+      for_each_wgmma_pair<kSideCols>(0, n0, ya, [&](int r, int c, float& x0, float& x1) {
+        st_pair<kChunk>(y, r, c, x0, x1);
+      });
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup, kSideThreads);  // all of Y; every reader of R (dT) done
+    {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
+      float dl[kSideCols / 2] = {};
+      warpgroup_mma<kSideCols, kChunk>(KMajorTile<kChunk>{y}, KMajorTile<kChunk>{s.a}, 0, n0, dl);
+      float lo = 0.f, hi = 0.f;
+#pragma unroll
+      for (int jb = 0; jb < kSideCols / 8; ++jb)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int const i = row_lo + 8 * half;
+          int const jc = n0 + 8 * jb + 2 * (lane % 4);
+          int const e = 4 * jb + 2 * half;
+          float const d0 = jc < i ? -dl[e] : 0.f;
+          float const d1 = jc + 1 < i ? -dl[e + 1] : 0.f;
+          (half == 0 ? lo : hi) += d0 * kk[e] + d1 * kk[e + 1];
+          float const b = s.beta[i];
+          st_pair<kChunk>(m, i, jc, b * d0, b * d1);
+        }
+      store_row_sums(lo, hi, s.dlk, ow, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup, kSideThreads);  // all of M
+    {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) + M^T K + beta (dL K), beta (dL K) = M K
+      float dk[kStateHalf / 2] = {};
+      fence_accumulators(dk);
+      wgmma_fence();
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.v},
+                                                KMajorTile<kHeadDim>{s.h}, 0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.q},
+                                              0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
+                                                KMajorTile<kHeadDim>{s.ds}, 0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
+                                              0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
+                                              0, k0, dk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dk);
+      store_rows(p.dk + (t0 * HV + hv) * kHeadDim, dk);
+    }
+    // E of this chunk runs under the next chunk's loads: G is kept for it
+    if (warp == 0) {
+      s.g_prev[lane] = s.gcum[lane];
+      s.g_prev[lane + 32] = s.gcum[lane + 32];
+    }
+    named_barrier_sync(kStepDone, kThreads);
+  }
+  if (warp == 0 && num_chunks > 0) finish_rows(s, p, span.begin, span.chunk_len(0), hv);
+}
+
+__global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_roles_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
+  WalkSpan const span = walk_span(p.problem, walk);
+  int const wg = threadIdx.x / kRoleThreads;  // warp-uniform: the roles never diverge in a warp
+  if (wg < 2) {
+    setmaxnreg_inc<kColumnRegs>();
+    column_role(s, p, span, walk.n, walk.hv, wg);
+  } else {
+    setmaxnreg_dec<kSideRegs>();
+    side_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv);
+  }
+#endif
+}
+
+}  // namespace cake::kernels::walk_a_bwd::roles
