@@ -98,15 +98,20 @@ enum Barrier : int {
   kStepDone = 11,     // everyone: the chunk's tiles are no longer read
 };
 
-template <int kCols>
-__device__ __forceinline__ float2 ld_pair(bf16 const* tile, int r, int c) {
-  return __bfloat1622float2(
-      *reinterpret_cast<__nv_bfloat162 const*>(tile + blocked_offset<kCols>(r, c)));
+// The bf16 pair at element offset `at` of a tile (for_each_blocked_pair's offsets).
+__device__ __forceinline__ float2 ld_pair(bf16 const* tile, int at) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(tile + at));
 }
-template <int kCols>
-__device__ __forceinline__ void st_pair(bf16* tile, int r, int c, float x0, float x1) {
-  *reinterpret_cast<__nv_bfloat162*>(tile + blocked_offset<kCols>(r, c)) =
-      __floats2bfloat162_rn(x0, x1);
+__device__ __forceinline__ void st_pair(bf16* tile, int at, float x0, float x1) {
+  *reinterpret_cast<__nv_bfloat162*>(tile + at) = __floats2bfloat162_rn(x0, x1);
+}
+
+// for_each_blocked_pair over a column warpgroup's share of the state (rows 0 .. 63, then
+// 64 .. 127, columns c0 ..) in a blocked [128 x 128] tile.
+template <class F>
+__device__ __forceinline__ void for_each_state_blocked_pair(StateHalf& st, int c0, F const& f) {
+  for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, st.lo, f);
+  for_each_blocked_pair<kHeadDim, kStateHalf>(kStateHalf, c0, st.hi, f);
 }
 
 // parts[part * 64 + row] <- the row sums whose thread shares are lo (row_lo) and hi (row_lo + 8).
@@ -166,8 +171,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
     // bf16(dS) -> ds (this warpgroup's columns), under the side roles' loads
-    for_each_state_pair(ds, c0, [&](int r, int c, float& x0, float& x1) {
-      st_pair<kHeadDim>(s.ds, r, c, x0, x1);
+    for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
+      st_pair(s.ds, at, x0, x1);
     });
     named_barrier_sync(kTilesFull, kThreads);
 
@@ -184,8 +189,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
 
     {  // <dS, h> over this warpgroup's share (dS as it enters the chunk)
       float acc = 0.f;
-      for_each_state_pair(ds, c0, [&](int r, int c, float& x0, float& x1) {
-        float2 const hh = ld_pair<kHeadDim>(s.h, r, c);
+      for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
+        float2 const hh = ld_pair(s.h, at);
         acc += x0 * hh.x + x1 * hh.y;
       });
       for (int d = 16; d > 0; d /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, d);
@@ -193,21 +198,23 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     }
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
+    {
+      int const at0 = blocked_offset<kHeadDim>(row_lo, c0 + 2 * (lane % 4));
 #pragma unroll
-    for (int jb = 0; jb < kStateHalf / 8; ++jb)
+      for (int jb = 0; jb < kStateHalf / 8; ++jb)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        int const r = row_lo + 8 * half;
-        int const c = c0 + 8 * jb + 2 * (lane % 4);
-        float const se = scale * (half == 0 ? e_lo : e_hi);
-        float2 const d = ld_pair<kHeadDim>(s.dout, r, c);
-        __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
-        *reinterpret_cast<__nv_bfloat162*>(s.ddelta + blocked_offset<kHeadDim>(r, c)) = eo;
-        if (eo_split) {
-          float2 const hi = __bfloat1622float2(eo);
-          st_pair<kHeadDim>(s.delta_eb, r, c, se * d.x - hi.x, se * d.y - hi.y);
+        for (int half = 0; half < 2; ++half) {
+          int const at = at0 + kNext8Cols * jb + kNext8Rows<kHeadDim> * half;
+          float const se = scale * (half == 0 ? e_lo : e_hi);
+          float2 const d = ld_pair(s.dout, at);
+          __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
+          *reinterpret_cast<__nv_bfloat162*>(s.ddelta + at) = eo;
+          if (eo_split) {
+            float2 const hi = __bfloat1622float2(eo);
+            st_pair(s.delta_eb, at, se * d.x - hi.x, se * d.y - hi.y);
+          }
         }
-      }
+    }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
 
@@ -238,11 +245,12 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     wgmma_wait<1>();
     fence_accumulators(kh);
     // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below
-    for_each_wgmma_pair<kStateHalf>(0, c0, kh, [&](int r, int c, float& x0, float& x1) {
-      float2 const vv = ld_pair<kHeadDim>(s.v, r, c);
+    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kh, [&](int r, int, int at, float& x0,
+                                                             float& x1) {
+      float2 const vv = ld_pair(s.v, at);
       float const e = by_row(r, e_lo, e_hi);
       float const b = by_row(r, b_lo, b_hi);
-      st_pair<kHeadDim>(s.r, r, c, b * (vv.x - e * x0), b * (vv.y - e * x1));
+      st_pair(s.r, at, b * (vv.x - e * x0), b * (vv.y - e * x1));
     });
     fence_proxy_async_shared();
     wgmma_wait<0>();
@@ -266,10 +274,11 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
           float const x = d[e] * kds[kStateHalf / 4 * half + e];
           (e % 4 < 2 ? dot.x : dot.y) += x;
         }
-        for_each_wgmma_pair<kStateHalf / 2>(0, n0, d, [&](int r, int c, float& x0, float& x1) {
+        for_each_blocked_pair<kHeadDim, kStateHalf / 2>(0, n0, d, [&](int r, int, int at,
+                                                                      float& x0, float& x1) {
           float const eb = by_row(r, eb_lo, eb_hi);
-          st_pair<kHeadDim>(s.delta, r, c, x0, x1);
-          st_pair<kHeadDim>(s.delta_eb, r, c, eb * x0, eb * x1);
+          st_pair(s.delta, at, x0, x1);
+          st_pair(s.delta_eb, at, eb * x0, eb * x1);
         });
       }
       store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
@@ -288,9 +297,10 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     named_barrier_arrive(kPFree, kThreads);
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
-    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int c, float& x0, float& x1) {
+    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kds, [&](int, int, int at, float& x0,
+                                                              float& x1) {
       __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
-      *reinterpret_cast<__nv_bfloat162*>(s.ddelta + blocked_offset<kHeadDim>(r, c)) = d;
+      *reinterpret_cast<__nv_bfloat162*>(s.ddelta + at) = d;
       float2 const df = __bfloat1622float2(d);
       x0 -= df.x;
       x1 -= df.y;
@@ -302,20 +312,16 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
                                       c0, z);
     {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
        // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
-       // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); dv = beta Z; Zs = -beta e Z
-       // -> v (this warpgroup's V is read)
+       // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); Zs = -beta e Z -> v (this
+       // warpgroup's V is read)
       float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
       float2 zv = make_float2(0.f, 0.f);
-      bf16* const dv = p.dv != nullptr ? p.dv + (t0 * HV + hv) * kHeadDim : nullptr;
-      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
-        float const b = by_row(r, b_lo, b_hi);
-        float const be = b * by_row(r, e_lo, e_hi);
-        float2 const vv = ld_pair<kHeadDim>(s.v, r, c);
+      for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, z, [&](int r, int, int at, float& x0,
+                                                                float& x1) {
+        float const be = by_row(r, b_lo, b_hi) * by_row(r, e_lo, e_hi);
+        float2 const vv = ld_pair(s.v, at);
         (r == row_lo ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
-        if (dv != nullptr && r < len)
-          *reinterpret_cast<__nv_bfloat162*>(dv + r * v_stride + c) =
-              __floats2bfloat162_rn(b * x0, b * x1);
-        st_pair<kHeadDim>(s.v, r, c, -be * x0, -be * x1);
+        st_pair(s.v, at, -be * x0, -be * x1);
       });
       store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
       store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
@@ -324,7 +330,7 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     named_barrier_sync(group, kRoleThreads);
     named_barrier_arrive(kChainFull, kThreads);
 
-    // dS += K^T Zs: dS of the previous chunk's end
+    // dS += K^T Zs: dS of the previous chunk's end; dv = beta Z while it runs
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
@@ -333,6 +339,15 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
                                             kStateHalf, c0, ds.hi);
     wgmma_commit();
+    if (p.dv != nullptr) {
+      bf16* const dv = p.dv + (t0 * HV + hv) * kHeadDim;
+      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
+        float const b = by_row(r, b_lo, b_hi);
+        if (r < len)
+          *reinterpret_cast<__nv_bfloat162*>(dv + r * v_stride + c) =
+              __floats2bfloat162_rn(b * x0, b * x1);
+      });
+    }
     wgmma_wait<0>();
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
@@ -424,6 +439,7 @@ __device__ __forceinline__ void gate_grad(float (&acc)[kSideCols / 2], bf16* x, 
   int const row_lo = 16 * warp + lane / 4;
   float lo = 0.f, hi = 0.f;
   float col[kSideCols / 8][2];
+  int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
 #pragma unroll
   for (int jb = 0; jb < kSideCols / 8; ++jb) {
     int const jc = n0 + 8 * jb + 2 * (lane % 4);
@@ -432,13 +448,14 @@ __device__ __forceinline__ void gate_grad(float (&acc)[kSideCols / 2], bf16* x, 
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       int const i = row_lo + 8 * half;
+      int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
       float const d0 = i >= jc ? acc[4 * jb + 2 * half] : 0.f;
       float const d1 = i >= jc + 1 ? acc[4 * jb + 2 * half + 1] : 0.f;
-      float2 const xx = ld_pair<kChunk>(x, i, jc);
+      float2 const xx = ld_pair(x, at);
       float const s0 = i > jc ? xx.x * d0 : 0.f;
       float const s1 = i > jc + 1 ? xx.y * d1 : 0.f;
       float2 const gate = causal_gates(s.gcum, i, jc);
-      st_pair<kChunk>(x, i, jc, factor * gate.x * d0, factor * gate.y * d1);
+      st_pair(x, at, factor * gate.x * d0, factor * gate.y * d1);
       (half == 0 ? lo : hi) += s0 + s1;
       col[jb][0] += s0;
       col[jb][1] += s1;
@@ -516,9 +533,10 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
     wgmma_wait<1>();
     fence_accumulators(qk);
     // P = causal(s (Q K^T) o Gamma) -> p
-    for_each_wgmma_pair<kSideCols>(0, n0, qk, [&](int i, int jc, float& c0, float& c1) {
+    for_each_blocked_pair<kChunk, kSideCols>(0, n0, qk, [&](int i, int jc, int at, float& c0,
+                                                           float& c1) {
       float2 const gate = causal_gates(s.gcum, i, jc);
-      st_pair<kChunk>(s.p, i, jc, scale * c0 * gate.x, scale * c1 * gate.y);
+      st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
     });
     fence_proxy_async_shared();
     named_barrier_arrive(kGatesFull, kThreads);
@@ -573,8 +591,9 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
       float ya[kSideCols / 2] = {};
       warpgroup_mma<kSideCols, kChunk>(MNMajorTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t}, 0, n0,
                                        ya);
-      for_each_wgmma_pair<kSideCols>(0, n0, ya, [&](int r, int c, float& x0, float& x1) {
-        st_pair<kChunk>(y, r, c, x0, x1);
+      for_each_blocked_pair<kChunk, kSideCols>(0, n0, ya, [&](int, int, int at, float& x0,
+                                                              float& x1) {
+        st_pair(y, at, x0, x1);
       });
     }
     fence_proxy_async_shared();
@@ -583,18 +602,20 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
       float dl[kSideCols / 2] = {};
       warpgroup_mma<kSideCols, kChunk>(KMajorTile<kChunk>{y}, KMajorTile<kChunk>{s.a}, 0, n0, dl);
       float lo = 0.f, hi = 0.f;
+      int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
 #pragma unroll
       for (int jb = 0; jb < kSideCols / 8; ++jb)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           int const i = row_lo + 8 * half;
           int const jc = n0 + 8 * jb + 2 * (lane % 4);
+          int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
           int const e = 4 * jb + 2 * half;
           float const d0 = jc < i ? -dl[e] : 0.f;
           float const d1 = jc + 1 < i ? -dl[e + 1] : 0.f;
           (half == 0 ? lo : hi) += d0 * kk[e] + d1 * kk[e + 1];
           float const b = s.beta[i];
-          st_pair<kChunk>(m, i, jc, b * d0, b * d1);
+          st_pair(m, at, b * d0, b * d1);
         }
       store_row_sums(lo, hi, s.dlk, ow, row_lo);
     }
