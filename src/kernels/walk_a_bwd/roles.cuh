@@ -483,7 +483,7 @@ __device__ __forceinline__ void gate_grad(float (&acc)[kSideCols / 2], bf16* x, 
 // [64 x 64] products, k0 = 64 ow .. of dq and dk.
 __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, WalkSpan const& span,
                                           int hk, int hv) {
-  int const tid = threadIdx.x - 2 * kRoleThreads;
+  int const tid = threadIdx.x % kSideThreads;  // threadIdx.x - 256, known non-negative
   int const ow = tid / kRoleThreads;
   int const warp = tid / 32;  // 0 .. 7
   int const lane = tid % 32;
