@@ -358,17 +358,38 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
 
 // ---- the side roles
 
-// A chunk's tiles (tokens t0 .. t0 + len; q/k head h, value head hv) by the side warpgroups
-// (tid 0 .. 255), as cp.async groups; rows past the end are zero, except G's.
-__device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
-                                           int64_t slot, int h, int hv, int tid) {
+// The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
+// head h, value head hv), as cp.async groups; rows past the end are zero, except G's. dO and A
+// are free before the chunk's end: the previous chunk's step prefetches them (chunk_dout_a), and
+// the walk's first step loads them with the rest (chunk_tiles).
+__device__ __forceinline__ void load_dout(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                          int hv, int tid) {
   int const HV = p.problem.num_v_heads;
-  load_blocked_chunk_async<kSideThreads>(BlockedChunk{s.q, s.k, s.v, s.a, s.gcum, s.beta}, p, p.v,
-                                         t0, len, h, hv, tid);
   load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
       s.dout, p.dout + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+  cp_async_commit();
+}
+__device__ __forceinline__ void load_a(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                       int hv, int tid) {
+  int const HV = p.problem.num_v_heads;
+  load_tile_blocked_async<kChunk, kChunk, kSideThreads>(s.a, p.a + (t0 * HV + hv) * kChunk,
+                                                        int64_t{HV} * kChunk, len, tid);
+  cp_async_commit();
+}
+__device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                           int64_t slot, int h, int hv, int tid) {
+  int const H = p.problem.num_qk_heads;
+  int const HV = p.problem.num_v_heads;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.q, p.q + (t0 * H + h) * kHeadDim,
+                                                          qk_stride, len, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.k, p.k + (t0 * H + h) * kHeadDim,
+                                                          qk_stride, len, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
+      s.v, p.v + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
   load_tile_blocked_async<kHeadDim, kHeadDim, kSideThreads>(
       s.h, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim, tid);
+  load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
   cp_async_commit();
 }
 
@@ -500,6 +521,10 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
+    if (j == num_chunks - 1) {  // the walk's first step: dO and A were not prefetched
+      load_dout(s, p, t0, len, hv, tid);
+      load_a(s, p, t0, len, hv, tid);
+    }
     load_chunk(s, p, t0, len, span.slot0 + j, hk, hv, tid);
     if (warp == 0 && j + 1 < num_chunks)  // E of the previous chunk, under the loads
       finish_rows(s, p, t0 + kChunk, span.chunk_len(j + 1), hv);
@@ -598,6 +623,9 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
     }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);  // all of Y; every reader of R (dT) done
+    // dO's last readers are done too (both side warpgroups' dP and dq, the column roles' P^T dO
+    // before PFree): the next chunk's dO
+    if (j > 0) load_dout(s, p, t0 - kChunk, kChunk, hv, tid);
     {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
       float dl[kSideCols / 2] = {};
       warpgroup_mma<kSideCols, kChunk>(KMajorTile<kChunk>{y}, KMajorTile<kChunk>{s.a}, 0, n0, dl);
@@ -620,7 +648,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
       store_row_sums(lo, hi, s.dlk, ow, row_lo);
     }
     fence_proxy_async_shared();
-    named_barrier_sync(kSideGroup, kSideThreads);  // all of M
+    named_barrier_sync(kSideGroup, kSideThreads);  // all of M; A's last readers (dL) done
+    if (j > 0) load_a(s, p, t0 - kChunk, kChunk, hv, tid);  // the next chunk's A
     {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) + M^T K + beta (dL K), beta (dL K) = M K
       float dk[kStateHalf / 2] = {};
       fence_accumulators(dk);
