@@ -10,8 +10,8 @@
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/kernel.cuh"
 #include "kernels/qk_norm/launch.hpp"
+#include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
-#include "kernels/walk_a_bwd/roles.cuh"
 #include "kernels/walk_a_fwd/kernel.cuh"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
@@ -78,12 +78,10 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::walk_a_fwd
 
 namespace cake::kernels::walk_a_bwd {
-namespace roles {
 alignas(128) char smem_raw[sizeof(SharedStorage)];
-}  // namespace roles
 cudaError_t launch(Params const& p, cudaStream_t) {
-  emu::launch(Dim3{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)}, Dim3{roles::kThreads},
-              roles::smem_raw, [&] { roles::walk_a_bwd_roles_kernel(p); });
+  emu::launch(Dim3{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)}, Dim3{kThreads},
+              smem_raw, [&] { walk_a_bwd_kernel(p); });
   return cudaSuccess;
 }
 }  // namespace cake::kernels::walk_a_bwd
