@@ -31,18 +31,22 @@
 //   splits by dS's columns (the V dimension): column block c needs only K dS[:, c],
 //   dDelta[:, c], Z[:, c]. So two column warpgroups own 64 of dS's 128 columns each and do every
 //   product in V space on their columns: K h, R, Delta, K dS, dDelta, Z, Zs, dv, the update.
-// - two side warpgroups do the products in token x token and K space: the gates T and P before
-//   the chain needs them, dP -> dQK and dq while it runs, then (after Zs and dDelta) dT -> dA ->
-//   Y -> dL -> M and dk, each warpgroup half of the [64 x 64] products' columns and 64 of dq's
-//   and dk's 128 columns; they also load the tiles and run E.
+// - two side warpgroups do the other products in token x token and K space: the gates T and P
+//   before the chain needs them, dP -> dQK and dq while it runs, dk's terms after it, each
+//   warpgroup half of the [64 x 64] products' columns and 64 of dq's and dk's 128 columns; they
+//   also load the tiles and run E. The [64 x 64] chain after dDelta (dT -> dA -> Y -> dL -> M)
+//   is the column roles' again, half of its columns each: it is what dk waits on, and the column
+//   roles are otherwise idle once the update is issued.
 // Per chunk, the hand-overs (named barriers, ids below):
-//   side:   loads, E of the previous chunk -> TilesFull; Q K^T, K K^T, T, P -> GatesFull
+//   side:   loads, E of the previous chunk -> TilesFull; Q K^T, T, P -> GatesFull
 //   column: bf16(dS) -> ds; [TilesFull] <dS, h>, eO; K h, K dS, dS = gamma dS + Q^T eO; R;
 //           [GatesFull] Delta = T R, <K dS, Delta>, Delta and ebar Delta -> DeltaFull;
 //           dDelta = ebar (K dS) + P^T dO -> PFree; Z, <Z, K h>, <Z, V>, Zs -> ChainFull;
-//           dS += K^T Zs, dv
-//   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] dT, its gate sums,
-//           dA; Y; dL, <dL K, K>, M; dk; the next chunk's dO and A (prefetched)
+//           dS += K^T Zs, dv; [ColumnPair] dT, its gate sums, dA; Y; [ColumnPair] dL, K K^T,
+//           <dL K, K>, M -> MFull
+//   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] the next chunk's
+//           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [MFull] the next chunk's A;
+//           dk += M^T K + M K
 //   all:    StepDone (every tile's readers are done: the next chunk's other tiles may load)
 // Shared memory (~221 KB of tiles) holds one chunk. Row and column sums go through one slot per
 // warpgroup (or warp) and are added in ascending slot order (bitwise deterministic, no atomics).
@@ -63,10 +67,9 @@ using bf16 = __nv_bfloat16;
 inline constexpr int kRoleThreads = 128;  // one warpgroup
 inline constexpr int kThreads = 4 * kRoleThreads;
 inline constexpr int kSideThreads = 2 * kRoleThreads;
-inline constexpr int kSideCols = kChunk / 2;  // a side warpgroup's columns of a [64 x 64] product
 // Registers per thread (setmaxnreg; 65,536 per SM over 512 threads): a column warpgroup holds its
-// dS share (64), K h and K dS (32 each) and half of Delta (16) at once; a side warpgroup at most
-// 32 accumulators (dq, dk, or dL and K K^T).
+// dS share (64), K h and K dS (32 each) and half of Delta (16) at once; a side warpgroup one
+// [64 x 64] product (dq or dk, 32).
 inline constexpr int kColumnRegs = 176;
 inline constexpr int kSideRegs = 80;
 static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
@@ -81,8 +84,8 @@ struct SharedStorage {
   bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state
   bf16 ds[kHeadDim * kHeadDim];      // [128 x 128] bf16(dS) of the chunk's end state
   bf16 a[kChunk * kChunk];           // [64 x 64] A
-  bf16 t[kChunk * kChunk];           // [64 x 64] T = Gamma o A; then dA, then dL
-  bf16 p[kChunk * kChunk];           // [64 x 64] P; then dQK, then Y
+  bf16 t[kChunk * kChunk];           // [64 x 64] T = Gamma o A; then dA, then Y
+  bf16 p[kChunk * kChunk];           // [64 x 64] P; then dQK
   bf16 r[kChunk * kHeadDim];         // [64 x 128] R; then M [64 x 64]
   bf16 delta[kChunk * kHeadDim];     // [64 x 128] bf16(Delta)
   bf16 delta_eb[kChunk * kHeadDim];  // [64 x 128] eO's low part (eo_split); then bf16(ebar Delta)
@@ -96,9 +99,12 @@ struct SharedStorage {
   // by side warpgroup
   float oqh[2 * kChunk];       // <Q, dO h^T> = <dO, Q h>
   float zkh[2 * kChunk];       // <Zs h^T, K> = -beta e <Z, K h>
-  float dlk[2 * kChunk];       // <dL K, K>
-  float gate_row[2 * kChunk];  // row sums of T o dT + P o dP (i > j)
-  float gate_col[4 * kChunk];  // their column sums, by the warp's 16 rows
+  float gate_row_p[2 * kChunk];  // row sums of P o dP (i > j)
+  float gate_col_p[4 * kChunk];  // its column sums, by the warp's 16 rows
+  // by column warpgroup
+  float gate_row_t[2 * kChunk];  // row sums of T o dT (i > j)
+  float gate_col_t[4 * kChunk];  // its column sums, by the warp's 16 rows
+  float dlk[2 * kChunk];         // <dL K, K>
   float dsh[8];                // <dS, h>, by column warp
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
@@ -112,8 +118,10 @@ enum Barrier : int {
   kGatesFull = 7,     // side -> column: T, P, eO (and eO's low part)
   kDeltaFull = 8,     // column -> side: bf16(Delta), bf16(ebar Delta), <K dS, Delta>
   kPFree = 9,         // column -> side: P^T dO done (P may be overwritten)
-  kChainFull = 10,    // column -> side: bf16(dDelta), Zs, <Z, Rt>
+  kChainFull = 10,    // column -> side: bf16(dDelta), Zs (and the side roles' dq is done)
   kStepDone = 11,     // everyone: the chunk's tiles are no longer read
+  kColumnPair = 12,   // the two column warpgroups (256)
+  kMFull = 13,        // column -> side: M (and A's readers are done)
 };
 
 // The bf16 pair at element offset `at` of a tile (for_each_blocked_pair's offsets).
@@ -163,6 +171,51 @@ __device__ __forceinline__ void store_tile_row_dots(float const (&acc)[kChunk / 
   float2 const dot = row_dot_shares<kChunk, kHeadDim>(
       acc, tile + blocked_offset<kHeadDim>(row_lo, n0 + 2 * (threadIdx.x % 4)));
   store_row_sums(dot.x, dot.y, parts, part, row_lo);
+}
+
+// A warpgroup's [64 x 32] gradient of a gate product X (T or P, columns n0 .. of [64 x 64]):
+// with dX = mask(acc) (i >= j), the row sums (part `part`) and column sums (part: the warp's rows)
+// of X o dX over i > j, then factor Gamma o dX -> x in place (this warpgroup alone reads and
+// writes these columns of x).
+inline constexpr int kGateCols = kChunk / 2;
+__device__ __forceinline__ void gate_grad(float (&acc)[kGateCols / 2], bf16* x, float factor,
+                                          float const* gcum, float* gate_row, float* gate_col,
+                                          int n0, int part) {
+  int const lane = threadIdx.x % 32;
+  int const warp = threadIdx.x % kRoleThreads / 32;
+  int const row_lo = 16 * warp + lane / 4;
+  float lo = 0.f, hi = 0.f;
+  float col[kGateCols / 8][2];
+  int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
+#pragma unroll
+  for (int jb = 0; jb < kGateCols / 8; ++jb) {
+    int const jc = n0 + 8 * jb + 2 * (lane % 4);
+    col[jb][0] = 0.f;
+    col[jb][1] = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      int const i = row_lo + 8 * half;
+      int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
+      float const d0 = i >= jc ? acc[4 * jb + 2 * half] : 0.f;
+      float const d1 = i >= jc + 1 ? acc[4 * jb + 2 * half + 1] : 0.f;
+      float2 const xx = ld_pair(x, at);
+      float const s0 = i > jc ? xx.x * d0 : 0.f;
+      float const s1 = i > jc + 1 ? xx.y * d1 : 0.f;
+      float2 const gate = causal_gates(gcum, i, jc);
+      st_pair(x, at, factor * gate.x * d0, factor * gate.y * d1);
+      (half == 0 ? lo : hi) += s0 + s1;
+      col[jb][0] += s0;
+      col[jb][1] += s1;
+    }
+  }
+  store_row_sums(lo, hi, gate_row, part, row_lo);
+#pragma unroll
+  for (int jb = 0; jb < kGateCols / 8; ++jb)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float const sum = column_sum(col[jb][e]);
+      if (lane < 4) gate_col[warp * kChunk + n0 + 8 * jb + 2 * lane + e] = sum;
+    }
 }
 
 // ---- the column roles
@@ -369,6 +422,66 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     wgmma_wait<0>();
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
+
+    // The [64 x 64] chain dT -> dA -> Y -> dL -> M, columns n0 .. n0 + 31 of each product per
+    // warpgroup, while the side roles form dk's other terms.
+    int const n0 = kGateCols * wg;
+    named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of dDelta; every reader of T (Z) done
+    {  // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t
+      float dt[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.ddelta}, KMajorTile<kHeadDim>{s.r},
+                                         0, n0, dt);
+      gate_grad(dt, s.t, 1.f, s.gcum, s.gate_row_t, s.gate_col_t, n0, wg);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);  // this warpgroup's columns of dA
+    {  // Y = A^T dA -> t, over dA's columns once the product has read them (they are this
+       // warpgroup's alone)
+      float y[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kChunk>(MNMajorTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t}, 0, n0,
+                                       y);
+      for_each_blocked_pair<kChunk, kGateCols>(0, n0, y, [&](int, int, int at, float& x0,
+                                                             float& x1) {
+        st_pair(s.t, at, x0, x1);
+      });
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of Y; every reader of R (dT) done
+    {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
+      float dl[kGateCols / 2] = {};
+      float kk[kGateCols / 2] = {};
+      fence_accumulators(dl);
+      fence_accumulators(kk);
+      wgmma_fence();
+      warpgroup_mma_async<kGateCols, kChunk>(KMajorTile<kChunk>{s.t}, KMajorTile<kChunk>{s.a}, 0,
+                                             n0, dl);
+      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+                                               KMajorTile<kHeadDim>{s.k}, 0, n0, kk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dl);
+      fence_accumulators(kk);
+      bf16* const m = s.r;  // M, [64 x 64]
+      float lo = 0.f, hi = 0.f;
+      int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
+#pragma unroll
+      for (int jb = 0; jb < kGateCols / 8; ++jb)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int const i = row_lo + 8 * half;
+          int const jc = n0 + 8 * jb + 2 * (lane % 4);
+          int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
+          int const e = 4 * jb + 2 * half;
+          float const d0 = jc < i ? -dl[e] : 0.f;
+          float const d1 = jc + 1 < i ? -dl[e + 1] : 0.f;
+          (half == 0 ? lo : hi) += d0 * kk[e] + d1 * kk[e + 1];
+          float const b = half == 0 ? b_lo : b_hi;
+          st_pair(m, at, b * d0, b * d1);
+        }
+      store_row_sums(lo, hi, s.dlk, wg, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_arrive(kMFull, kThreads);
     named_barrier_sync(kStepDone, kThreads);
   }
   if (p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset, c0);
@@ -430,7 +543,8 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
     float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
     dbeta_row[half] = sum_parts<kChunk, 2>(s.zrt, i) + sum_parts<kChunk, 2>(s.dlk, i);
     dg_row[half] = e * scale * sum_parts<kChunk, 2>(s.oqh, i) + sum_parts<kChunk, 2>(s.zkh, i) +
-                   sum_parts<kChunk, 2>(s.gate_row, i) - sum_parts<kChunk, 4>(s.gate_col, i) -
+                   sum_parts<kChunk, 2>(s.gate_row_p, i) + sum_parts<kChunk, 2>(s.gate_row_t, i) -
+                   sum_parts<kChunk, 4>(s.gate_col_p, i) - sum_parts<kChunk, 4>(s.gate_col_t, i) -
                    t_i;
     tail += t_i;
   }
@@ -467,57 +581,6 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
   }
 }
 
-// A side warpgroup's [64 x 32] gradient of a gate product X (T or P, columns n0 ..): with
-// dX = mask(acc) (i >= j), the row sums (part ow) and column sums (part: the warp's rows) of
-// X o dX over i > j (`first` stores, else adds: the same thread owns a slot in both passes), then
-// factor Gamma o dX -> x in place (this warpgroup alone reads and writes these columns of x).
-__device__ __forceinline__ void gate_grad(float (&acc)[kSideCols / 2], bf16* x, float factor,
-                                          bool first, SharedStorage& s, int n0, int ow) {
-  int const lane = threadIdx.x % 32;
-  int const warp = threadIdx.x % kRoleThreads / 32;
-  int const row_lo = 16 * warp + lane / 4;
-  float lo = 0.f, hi = 0.f;
-  float col[kSideCols / 8][2];
-  int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
-#pragma unroll
-  for (int jb = 0; jb < kSideCols / 8; ++jb) {
-    int const jc = n0 + 8 * jb + 2 * (lane % 4);
-    col[jb][0] = 0.f;
-    col[jb][1] = 0.f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      int const i = row_lo + 8 * half;
-      int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
-      float const d0 = i >= jc ? acc[4 * jb + 2 * half] : 0.f;
-      float const d1 = i >= jc + 1 ? acc[4 * jb + 2 * half + 1] : 0.f;
-      float2 const xx = ld_pair(x, at);
-      float const s0 = i > jc ? xx.x * d0 : 0.f;
-      float const s1 = i > jc + 1 ? xx.y * d1 : 0.f;
-      float2 const gate = causal_gates(s.gcum, i, jc);
-      st_pair(x, at, factor * gate.x * d0, factor * gate.y * d1);
-      (half == 0 ? lo : hi) += s0 + s1;
-      col[jb][0] += s0;
-      col[jb][1] += s1;
-    }
-  }
-  lo = quad_sum(lo);
-  hi = quad_sum(hi);
-  float* const rows = s.gate_row + ow * kChunk;
-  if (lane % 4 == 0) {
-    rows[row_lo] = first ? lo : rows[row_lo] + lo;
-    rows[row_lo + 8] = first ? hi : rows[row_lo + 8] + hi;
-  }
-  float* const cols = s.gate_col + warp * kChunk;
-#pragma unroll
-  for (int jb = 0; jb < kSideCols / 8; ++jb)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float const sum = column_sum(col[jb][e]);
-      int const jcol = n0 + 8 * jb + 2 * lane + e;
-      if (lane < 4) cols[jcol] = first ? sum : cols[jcol] + sum;
-    }
-}
-
 // The two side warpgroups (tid 0 .. 255; warpgroup ow = tid / 128): columns n0 = 32 ow .. of the
 // [64 x 64] products, k0 = 64 ow .. of dq and dk.
 __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, WalkSpan const& span,
@@ -527,13 +590,11 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
   int const warp = tid / 32;  // 0 .. 7
   int const lane = tid % 32;
   int const row_lo = 16 * (warp % 4) + lane / 4;
-  int const n0 = kSideCols * ow;
+  int const n0 = kGateCols * ow;
   int const k0 = kStateHalf * ow;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
-  bf16* const y = s.delta;  // Y, [64 x 64]
-  bf16* const m = s.r;      // M, [64 x 64]
 
   int64_t const num_chunks = span.num_chunks();
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
@@ -551,17 +612,12 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
     named_barrier_sync(kSideGroup, kSideThreads);  // also: E is done with the row sums
     named_barrier_arrive(kTilesFull, kThreads);
 
-    // Q K^T and K K^T (for <dL K, K> below) on this warpgroup's columns, under T's gates
-    float qk[kSideCols / 2] = {};
-    float kk[kSideCols / 2] = {};
+    // Q K^T on this warpgroup's columns, under T's gates
+    float qk[kGateCols / 2] = {};
     fence_accumulators(qk);
-    fence_accumulators(kk);
     wgmma_fence();
-    warpgroup_mma_async<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k},
+    warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k},
                                              0, n0, qk);
-    wgmma_commit();
-    warpgroup_mma_async<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.k}, KMajorTile<kHeadDim>{s.k},
-                                             0, n0, kk);
     wgmma_commit();
     // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
     for (int w = tid; w < kChunk * kChunk / 2; w += kSideThreads) {
@@ -573,27 +629,25 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
       *reinterpret_cast<__nv_bfloat162*>(s.t + 2 * w) =
           __floats2bfloat162_rn(aa.x * gate.x, aa.y * gate.y);
     }
-    wgmma_wait<1>();
+    wgmma_wait<0>();
     fence_accumulators(qk);
     // P = causal(s (Q K^T) o Gamma) -> p
-    for_each_blocked_pair<kChunk, kSideCols>(0, n0, qk, [&](int i, int jc, int at, float& c0,
+    for_each_blocked_pair<kChunk, kGateCols>(0, n0, qk, [&](int i, int jc, int at, float& c0,
                                                            float& c1) {
       float2 const gate = causal_gates(s.gcum, i, jc);
       st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
     });
     fence_proxy_async_shared();
     named_barrier_arrive(kGatesFull, kThreads);
-    wgmma_wait<0>();
-    fence_accumulators(kk);
 
     // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p
     named_barrier_sync(kDeltaFull, kThreads);
     {
-      float dp[kSideCols / 2] = {};
-      warpgroup_mma<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.dout},
+      float dp[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.dout},
                                          KMajorTile<kHeadDim>{s.delta}, 0, n0, dp);
       named_barrier_sync(kPFree, kThreads);
-      gate_grad(dp, s.p, scale, true, s, n0, ow);
+      gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, n0, ow);
     }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);  // dQK complete (and T, from every thread)
@@ -621,54 +675,12 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
     }
 
     named_barrier_sync(kChainFull, kThreads);
-    {  // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t
-      float dt[kSideCols / 2] = {};
-      warpgroup_mma<kSideCols, kHeadDim>(KMajorTile<kHeadDim>{s.ddelta}, KMajorTile<kHeadDim>{s.r},
-                                         0, n0, dt);
-      gate_grad(dt, s.t, 1.f, false, s, n0, ow);
-    }
-    fence_proxy_async_shared();
-    named_barrier_sync(kSideGroup0 + ow, kRoleThreads);  // this warpgroup's columns of dA
-    {  // Y = A^T dA -> y (Delta's readers are done: dP above, and the column roles' stores
-       // precede DeltaFull)
-      float ya[kSideCols / 2] = {};
-      warpgroup_mma<kSideCols, kChunk>(MNMajorTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t}, 0, n0,
-                                       ya);
-      for_each_blocked_pair<kChunk, kSideCols>(0, n0, ya, [&](int, int, int at, float& x0,
-                                                              float& x1) {
-        st_pair(y, at, x0, x1);
-      });
-    }
-    fence_proxy_async_shared();
-    named_barrier_sync(kSideGroup, kSideThreads);  // all of Y; every reader of R (dT) done
-    // dO's last readers are done too (both side warpgroups' dP and dq, the column roles' P^T dO
-    // before PFree): the next chunk's dO
+    // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
+    // thread; the column roles' P^T dO before PFree): the next chunk's dO
     if (j > 0) load_dout(s, p, t0 - kChunk, kChunk, hv, tid);
-    {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
-      float dl[kSideCols / 2] = {};
-      warpgroup_mma<kSideCols, kChunk>(KMajorTile<kChunk>{y}, KMajorTile<kChunk>{s.a}, 0, n0, dl);
-      float lo = 0.f, hi = 0.f;
-      int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
-#pragma unroll
-      for (int jb = 0; jb < kSideCols / 8; ++jb)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          int const i = row_lo + 8 * half;
-          int const jc = n0 + 8 * jb + 2 * (lane % 4);
-          int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
-          int const e = 4 * jb + 2 * half;
-          float const d0 = jc < i ? -dl[e] : 0.f;
-          float const d1 = jc + 1 < i ? -dl[e + 1] : 0.f;
-          (half == 0 ? lo : hi) += d0 * kk[e] + d1 * kk[e + 1];
-          float const b = s.beta[i];
-          st_pair(m, at, b * d0, b * d1);
-        }
-      store_row_sums(lo, hi, s.dlk, ow, row_lo);
-    }
-    fence_proxy_async_shared();
-    named_barrier_sync(kSideGroup, kSideThreads);  // all of M; A's last readers (dL) done
-    if (j > 0) load_a(s, p, t0 - kChunk, kChunk, hv, tid);  // the next chunk's A
-    {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) + M^T K + beta (dL K), beta (dL K) = M K
+    {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) while the column roles form M, then
+       // + M^T K + beta (dL K), beta (dL K) = M K
+      bf16 const* const m = s.r;
       float dk[kStateHalf / 2] = {};
       fence_accumulators(dk);
       wgmma_fence();
@@ -678,6 +690,12 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
                                               0, k0, dk);
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
                                                 KMajorTile<kHeadDim>{s.ds}, 0, k0, dk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dk);
+      named_barrier_sync(kMFull, kThreads);
+      if (j > 0) load_a(s, p, t0 - kChunk, kChunk, hv, tid);  // A's last readers (dL) are done
+      wgmma_fence();
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
                                               0, k0, dk);
       warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
