@@ -78,7 +78,7 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::walk_a_fwd
 
 namespace cake::kernels::walk_a_bwd {
-alignas(16) char smem_raw[sizeof(SharedStorage)];
+alignas(128) char smem_raw[sizeof(SharedStorage)];
 cudaError_t launch(Params const& p, cudaStream_t) {
   emu::launch(Dim3{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)}, Dim3{kThreads},
               smem_raw, [&] { walk_a_bwd_kernel(p); });

@@ -150,6 +150,24 @@ __device__ __forceinline__ void for_each_wgmma_pair(int m0, int n0, float (&acc)
   }
 }
 
+// for_each_wgmma_pair with, for each pair, the element offset `at` of (r, c) in a blocked tile of
+// kCols columns (m0 and n0 multiples of 8): f(r, c, at, c_j, c_j+1). The offsets are one base
+// plus constants (kNext8Cols, kNext8Rows), so they fold into the addresses: formed per pair, each
+// would be a register the compiler keeps (and, in a warpgroup role with few registers, spills).
+template <int kCols, int kN, class F>
+__device__ __forceinline__ void for_each_blocked_pair(int m0, int n0, float (&acc)[kN / 2],
+                                                      F const& f) {
+  int const lane = threadIdx.x % 32;
+  int const r = m0 + 16 * (threadIdx.x % 128 / 32) + lane / 4;
+  int const c = n0 + 2 * (lane % 4);
+  int const at = blocked_offset<kCols>(r, c);
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    f(r, c + 8 * j, at + kNext8Cols * j, acc[4 * j], acc[4 * j + 1]);
+    f(r + 8, c + 8 * j, at + kNext8Rows<kCols> + kNext8Cols * j, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
 // The sum over the 4 lanes of a quad (the lanes that hold one accumulator row in
 // for_each_wgmma_pair's layout), in a fixed order: the row sums of a product.
 __device__ __forceinline__ float quad_sum(float x) {

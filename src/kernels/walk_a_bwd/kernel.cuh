@@ -2,218 +2,531 @@
 // value head), walking the document's chunks last to first with dS (the gradient of the chunk's
 // end state, [128 x 128] fp32) in registers, and forming every gradient of a chunk on chip from
 // its inputs, A (kkt_solve), G, beta and its start state h (the h-walk, walk_a_fwd with
-// o == nullptr). It replaced (v9) the staged backward (a recompute of W, U, T, h and Delta, then
-// four kernels with dDelta, dS and dW in HBM between them); nothing per chunk
-// but the gradients reaches HBM. The maths, product by product in this order, is the FP64 model
-// tests/cpp/reverse_walk_model.hpp (held to the reference by test_reverse_walk_model.cpp).
+// o == nullptr); nothing per chunk but the gradients reaches HBM. The maths, product by product,
+// is the FP64 model tests/cpp/reverse_walk_model.hpp (held to the reference by
+// test_reverse_walk_model.cpp).
 //
 // Per chunk (e = e^G, ebar = e^{G_last - G}, gamma = e^{G_last}, Gamma_ij = e^{G_i - G_j} for
 // i >= j; rows past the chunk's end are zero in every tile, so every product sees zeros there):
-//   A:  K h;  Rt = V - e (K h) (fp32, registers);  R = beta Rt (-> r);  K dS;
-//       <dS, h>;  T = Gamma o A (-> t);  P = causal(s Q K^T o Gamma) (-> p)
-//   B:  Delta = T R (-> delta);  <K dS, Delta> by rows;  dDelta = ebar (K dS) + P^T dO (-> ddelta)
-//   C1: Z = T^T dDelta, its diagonal term from fp32 dDelta;  <Z, Rt> by rows (fp32 Rt);
-//       dv = beta Z;  Zs = -beta e Z (-> v)
-//   C2: dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT (-> t, in place);
-//       dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP (-> p, in place)
-//   D1: eO = s e dO (-> ddelta);  Y = A^T dA (-> r);  dq = s e (dO h^T) + dQK K;
-//       <Q, dO h^T> by rows (= <dO, Q h>, so Q h is never formed)
-//   D2: dS <- gamma dS + Q^T eO + K^T Zs (registers; with an initial state, eO as bf16 hi + lo
-//       parts, lo -> dout);  dL = -strict(Y A^T) (-> t), M = beta dL
-//   D3: dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K);  <dL K, K> and
-//       <Zs h^T, K> = -beta e <Z, K h> by rows (so that K h need not live past A)
-//   E:  (warp 0) dbeta = <Z, Rt> + <dL K, K>;  dG from the row sums (the terms that cancel
-//       exactly left out, as in the model); dg = reverse cumsum of dG. It runs while the next
-//       chunk's tiles load (the row sums live until that chunk's first barrier; G is copied).
+//   T = Gamma o A;  P = causal(s Q K^T o Gamma);  Rt = V - e (K h);  R = beta Rt;  Delta = T R
+//   dDelta = ebar (K dS) + P^T dO;  Z = T^T dDelta;  dv = beta Z;  Zs = -beta e Z
+//   dT = mask(dDelta R^T) -> dA = Gamma o dT;  dP = mask(dO Delta^T) -> dQK = s Gamma o dP
+//   Y = A^T dA;  dL = -strict(Y A^T);  M = beta dL
+//   dq = s e (dO h^T) + dQK K
+//   dk = Zs h^T + dQK^T Q + M^T K + ebar (Delta dS^T) + beta (dL K)    (beta (dL K) = M K)
+//   dS <- gamma dS + Q^T eO + K^T Zs,  eO = s e dO
+//   E: dbeta = <Z, Rt> + <dL K, K>;  dG from the row sums (<Q, dO h^T>, <Zs h^T, K>, the gate
+//      sums of T o dT and P o dP, <K dS, Delta>, <dS, h>; the terms that cancel exactly left out,
+//      as in the model); dg = reverse cumsum of dG.
 // dq and dk are this value head's terms, fp32 [BT, HV, K]: a reduction over the value heads of
 // a q/k head follows (and the L2-norm backward).
 //
-// First version: mma.sync warp products, 16 warps, eight barriers per chunk, tiles loaded at the
-// start of each chunk (no prefetch: shared memory holds one chunk's tiles and intermediates,
-// ~222 KB). Each warp owns a [16 x 64] block of dS, a [16 x 32] tile of the [64 x 128] products
-// and a [16 x 16] tile of the [64 x 64] ones. Row and column sums go through one slot per warp
-// part and are added in ascending slot order (bitwise deterministic, no atomics).
+// The step on warpgroup roles, every product a wgmma from shared memory (blocked tiles,
+// wgmma.cuh). Why: the first version of this walk (v9 to v13: 16 warps of mma.sync, eight
+// barriers per chunk, every phase's products and epilogues done by all warps at once) took
+// ~26.7 us per chunk at workload A on the H200, and putting its products on wgmma inside that
+// structure made it slower (docs/perf-notes.md, 2026-11-30): the step was bound by its serial
+// structure. Here the work is split by what it depends on:
+// - dS's recurrence is linear in the upstream gradients and involves neither h nor V, and it
+//   splits by dS's columns (the V dimension): column block c needs only K dS[:, c],
+//   dDelta[:, c], Z[:, c]. So two column warpgroups own 64 of dS's 128 columns each and do every
+//   product in V space on their columns: K h, R, Delta, K dS, dDelta, Z, Zs, dv, the update.
+// - two side warpgroups do the other products in token x token and K space: the gates T and P
+//   before the chain needs them, dP -> dQK and dq while it runs, dk's terms after it, each
+//   warpgroup half of the [64 x 64] products' columns and 64 of dq's and dk's 128 columns; they
+//   also load the tiles and run E. The [64 x 64] chain after dDelta (dT -> dA -> Y -> dL -> M)
+//   is the column roles' again, half of its columns each: it is what dk waits on, and the column
+//   roles are otherwise idle once the update is issued.
+// Per chunk, the hand-overs (named barriers, ids below):
+//   side:   loads, E of the previous chunk -> TilesFull; Q K^T, T, P -> GatesFull
+//   column: bf16(dS) -> ds; [TilesFull] <dS, h>, eO; K h, K dS, dS = gamma dS + Q^T eO; R;
+//           [GatesFull] Delta = T R, <K dS, Delta>, Delta and ebar Delta -> DeltaFull;
+//           dDelta = ebar (K dS) + P^T dO -> PFree; Z, <Z, K h>, <Z, V>, Zs -> ChainFull;
+//           dS += K^T Zs, dv; [ColumnPair] dT, its gate sums, dA; Y; [ColumnPair] dL, K K^T,
+//           <dL K, K>, M -> MFull
+//   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] the next chunk's
+//           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [MFull] the next chunk's A;
+//           dk += M^T K + M K
+//   all:    StepDone (every tile's readers are done: the next chunk's other tiles may load)
+// Shared memory (~221 KB of tiles) holds one chunk. Row and column sums go through one slot per
+// warpgroup (or warp) and are added in ascending slot order (bitwise deterministic, no atomics).
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include "kernels/common/gemm.cuh"
-#include "kernels/common/tile.cuh"
+#include "kernels/common/ptx.cuh"
 #include "kernels/common/walk.cuh"
+#include "kernels/common/wgmma.cuh"
 #include "kernels/walk_a_bwd/params.hpp"
 
 namespace cake::kernels::walk_a_bwd {
 
-inline constexpr int kThreads = 512;
-inline constexpr int kWarps = kThreads / 32;
-inline constexpr int kStateCols = 64;    // dS columns per warp: 8 row blocks x 2 column halves
-inline constexpr int kLdC = kChunk + 8;  // bf16 [64 x 64] tiles: 144-byte rows
-inline constexpr int kOutNi = 4;         // [64 x 128] warp tiles: [16 x 32]
-inline constexpr int kParts = 4;         // column parts of a [64 x 128] or [64 x 64] row sum
+using bf16 = __nv_bfloat16;
 
+inline constexpr int kRoleThreads = 128;  // one warpgroup
+inline constexpr int kThreads = 4 * kRoleThreads;
+inline constexpr int kSideThreads = 2 * kRoleThreads;
+// Registers per thread (setmaxnreg; 65,536 per SM over 512 threads): a column warpgroup holds its
+// dS share (64), K h and K dS (32 each) and half of Delta (16) at once; a side warpgroup one
+// [64 x 64] product (dq or dk, 32).
+inline constexpr int kColumnRegs = 176;
+inline constexpr int kSideRegs = 80;
+static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
+              "the roles' registers exceed the SM's");
+
+// One chunk's tiles (blocked, wgmma.cuh) and row sums; about 221 KB: one CTA per SM.
 struct SharedStorage {
-  __nv_bfloat16 q[kChunk * kLdBf16];       // [64 x 128]
-  __nv_bfloat16 k[kChunk * kLdBf16];       // [64 x 128]
-  __nv_bfloat16 v[kChunk * kLdBf16];       // [64 x 128] V; then Zs = -beta e Z
-  __nv_bfloat16 dout[kChunk * kLdBf16];    // [64 x 128]
-  __nv_bfloat16 h[kHeadDim * kLdBf16];     // [128 x 128] the chunk's start state
-  __nv_bfloat16 ds[kHeadDim * kLdBf16];    // [128 x 128] bf16(dS) of the chunk's end state
-  __nv_bfloat16 a[kChunk * kLdC];          // [64 x 64] A
-  __nv_bfloat16 t[kChunk * kLdC];          // [64 x 64] T; dA; then dL
-  __nv_bfloat16 p[kChunk * kLdC];          // [64 x 64] P; then dQK
-  __nv_bfloat16 r[kChunk * kLdBf16];       // [64 x 128] R; then Y [64 x 72] and M [64 x 64]
-  __nv_bfloat16 delta[kChunk * kLdBf16];   // [64 x 128] Delta
-  __nv_bfloat16 ddelta[kChunk * kLdBf16];  // [64 x 128] dDelta; then eO = s e dO
-  float gcum[kChunk];                      // G; rows past the end repeat G of the last token
-  float g_prev[kChunk];                    // the previous chunk's G, for its E
-  float beta[kChunk];                      // beta; 0 past the end
-  float oqh[kParts * kChunk];              // row sums <Q, dO h^T> = <dO, Q h>
-  float zkh[kParts * kChunk];              // <Zs h^T, K> = -beta e <Z, K h>
-  float zrt[kParts * kChunk];              // <Z, Rt>
-  float kdsd[kParts * kChunk];             // <K dS, Delta>
-  float dlk[kParts * kChunk];              // <dL K, K>
-  float gate_row[kParts * kChunk];         // row sums of T o dT + P o dP (i > j)
-  float gate_col[kParts * kChunk];         // column sums of the same
-  float dsh[kWarps];                       // <dS, h> per warp
+  bf16 q[kChunk * kHeadDim];         // [64 x 128] Q
+  bf16 k[kChunk * kHeadDim];         // [64 x 128] K
+  bf16 v[kChunk * kHeadDim];         // [64 x 128] V; then Zs = -beta e Z
+  bf16 dout[kChunk * kHeadDim];      // [64 x 128] dO
+  bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state
+  bf16 ds[kHeadDim * kHeadDim];      // [128 x 128] bf16(dS) of the chunk's end state
+  bf16 a[kChunk * kChunk];           // [64 x 64] A
+  bf16 t[kChunk * kChunk];           // [64 x 64] T = Gamma o A; then dA, then Y
+  bf16 p[kChunk * kChunk];           // [64 x 64] P; then dQK
+  bf16 r[kChunk * kHeadDim];         // [64 x 128] R; then M [64 x 64]
+  bf16 delta[kChunk * kHeadDim];     // [64 x 128] bf16(Delta)
+  bf16 delta_eb[kChunk * kHeadDim];  // [64 x 128] eO's low part (eo_split); then bf16(ebar Delta)
+  bf16 ddelta[kChunk * kHeadDim];    // [64 x 128] eO = s e dO; then bf16(dDelta)
+  float gcum[kChunk];                // G; rows past the end repeat G of the last token
+  float g_prev[kChunk];              // the previous chunk's G, for its E
+  float beta[kChunk];                // beta; 0 past the end
+  // Row sums in parts, added in ascending part order (deterministic): by column warpgroup
+  float kdsd[2 * kChunk];  // <K dS, Delta>
+  float zrt[2 * kChunk];   // <Z, Rt>
+  // by side warpgroup
+  float oqh[2 * kChunk];       // <Q, dO h^T> = <dO, Q h>
+  float zkh[2 * kChunk];       // <Zs h^T, K> = -beta e <Z, K h>
+  float gate_row_p[2 * kChunk];  // row sums of P o dP (i > j)
+  float gate_col_p[4 * kChunk];  // its column sums, by the warp's 16 rows
+  // by column warpgroup
+  float gate_row_t[2 * kChunk];  // row sums of T o dT (i > j)
+  float gate_col_t[4 * kChunk];  // its column sums, by the warp's 16 rows
+  float dlk[2 * kChunk];         // <dL K, K>
+  float dsh[8];                // <dS, h>, by column warp
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
-static_assert(kChunk * kLdC + kChunk * kChunk <= kChunk * kLdBf16, "Y and M fit in r");
-static_assert(kWarps * 16 * kStateCols == kHeadDim * kHeadDim, "the warps tile dS");
-static_assert(kWarps * 16 * 8 * kOutNi == kChunk * kHeadDim, "the warps tile [64 x 128]");
-static_assert(kWarps * 16 * 16 == kChunk * kChunk, "the warps tile [64 x 64]");
 
-using Tile = float[1][kOutNi][4];  // a warp's [16 x 32] accumulator tile
-using Tile64 = float[1][2][4];     // a warp's [16 x 16] accumulator tile
+// Named barriers (0 is __syncthreads, unused here).
+enum Barrier : int {
+  kColumnGroup0 = 1,  // a column warpgroup alone (128 threads); kColumnGroup0 + 1 the other one
+  kSideGroup = 3,     // the two side warpgroups (256)
+  kSideGroup0 = 4,    // a side warpgroup alone (128); kSideGroup0 + 1 the other one
+  kTilesFull = 6,     // side -> column: the chunk's tiles, G and beta landed
+  kGatesFull = 7,     // side -> column: T, P, eO (and eO's low part)
+  kDeltaFull = 8,     // column -> side: bf16(Delta), bf16(ebar Delta), <K dS, Delta>
+  kPFree = 9,         // column -> side: P^T dO done (P may be overwritten)
+  kChainFull = 10,    // column -> side: bf16(dDelta), Zs (and the side roles' dq is done)
+  kStepDone = 11,     // everyone: the chunk's tiles are no longer read
+  kColumnPair = 12,   // the two column warpgroups (256)
+  kMFull = 13,        // column -> side: M (and A's readers are done)
+};
 
-__device__ __forceinline__ float2 ld2(__nv_bfloat16 const* base, int ld, int i, int c) {
-  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(base + i * ld + c));
+// The bf16 pair at element offset `at` of a tile (for_each_blocked_pair's offsets).
+__device__ __forceinline__ float2 ld_pair(bf16 const* tile, int at) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(tile + at));
 }
-__device__ __forceinline__ void st2(__nv_bfloat16* base, int ld, int i, int c, float x, float y) {
-  *reinterpret_cast<__nv_bfloat162*>(base + i * ld + c) = __floats2bfloat162_rn(x, y);
+__device__ __forceinline__ void st_pair(bf16* tile, int at, float x0, float x1) {
+  *reinterpret_cast<__nv_bfloat162*>(tile + at) = __floats2bfloat162_rn(x0, x1);
 }
 
-// parts[part][row] <- the sum over a [16 x 32] (or [16 x 16]) warp tile's columns of the thread
-// sums lo (row m0 + lane / 4) and hi (row + 8): the quad's four threads hold a row's columns.
-__device__ __forceinline__ void store_row_parts(float lo, float hi, float* parts, int part,
-                                                int m0) {
-  lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-  lo += __shfl_xor_sync(0xffffffffu, lo, 2);
-  hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-  hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-  int const lane = threadIdx.x % 32;
-  if (lane % 4 == 0) {
-    parts[part * kChunk + m0 + lane / 4] = lo;
-    parts[part * kChunk + m0 + lane / 4 + 8] = hi;
+// for_each_blocked_pair over a column warpgroup's share of the state (rows 0 .. 63, then
+// 64 .. 127, columns c0 ..) in a blocked [128 x 128] tile.
+template <class F>
+__device__ __forceinline__ void for_each_state_blocked_pair(StateHalf& st, int c0, F const& f) {
+  for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, st.lo, f);
+  for_each_blocked_pair<kHeadDim, kStateHalf>(kStateHalf, c0, st.hi, f);
+}
+
+// parts[part * 64 + row] <- the row sums whose thread shares are lo (row_lo) and hi (row_lo + 8).
+__device__ __forceinline__ void store_row_sums(float lo, float hi, float* parts, int part,
+                                               int row_lo) {
+  lo = quad_sum(lo);
+  hi = quad_sum(hi);
+  if (threadIdx.x % 4 == 0) {
+    parts[part * kChunk + row_lo] = lo;
+    parts[part * kChunk + row_lo + 8] = hi;
   }
 }
 
-// The thread's row sums of x o y over a [16 x 32] tile held in registers by both.
-__device__ __forceinline__ void dot_rows(Tile const& x, Tile const& y, float& lo, float& hi) {
-  lo = 0.f;
-  hi = 0.f;
+// This thread's shares of the row dots <x_r, y_r> of two accumulators of one layout.
+template <int kN>
+__device__ __forceinline__ float2 acc_row_dots(float const (&x)[kN / 2], float const (&y)[kN / 2]) {
+  float2 dot = make_float2(0.f, 0.f);
 #pragma unroll
-  for (int ni = 0; ni < kOutNi; ++ni) {
-    lo += x[0][ni][0] * y[0][ni][0] + x[0][ni][1] * y[0][ni][1];
-    hi += x[0][ni][2] * y[0][ni][2] + x[0][ni][3] * y[0][ni][3];
+  for (int jb = 0; jb < kN / 8; ++jb) {
+    dot.x += x[4 * jb] * y[4 * jb] + x[4 * jb + 1] * y[4 * jb + 1];
+    dot.y += x[4 * jb + 2] * y[4 * jb + 2] + x[4 * jb + 3] * y[4 * jb + 3];
   }
+  return dot;
 }
 
-// The thread's row sums of x o Y over a [16 x 32] tile, Y a bf16 shared tile.
-__device__ __forceinline__ void dot_rows(Tile& x, __nv_bfloat16 const* y, int ld, int m0, int n0,
-                                         float& lo, float& hi) {
-  lo = 0.f;
-  hi = 0.f;
-  for_each_acc_pair<1, kOutNi>(m0, n0, x, [&](int i, int c, float& c0, float& c1) {
-    float2 const o = ld2(y, ld, i, c);
-    (i % 16 < 8 ? lo : hi) += c0 * o.x + c1 * o.y;
-  });
+// The row dots of a side warpgroup's [64 x 64] product (columns n0 ..) with those of a blocked
+// [64 x 128] tile, stored as part `part`.
+__device__ __forceinline__ void store_tile_row_dots(float const (&acc)[kChunk / 2],
+                                                    bf16 const* tile, int n0, float* parts,
+                                                    int part, int row_lo) {
+  float2 const dot = row_dot_shares<kChunk, kHeadDim>(
+      acc, tile + blocked_offset<kHeadDim>(row_lo, n0 + 2 * (threadIdx.x % 4)));
+  store_row_sums(dot.x, dot.y, parts, part, row_lo);
 }
 
-// Row and column sums of g over a warp's [16 x 16] tile at (m0, n0) into gate_row[n0 / 16][i]
-// and gate_col[m0 / 16][j]; `first` stores, else adds (the same thread owns a slot in both
-// passes, so the read-modify-write needs no barrier). g(i, j, c) gives the element of value c.
-template <class G>
-__device__ __forceinline__ void gate_sums(Tile64& acc, int m0, int n0, float* gate_row,
-                                          float* gate_col, bool first, G const& g) {
+// A warpgroup's [64 x 32] gradient of a gate product X (T or P, columns n0 .. of [64 x 64]):
+// with dX = mask(acc) (i >= j), the row sums (part `part`) and column sums (part: the warp's rows)
+// of X o dX over i > j, then factor Gamma o dX -> x in place (this warpgroup alone reads and
+// writes these columns of x).
+inline constexpr int kGateCols = kChunk / 2;
+__device__ __forceinline__ void gate_grad(float (&acc)[kGateCols / 2], bf16* x, float factor,
+                                          float const* gcum, float* gate_row, float* gate_col,
+                                          int n0, int part) {
   int const lane = threadIdx.x % 32;
+  int const warp = threadIdx.x % kRoleThreads / 32;
+  int const row_lo = 16 * warp + lane / 4;
   float lo = 0.f, hi = 0.f;
-  float col[2][2] = {};
+  float col[kGateCols / 8][2];
+  int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
 #pragma unroll
-  for (int ni = 0; ni < 2; ++ni)
+  for (int jb = 0; jb < kGateCols / 8; ++jb) {
+    int const jc = n0 + 8 * jb + 2 * (lane % 4);
+    col[jb][0] = 0.f;
+    col[jb][1] = 0.f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      int const i = m0 + lane / 4 + 8 * half;
-      int const j = n0 + 8 * ni + 2 * (lane % 4);
-      float const g0 = g(i, j, acc[0][ni][2 * half]);
-      float const g1 = g(i, j + 1, acc[0][ni][2 * half + 1]);
-      (half == 0 ? lo : hi) += g0 + g1;
-      col[ni][0] += g0;
-      col[ni][1] += g1;
+      int const i = row_lo + 8 * half;
+      int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
+      float const d0 = i >= jc ? acc[4 * jb + 2 * half] : 0.f;
+      float const d1 = i >= jc + 1 ? acc[4 * jb + 2 * half + 1] : 0.f;
+      float2 const xx = ld_pair(x, at);
+      float const s0 = i > jc ? xx.x * d0 : 0.f;
+      float const s1 = i > jc + 1 ? xx.y * d1 : 0.f;
+      float2 const gate = causal_gates(gcum, i, jc);
+      st_pair(x, at, factor * gate.x * d0, factor * gate.y * d1);
+      (half == 0 ? lo : hi) += s0 + s1;
+      col[jb][0] += s0;
+      col[jb][1] += s1;
     }
-  lo += __shfl_xor_sync(0xffffffffu, lo, 1);
-  lo += __shfl_xor_sync(0xffffffffu, lo, 2);
-  hi += __shfl_xor_sync(0xffffffffu, hi, 1);
-  hi += __shfl_xor_sync(0xffffffffu, hi, 2);
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni)
-#pragma unroll
-    for (int x = 0; x < 2; ++x)
-#pragma unroll
-      for (int d = 4; d < 32; d *= 2) col[ni][x] += __shfl_xor_sync(0xffffffffu, col[ni][x], d);
-  float* const rows = gate_row + (n0 / 16) * kChunk;
-  float* const cols = gate_col + (m0 / 16) * kChunk;
-  if (lane % 4 == 0) {
-    int const i = m0 + lane / 4;
-    rows[i] = first ? lo : rows[i] + lo;
-    rows[i + 8] = first ? hi : rows[i + 8] + hi;
   }
-  if (lane < 4) {
+  store_row_sums(lo, hi, gate_row, part, row_lo);
 #pragma unroll
-    for (int ni = 0; ni < 2; ++ni)
+  for (int jb = 0; jb < kGateCols / 8; ++jb)
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        int const j = n0 + 8 * ni + 2 * lane + x;
-        cols[j] = first ? col[ni][x] : cols[j] + col[ni][x];
-      }
-  }
+    for (int e = 0; e < 2; ++e) {
+      float const sum = column_sum(col[jb][e]);
+      if (lane < 4) gate_col[warp * kChunk + n0 + 8 * jb + 2 * lane + e] = sum;
+    }
 }
 
-// One of C2's two [64 x 64] gradients on this warp's tile: dX = mask(A B) (i >= j), the gate sums
-// of X o dX (i > j; `first` stores them, else adds), then factor Gamma o dX -> x in place (each
-// thread overwrites only the elements of X it has read). X is T (dA) or P (dQK).
-template <class A, class B>
-__device__ __forceinline__ void masked_gate_grad(A const& a, B const& b, __nv_bfloat16* x,
-                                                 float factor, bool first, SharedStorage& s,
-                                                 int m0, int n0) {
-  Tile64 dx = {};
-  warp_tile_mma<kHeadDim, 1, 2>(a, b, m0, n0, dx);
-  gate_sums(dx, m0, n0, s.gate_row, s.gate_col, first, [&](int i, int jc, float& c) {
-    float const d = i >= jc ? c : 0.f;
-    float const xx = __bfloat162float(x[i * kLdC + jc]);
-    c = d;
-    return i > jc ? xx * d : 0.f;
-  });
-  for_each_acc_pair<1, 2>(m0, n0, dx, [&](int i, int jc, float& c0, float& c1) {
-    float2 const gate = causal_gates(s.gcum, i, jc);
-    st2(x, kLdC, i, jc, factor * gate.x * c0, factor * gate.y * c1);
-  });
-}
+// ---- the column roles
 
-__device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
-                                           int64_t slot, int h, int hv) {
+// A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
+// of document n, last to first.
+__device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
+                                            WalkSpan const& span, int n, int hv, int wg) {
   int const HV = p.problem.num_v_heads;
-  load_walk_inputs_async<kThreads>(WalkTiles{s.q, s.k, s.v, s.a, kLdC, s.gcum, s.beta}, p, t0,
-                                   len, h, hv);
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.dout, kLdBf16, p.dout + (t0 * HV + hv) * kHeadDim,
-                                              int64_t{HV} * kHeadDim, len);
-  load_tile_async<kHeadDim, kHeadDim, kThreads>(
-      s.h, kLdBf16, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim);
+  int const c0 = kStateHalf * wg;
+  int const group = kColumnGroup0 + wg;
+  int const warp = threadIdx.x / 32;  // 0 .. 7
+  int const lane = threadIdx.x % 32;
+  int const row_lo = 16 * (warp % 4) + lane / 4;  // this thread's accumulator rows
+  int const row_hi = row_lo + 8;
+  int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  float const scale = p.problem.scale;
+  bool const eo_split = p.eo_split;
+  StateHalf ds;
+  load_state_half(ds, p.dht != nullptr ? p.dht + state_offset : nullptr, c0);
+
+  for (int64_t j = span.num_chunks() - 1; j >= 0; --j) {
+    int64_t const t0 = span.begin + j * kChunk;
+    int const len = span.chunk_len(j);
+    // bf16(dS) -> ds (this warpgroup's columns), under the side roles' loads
+    for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
+      st_pair(s.ds, at, x0, x1);
+    });
+    named_barrier_sync(kTilesFull, kThreads);
+
+    float const g_last = s.gcum[len - 1];
+    float const g_lo = s.gcum[row_lo];
+    float const g_hi = s.gcum[row_hi];
+    float const e_lo = __expf(g_lo);
+    float const e_hi = __expf(g_hi);
+    float const eb_lo = __expf(g_last - g_lo);
+    float const eb_hi = __expf(g_last - g_hi);
+    float const b_lo = s.beta[row_lo];
+    float const b_hi = s.beta[row_hi];
+    auto const by_row = [&](int r, float lo, float hi) { return r == row_lo ? lo : hi; };
+
+    {  // <dS, h> over this warpgroup's share (dS as it enters the chunk)
+      float acc = 0.f;
+      for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
+        float2 const hh = ld_pair(s.h, at);
+        acc += x0 * hh.x + x1 * hh.y;
+      });
+      for (int d = 16; d > 0; d /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, d);
+      if (lane == 0) s.dsh[warp] = acc;
+    }
+    // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
+    // (Params::eo_split) its rounding residual -> delta_eb
+    {
+      int const at0 = blocked_offset<kHeadDim>(row_lo, c0 + 2 * (lane % 4));
+#pragma unroll
+      for (int jb = 0; jb < kStateHalf / 8; ++jb)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int const at = at0 + kNext8Cols * jb + kNext8Rows<kHeadDim> * half;
+          float const se = scale * (half == 0 ? e_lo : e_hi);
+          float2 const d = ld_pair(s.dout, at);
+          __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
+          *reinterpret_cast<__nv_bfloat162*>(s.ddelta + at) = eo;
+          if (eo_split) {
+            float2 const hi = __bfloat1622float2(eo);
+            st_pair(s.delta_eb, at, se * d.x - hi.x, se * d.y - hi.y);
+          }
+        }
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
+
+    // K h, then K dS and dS <- gamma dS + Q^T eO (K^T Zs follows at the end)
+    float const gamma = __expf(g_last);
+    for (float& x : ds.lo) x *= gamma;
+    for (float& x : ds.hi) x *= gamma;
+    float kh[kStateHalf / 2] = {};
+    float kds[kStateHalf / 2] = {};
+    fence_accumulators(kh);
+    fence_accumulators(kds);
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    wgmma_fence();
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+                                              MNMajorTile<kHeadDim>{s.h}, 0, c0, kh);
+    wgmma_commit();
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+                                              MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
+    for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
+      bf16 const* const eo = part == 0 ? s.ddelta : s.delta_eb;
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
+                                              0, c0, ds.lo);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
+                                              kStateHalf, c0, ds.hi);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_accumulators(kh);
+    // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below
+    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kh, [&](int r, int, int at, float& x0,
+                                                             float& x1) {
+      float2 const vv = ld_pair(s.v, at);
+      float const e = by_row(r, e_lo, e_hi);
+      float const b = by_row(r, b_lo, b_hi);
+      st_pair(s.r, at, b * (vv.x - e * x0), b * (vv.y - e * x1));
+    });
+    fence_proxy_async_shared();
+    wgmma_wait<0>();
+    fence_accumulators(kds);
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    named_barrier_sync(kGatesFull, kThreads);  // T, P; also R's columns of this warpgroup
+
+    // Delta = T R in two [64 x 32] halves (registers: a column warpgroup holds dS, Rt and K dS):
+    // <K dS, Delta> by rows (both fp32), bf16(Delta) -> delta, bf16(ebar Delta) -> delta_eb
+    {
+      float2 dot = make_float2(0.f, 0.f);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        int const n0 = c0 + kStateHalf / 2 * half;
+        float d[kStateHalf / 4] = {};
+        warpgroup_mma<kStateHalf / 2, kChunk>(KMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.r},
+                                              0, n0, d);
+#pragma unroll
+        for (int e = 0; e < kStateHalf / 4; ++e) {
+          float const x = d[e] * kds[kStateHalf / 4 * half + e];
+          (e % 4 < 2 ? dot.x : dot.y) += x;
+        }
+        for_each_blocked_pair<kHeadDim, kStateHalf / 2>(0, n0, d, [&](int r, int, int at,
+                                                                      float& x0, float& x1) {
+          float const eb = by_row(r, eb_lo, eb_hi);
+          st_pair(s.delta, at, x0, x1);
+          st_pair(s.delta_eb, at, eb * x0, eb * x1);
+        });
+      }
+      store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_arrive(kDeltaFull, kThreads);
+
+    // dDelta = ebar (K dS) + P^T dO
+    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int, float& x0, float& x1) {
+      float const eb = by_row(r, eb_lo, eb_hi);
+      x0 *= eb;
+      x1 *= eb;
+    });
+    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.dout}, 0,
+                                      c0, kds);
+    named_barrier_arrive(kPFree, kThreads);
+    // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
+    // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
+    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kds, [&](int, int, int at, float& x0,
+                                                              float& x1) {
+      __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
+      *reinterpret_cast<__nv_bfloat162*>(s.ddelta + at) = d;
+      float2 const df = __bfloat1622float2(d);
+      x0 -= df.x;
+      x1 -= df.y;
+    });
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+    float(&z)[kStateHalf / 2] = kds;  // Z = T^T dDelta
+    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.ddelta}, 0,
+                                      c0, z);
+    {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
+       // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
+       // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); Zs = -beta e Z -> v (this
+       // warpgroup's V is read)
+      float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
+      float2 zv = make_float2(0.f, 0.f);
+      for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, z, [&](int r, int, int at, float& x0,
+                                                                float& x1) {
+        float const be = by_row(r, b_lo, b_hi) * by_row(r, e_lo, e_hi);
+        float2 const vv = ld_pair(s.v, at);
+        (r == row_lo ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
+        st_pair(s.v, at, -be * x0, -be * x1);
+      });
+      store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
+      store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);
+    named_barrier_arrive(kChainFull, kThreads);
+
+    // dS += K^T Zs: dS of the previous chunk's end; dv = beta Z while it runs
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+    wgmma_fence();
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
+                                            0, c0, ds.lo);
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
+                                            kStateHalf, c0, ds.hi);
+    wgmma_commit();
+    if (p.dv != nullptr) {
+      bf16* const dv = p.dv + (t0 * HV + hv) * kHeadDim;
+      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
+        float const b = by_row(r, b_lo, b_hi);
+        if (r < len)
+          *reinterpret_cast<__nv_bfloat162*>(dv + r * v_stride + c) =
+              __floats2bfloat162_rn(b * x0, b * x1);
+      });
+    }
+    wgmma_wait<0>();
+    fence_accumulators(ds.lo);
+    fence_accumulators(ds.hi);
+
+    // The [64 x 64] chain dT -> dA -> Y -> dL -> M, columns n0 .. n0 + 31 of each product per
+    // warpgroup, while the side roles form dk's other terms.
+    int const n0 = kGateCols * wg;
+    named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of dDelta; every reader of T (Z) done
+    {  // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t
+      float dt[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.ddelta}, KMajorTile<kHeadDim>{s.r},
+                                         0, n0, dt);
+      gate_grad(dt, s.t, 1.f, s.gcum, s.gate_row_t, s.gate_col_t, n0, wg);
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(group, kRoleThreads);  // this warpgroup's columns of dA
+    {  // Y = A^T dA -> t, over dA's columns once the product has read them (they are this
+       // warpgroup's alone)
+      float y[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kChunk>(MNMajorTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t}, 0, n0,
+                                       y);
+      for_each_blocked_pair<kChunk, kGateCols>(0, n0, y, [&](int, int, int at, float& x0,
+                                                             float& x1) {
+        st_pair(s.t, at, x0, x1);
+      });
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of Y; every reader of R (dT) done
+    {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
+      float dl[kGateCols / 2] = {};
+      float kk[kGateCols / 2] = {};
+      fence_accumulators(dl);
+      fence_accumulators(kk);
+      wgmma_fence();
+      warpgroup_mma_async<kGateCols, kChunk>(KMajorTile<kChunk>{s.t}, KMajorTile<kChunk>{s.a}, 0,
+                                             n0, dl);
+      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+                                               KMajorTile<kHeadDim>{s.k}, 0, n0, kk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dl);
+      fence_accumulators(kk);
+      bf16* const m = s.r;  // M, [64 x 64]
+      float lo = 0.f, hi = 0.f;
+      int const at0 = blocked_offset<kChunk>(row_lo, n0 + 2 * (lane % 4));
+#pragma unroll
+      for (int jb = 0; jb < kGateCols / 8; ++jb)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          int const i = row_lo + 8 * half;
+          int const jc = n0 + 8 * jb + 2 * (lane % 4);
+          int const at = at0 + kNext8Cols * jb + kNext8Rows<kChunk> * half;
+          int const e = 4 * jb + 2 * half;
+          float const d0 = jc < i ? -dl[e] : 0.f;
+          float const d1 = jc + 1 < i ? -dl[e + 1] : 0.f;
+          (half == 0 ? lo : hi) += d0 * kk[e] + d1 * kk[e + 1];
+          float const b = half == 0 ? b_lo : b_hi;
+          st_pair(m, at, b * d0, b * d1);
+        }
+      store_row_sums(lo, hi, s.dlk, wg, row_lo);
+    }
+    fence_proxy_async_shared();
+    named_barrier_arrive(kMFull, kThreads);
+    named_barrier_sync(kStepDone, kThreads);
+  }
+  if (p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset, c0);
+}
+
+// ---- the side roles
+
+// The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
+// head h, value head hv), as cp.async groups; rows past the end are zero, except G's. dO and A
+// are free before the chunk's end: the previous chunk's step prefetches them (chunk_dout_a), and
+// the walk's first step loads them with the rest (chunk_tiles).
+__device__ __forceinline__ void load_dout(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                          int hv, int tid) {
+  int const HV = p.problem.num_v_heads;
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
+      s.dout, p.dout + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+  cp_async_commit();
+}
+__device__ __forceinline__ void load_a(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                       int hv, int tid) {
+  int const HV = p.problem.num_v_heads;
+  load_tile_blocked_async<kChunk, kChunk, kSideThreads>(s.a, p.a + (t0 * HV + hv) * kChunk,
+                                                        int64_t{HV} * kChunk, len, tid);
+  cp_async_commit();
+}
+__device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                           int64_t slot, int h, int hv, int tid) {
+  int const H = p.problem.num_qk_heads;
+  int const HV = p.problem.num_v_heads;
+  int64_t const qk_stride = int64_t{H} * kHeadDim;
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.q, p.q + (t0 * H + h) * kHeadDim,
+                                                          qk_stride, len, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.k, p.k + (t0 * H + h) * kHeadDim,
+                                                          qk_stride, len, tid);
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
+      s.v, p.v + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+  load_tile_blocked_async<kHeadDim, kHeadDim, kSideThreads>(
+      s.h, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim, tid);
+  load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
   cp_async_commit();
 }
 
-// E (warp 0; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
-// reverse cumsum dg from its row sums and G (g_prev), which stay in shared memory until the next
-// chunk's B1.
+// E (one warp; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
+// reverse cumsum dg from the chunk's row sums and G (g_prev), which stay in shared memory until
+// the next chunk's TilesFull.
 __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const& p, int64_t t0,
                                             int len, int hv) {
   int const lane = threadIdx.x % 32;
@@ -226,17 +539,17 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
     int const i = lane + 32 * half;
     float const gi = s.g_prev[i];
     float const e = __expf(gi);
-    float const kd = sum_parts<kChunk, kParts>(s.kdsd, i);
+    float const kd = sum_parts<kChunk, 2>(s.kdsd, i);
     float const t_i = i < len - 1 ? __expf(g_last - gi) * kd : 0.f;
-    dbeta_row[half] = sum_parts<kChunk, kParts>(s.zrt, i) + sum_parts<kChunk, kParts>(s.dlk, i);
-    dg_row[half] = e * scale * sum_parts<kChunk, kParts>(s.oqh, i) +
-                   sum_parts<kChunk, kParts>(s.zkh, i) +
-                   sum_parts<kChunk, kParts>(s.gate_row, i) -
-                   sum_parts<kChunk, kParts>(s.gate_col, i) - t_i;
+    dbeta_row[half] = sum_parts<kChunk, 2>(s.zrt, i) + sum_parts<kChunk, 2>(s.dlk, i);
+    dg_row[half] = e * scale * sum_parts<kChunk, 2>(s.oqh, i) + sum_parts<kChunk, 2>(s.zkh, i) +
+                   sum_parts<kChunk, 2>(s.gate_row_p, i) + sum_parts<kChunk, 2>(s.gate_row_t, i) -
+                   sum_parts<kChunk, 4>(s.gate_col_p, i) - sum_parts<kChunk, 4>(s.gate_col_t, i) -
+                   t_i;
     tail += t_i;
   }
   for (int d = 16; d > 0; d /= 2) tail += __shfl_xor_sync(0xffffffffu, tail, d);
-  float const dsh = sum_parts<1, kWarps>(s.dsh, 0);
+  float const dsh = sum_parts<1, 8>(s.dsh, 0);
   float const extra = __expf(g_last) * dsh + tail;  // the last row's terms through G_last
   if (lane == len - 1) dg_row[0] += extra;
   if (lane + 32 == len - 1) dg_row[1] += extra;
@@ -261,288 +574,161 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
       if (p.dg != nullptr) p.dg[row] = half == 0 ? lo : hi;
       if (p.dbeta == nullptr) continue;
       if (p.dbeta_is_bf16)
-        static_cast<__nv_bfloat16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
+        static_cast<bf16*>(p.dbeta)[row] = __float2bfloat16(dbeta_row[half]);
       else
         static_cast<float*>(p.dbeta)[row] = dbeta_row[half];
     }
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(16) char smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
-  int const hv = walk.hv;
-  int const HV = p.problem.num_v_heads;
-  int const hk = hv / p.problem.group_size();
-  int const tid = threadIdx.x;
-  int const warp = tid / 32;
+// The two side warpgroups (tid 0 .. 255; warpgroup ow = tid / 128): columns n0 = 32 ow .. of the
+// [64 x 64] products, k0 = 64 ow .. of dq and dk.
+__device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, WalkSpan const& span,
+                                          int hk, int hv) {
+  int const tid = threadIdx.x % kSideThreads;  // threadIdx.x - 256, known non-negative
+  int const ow = tid / kRoleThreads;
+  int const warp = tid / 32;  // 0 .. 7
   int const lane = tid % 32;
-  float const scale = p.problem.scale;
-  WalkSpan const span = walk_span(p.problem, walk);
-  int64_t const state_offset = (int64_t{walk.n} * HV + hv) * kHeadDim * kHeadDim;
+  int const row_lo = 16 * (warp % 4) + lane / 4;
+  int const n0 = kGateCols * ow;
+  int const k0 = kStateHalf * ow;
+  int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
-
-  // This warp's block of dS: rows row0 .. row0 + 15, columns col0 .. col0 + 63.
-  int const row0 = 16 * (warp % (kHeadDim / 16));
-  int const col0 = kStateCols * (warp / (kHeadDim / 16));
-  StateRows<kStateCols> ds;
-  load_state_rows<kStateCols>(ds, row0, p.dht, state_offset + col0);
-  // This warp's [16 x 32] tile of the [64 x 128] products (the thread's rows o_row, o_row + 8)
-  // and [16 x 16] tile of the [64 x 64] ones.
-  int const o_m0 = 16 * (warp / (kHeadDim / (8 * kOutNi)));
-  int const o_n0 = 8 * kOutNi * (warp % (kHeadDim / (8 * kOutNi)));
-  int const o_part = warp % (kHeadDim / (8 * kOutNi));
-  int const o_row = o_m0 + lane / 4;
-  int const c_m0 = 16 * (warp / 4);
-  int const c_n0 = 16 * (warp % 4);
-  __nv_bfloat16* const m = s.r + kChunk * kLdC;  // M, [64 x 64] with rows of 64
+  float const scale = p.problem.scale;
 
   int64_t const num_chunks = span.num_chunks();
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
-    // (the previous chunk's B8: its readers of every tile are done)
-    load_chunk(s, p, t0, len, span.slot0 + j, hk, hv);
+    if (j == num_chunks - 1) {  // the walk's first step: dO and A were not prefetched
+      load_dout(s, p, t0, len, hv, tid);
+      load_a(s, p, t0, len, hv, tid);
+    }
+    load_chunk(s, p, t0, len, span.slot0 + j, hk, hv, tid);
     if (warp == 0 && j + 1 < num_chunks)  // E of the previous chunk, under the loads
       finish_rows(s, p, t0 + kChunk, span.chunk_len(j + 1), hv);
-    store_acc_bf16<1, kStateCols / 8>(row0, col0, ds, s.ds, kLdBf16);
     cp_async_wait<0>();
-    __syncthreads();  // B1: the chunk's tiles and bf16(dS) visible
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup, kSideThreads);  // also: E is done with the row sums
+    named_barrier_arrive(kTilesFull, kThreads);
 
-    // ---- A
-    float const g_last = s.gcum[len - 1];
-    float const gamma = __expf(g_last);
-    float const g_lo = s.gcum[o_row];
-    float const g_hi = s.gcum[o_row + 8];
-    float const e_lo = __expf(g_lo);
-    float const e_hi = __expf(g_hi);
-    float const eb_lo = __expf(g_last - g_lo);
-    float const eb_hi = __expf(g_last - g_hi);
-    float const b_lo = s.beta[o_row];
-    float const b_hi = s.beta[o_row + 8];
-    auto const by_row = [](int i, float lo, float hi) { return i % 16 < 8 ? lo : hi; };
-
-    // K h, then Rt = V - e (K h) in place: fp32 in registers until <Z, Rt> (C1), which a bf16
-    // copy would make ~1.2x less accurate; R = beta Rt -> r
-    Tile rt = {};
-    warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.h, kLdBf16}, o_m0, o_n0,
-                                       rt);
-    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, rt, [&](int i, int c, float& c0, float& c1) {
-      float2 const vv = ld2(s.v, kLdBf16, i, c);
-      float const e = by_row(i, e_lo, e_hi);
-      float const b = by_row(i, b_lo, b_hi);
-      c0 = vv.x - e * c0;
-      c1 = vv.y - e * c1;
-      st2(s.r, kLdBf16, i, c, b * c0, b * c1);
-    });
-    Tile kds = {};  // K dS; then dDelta
-    warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.k, kLdBf16}, RowMajor{s.ds, kLdBf16}, o_m0, o_n0,
-                                       kds);
-    {  // <dS, h> over this warp's block of dS
-      float acc = 0.f;
-      for_each_acc_pair<1, kStateCols / 8>(row0, col0, ds, [&](int r, int c, float& c0, float& c1) {
-        float2 const hh = ld2(s.h, kLdBf16, r, c);
-        acc += c0 * hh.x + c1 * hh.y;
-      });
-      for (int d = 16; d > 0; d /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, d);
-      if (lane == 0) s.dsh[warp] = acc;
-    }
-    // T = Gamma o A -> t
-    for (int idx = tid; idx < kChunk * kChunk / 2; idx += kThreads) {
-      int const i = idx / (kChunk / 2);
-      int const jc = idx % (kChunk / 2) * 2;
+    // Q K^T on this warpgroup's columns, under T's gates
+    float qk[kGateCols / 2] = {};
+    fence_accumulators(qk);
+    wgmma_fence();
+    warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k},
+                                             0, n0, qk);
+    wgmma_commit();
+    // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
+    for (int w = tid; w < kChunk * kChunk / 2; w += kSideThreads) {
+      int const core = w / 32;
+      int const i = core / (kChunk / 8) * 8 + w % 32 / 4;
+      int const jc = core % (kChunk / 8) * 8 + w % 4 * 2;
       float2 const gate = causal_gates(s.gcum, i, jc);
-      float const e0 = gate.x;
-      float const e1 = gate.y;
-      float2 const aa = ld2(s.a, kLdC, i, jc);
-      st2(s.t, kLdC, i, jc, aa.x * e0, aa.y * e1);
+      float2 const aa = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(s.a + 2 * w));
+      *reinterpret_cast<__nv_bfloat162*>(s.t + 2 * w) =
+          __floats2bfloat162_rn(aa.x * gate.x, aa.y * gate.y);
     }
-    {  // P = causal(s (Q K^T) o Gamma) -> p, this warp's [16 x 16] tile
-      Tile64 qk = {};
-      warp_tile_mma<kHeadDim, 1, 2>(RowMajor{s.q, kLdBf16}, ColMajor{s.k, kLdBf16}, c_m0, c_n0, qk);
-      for_each_acc_pair<1, 2>(c_m0, c_n0, qk, [&](int i, int jc, float& c0, float& c1) {
-        float2 const gate = causal_gates(s.gcum, i, jc);
-        float const e0 = gate.x;
-        float const e1 = gate.y;
-        st2(s.p, kLdC, i, jc, scale * c0 * e0, scale * c1 * e1);
-      });
-    }
-    __syncthreads();  // B2: Rt, R, T, P complete
-
-    // ---- B
-    {
-      Tile delta = {};
-      warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.t, kLdC}, RowMajor{s.r, kLdBf16}, o_m0, o_n0,
-                                       delta);
-      float lo, hi;
-      dot_rows(kds, delta, lo, hi);
-      store_row_parts(lo, hi, s.kdsd, o_part, o_m0);
-      store_acc_bf16<1, kOutNi>(o_m0, o_n0, delta, s.delta, kLdBf16);
-    }
-    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kds, [&](int i, int, float& c0, float& c1) {
-      float const eb = by_row(i, eb_lo, eb_hi);
-      c0 *= eb;
-      c1 *= eb;
+    wgmma_wait<0>();
+    fence_accumulators(qk);
+    // P = causal(s (Q K^T) o Gamma) -> p
+    for_each_blocked_pair<kChunk, kGateCols>(0, n0, qk, [&](int i, int jc, int at, float& c0,
+                                                           float& c1) {
+      float2 const gate = causal_gates(s.gcum, i, jc);
+      st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
     });
-    warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.p, kLdC}, RowMajor{s.dout, kLdBf16}, o_m0, o_n0,
-                                     kds);
-    store_acc_bf16<1, kOutNi>(o_m0, o_n0, kds, s.ddelta, kLdBf16);
-    // dDelta - bf16(dDelta): Z's diagonal term T_ii dDelta_i (T_ii = 1) in fp32, not bf16
-    for_each_acc_pair<1, kOutNi>(o_m0, o_n0, kds, [&](int, int, float& c0, float& c1) {
-      c0 -= __bfloat162float(__float2bfloat16_rn(c0));
-      c1 -= __bfloat162float(__float2bfloat16_rn(c1));
-    });
-    __syncthreads();  // B3: Delta, dDelta complete
+    fence_proxy_async_shared();
+    named_barrier_arrive(kGatesFull, kThreads);
 
-    // ---- C1
+    // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p
+    named_barrier_sync(kDeltaFull, kThreads);
     {
-      Tile& z = kds;  // Z = T^T dDelta, from dDelta's rounding residual on the diagonal
-      warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.t, kLdC}, RowMajor{s.ddelta, kLdBf16}, o_m0, o_n0,
-                                       z);
-      float lo, hi;
-      dot_rows(z, rt, lo, hi);
-      store_row_parts(lo, hi, s.zrt, o_part, o_m0);
-      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, z, [&](int i, int c, float& c0, float& c1) {
-        float const b = by_row(i, b_lo, b_hi);
-        float const be = b * by_row(i, e_lo, e_hi);
-        if (p.dv != nullptr && i < len)  // p in the constant bank: no register for the test
-          *reinterpret_cast<__nv_bfloat162*>(p.dv + ((t0 + i) * HV + hv) * kHeadDim + c) =
-              __floats2bfloat162_rn(b * c0, b * c1);
-        st2(s.v, kLdBf16, i, c, -be * c0, -be * c1);  // Zs
-      });
+      float dp[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.dout},
+                                         KMajorTile<kHeadDim>{s.delta}, 0, n0, dp);
+      named_barrier_sync(kPFree, kThreads);
+      gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, n0, ow);
     }
-    __syncthreads();  // B4: Z's readers of T done; Zs complete
+    fence_proxy_async_shared();
+    named_barrier_sync(kSideGroup, kSideThreads);  // dQK complete (and T, from every thread)
 
-    // ---- C2
-    // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t (in place)
-    masked_gate_grad(RowMajor{s.ddelta, kLdBf16}, ColMajor{s.r, kLdBf16}, s.t, 1.f, true, s, c_m0,
-                     c_n0);
-    // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p (in place)
-    masked_gate_grad(RowMajor{s.dout, kLdBf16}, ColMajor{s.delta, kLdBf16}, s.p, scale, false, s,
-                     c_m0, c_n0);
-    __syncthreads();  // B5: dA, dQK complete; dDelta and R no longer read
-
-    // ---- D1
-    for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
-      int const i = idx / (kHeadDim / 2);
-      int const c = idx % (kHeadDim / 2) * 2;
-      float const se = scale * __expf(s.gcum[i]);
-      float2 const d = ld2(s.dout, kLdBf16, i, c);
-      st2(s.ddelta, kLdBf16, i, c, se * d.x, se * d.y);  // eO
-    }
-    {
-      Tile64 y = {};
-      warp_tile_mma<kChunk, 1, 2>(ColMajor{s.a, kLdC}, RowMajor{s.t, kLdC}, c_m0, c_n0, y);
-      store_acc_bf16<1, 2>(c_m0, c_n0, y, s.r, kLdC);
-    }
-    {
-      Tile dq = {};
-      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.dout, kLdBf16}, ColMajor{s.h, kLdBf16}, o_m0,
-                                         o_n0, dq);
-      float lo, hi;
-      dot_rows(dq, s.q, kLdBf16, o_m0, o_n0, lo, hi);
-      store_row_parts(lo, hi, s.oqh, o_part, o_m0);
-      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, dq, [&](int i, int, float& c0, float& c1) {
-        float const se = scale * by_row(i, e_lo, e_hi);
-        c0 *= se;
-        c1 *= se;
+    auto const store_rows = [&](float* out, float(&acc)[kStateHalf / 2]) {
+      for_each_wgmma_pair<kStateHalf>(0, k0, acc, [&](int r, int c, float& x0, float& x1) {
+        if (r < len) *reinterpret_cast<float2*>(out + r * v_stride + c) = make_float2(x0, x1);
       });
-      warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.p, kLdC}, RowMajor{s.k, kLdBf16}, o_m0, o_n0, dq);
-      float* const out = p.dq + (t0 * HV + hv) * kHeadDim;
-      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, dq, [&](int i, int c, float& c0, float& c1) {
-        if (i < len) *reinterpret_cast<float2*>(out + i * v_stride + c) = make_float2(c0, c1);
+    };
+    {  // dq = s e (dO h^T) + dQK K; <Q, dO h^T> by rows
+      float dq[kStateHalf / 2] = {};
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.dout}, KMajorTile<kHeadDim>{s.h},
+                                          0, k0, dq);
+      store_tile_row_dots(dq, s.q, k0, s.oqh, ow, row_lo);
+      float const se_lo = scale * __expf(s.gcum[row_lo]);
+      float const se_hi = scale * __expf(s.gcum[row_lo + 8]);
+      for_each_wgmma_pair<kStateHalf>(0, k0, dq, [&](int r, int, float& x0, float& x1) {
+        float const se = r == row_lo ? se_lo : se_hi;
+        x0 *= se;
+        x1 *= se;
       });
-    }
-    __syncthreads();  // B6: eO, Y complete; dA and dO no longer read
-
-    // eO's rounding residual, with an initial state (Params::eo_split): bf16(eO) costs dh0 ~1.4x
-    // FLA's error (whose product runs in TF32), and nothing else measurably
-    // (tools/precision/walk_bwd_rounding.cpp).
-    // eO_lo = bf16(s e dO - bf16(s e dO)) -> dout, in place (each thread its own elements)
-    bool const eo_split = p.eo_split;  // the same for every thread: the barrier is safe
-    if (eo_split) {
-      for (int idx = tid; idx < kChunk * kHeadDim / 2; idx += kThreads) {
-        int const i = idx / (kHeadDim / 2);
-        int const c = idx % (kHeadDim / 2) * 2;
-        float const se = scale * __expf(s.gcum[i]);
-        float2 const d = ld2(s.dout, kLdBf16, i, c);
-        float2 const hi = ld2(s.ddelta, kLdBf16, i, c);
-        st2(s.dout, kLdBf16, i, c, se * d.x - hi.x, se * d.y - hi.y);
-      }
-      __syncthreads();  // B6b: eO_lo complete
+      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.k}, 0, k0,
+                                        dq);
+      store_rows(p.dq + (t0 * HV + hv) * kHeadDim, dq);
     }
 
-    // ---- D2: dS of the previous chunk's end (registers; bf16(dS) in ds stays the old one)
-    for_each_acc_pair<1, kStateCols / 8>(row0, col0, ds, [&](int, int, float& c0, float& c1) {
-      c0 *= gamma;
-      c1 *= gamma;
-    });
-    warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.q, kLdBf16}, RowMajor{s.ddelta, kLdBf16},
-                                             row0, col0, ds);
-    if (eo_split)
-      warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.q, kLdBf16}, RowMajor{s.dout, kLdBf16},
-                                               row0, col0, ds);
-    warp_tile_mma<kChunk, 1, kStateCols / 8>(ColMajor{s.k, kLdBf16}, RowMajor{s.v, kLdBf16}, row0,
-                                             col0, ds);
-    {  // dL = -strict(Y A^T) -> t, M = beta dL -> m
-      Tile64 yl = {};
-      warp_tile_mma<kChunk, 1, 2>(RowMajor{s.r, kLdC}, ColMajor{s.a, kLdC}, c_m0, c_n0, yl);
-      for_each_acc_pair<1, 2>(c_m0, c_n0, yl, [&](int i, int jc, float& c0, float& c1) {
-        float const d0 = jc < i ? -c0 : 0.f;
-        float const d1 = jc + 1 < i ? -c1 : 0.f;
-        float const b = s.beta[i];
-        st2(s.t, kLdC, i, jc, d0, d1);
-        st2(m, kChunk, i, jc, b * d0, b * d1);
-      });
+    named_barrier_sync(kChainFull, kThreads);
+    // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
+    // thread; the column roles' P^T dO before PFree): the next chunk's dO
+    if (j > 0) load_dout(s, p, t0 - kChunk, kChunk, hv, tid);
+    {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) while the column roles form M, then
+       // + M^T K + beta (dL K), beta (dL K) = M K
+      bf16 const* const m = s.r;
+      float dk[kStateHalf / 2] = {};
+      fence_accumulators(dk);
+      wgmma_fence();
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.v},
+                                                KMajorTile<kHeadDim>{s.h}, 0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.q},
+                                              0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
+                                                KMajorTile<kHeadDim>{s.ds}, 0, k0, dk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dk);
+      named_barrier_sync(kMFull, kThreads);
+      if (j > 0) load_a(s, p, t0 - kChunk, kChunk, hv, tid);  // A's last readers (dL) are done
+      wgmma_fence();
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
+                                              0, k0, dk);
+      warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
+                                              0, k0, dk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(dk);
+      store_rows(p.dk + (t0 * HV + hv) * kHeadDim, dk);
     }
-    __syncthreads();  // B7: dL, M complete
-
-    // ---- D3: dk
-    {
-      Tile dk = {};
-      Tile x = {};
-      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.v, kLdBf16}, ColMajor{s.h, kLdBf16}, o_m0, o_n0,
-                                         dk);
-      float lo, hi;
-      dot_rows(dk, s.k, kLdBf16, o_m0, o_n0, lo, hi);
-      store_row_parts(lo, hi, s.zkh, o_part, o_m0);
-      warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{s.p, kLdC}, RowMajor{s.q, kLdBf16}, o_m0, o_n0, dk);
-      warp_tile_mma<kChunk, 1, kOutNi>(ColMajor{m, kChunk}, RowMajor{s.k, kLdBf16}, o_m0, o_n0, dk);
-      warp_tile_mma<kHeadDim, 1, kOutNi>(RowMajor{s.delta, kLdBf16}, ColMajor{s.ds, kLdBf16}, o_m0,
-                                         o_n0, x);
-#pragma unroll
-      for (int ni = 0; ni < kOutNi; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dk[0][ni][e] += (e < 2 ? eb_lo : eb_hi) * x[0][ni][e];
-          x[0][ni][e] = 0.f;
-        }
-      warp_tile_mma<kChunk, 1, kOutNi>(RowMajor{s.t, kLdC}, RowMajor{s.k, kLdBf16}, o_m0, o_n0, x);
-      dot_rows(x, s.k, kLdBf16, o_m0, o_n0, lo, hi);
-      store_row_parts(lo, hi, s.dlk, o_part, o_m0);
-      float* const out = p.dk + (t0 * HV + hv) * kHeadDim;
-#pragma unroll
-      for (int ni = 0; ni < kOutNi; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[0][ni][e] += (e < 2 ? b_lo : b_hi) * x[0][ni][e];
-      for_each_acc_pair<1, kOutNi>(o_m0, o_n0, dk, [&](int i, int c, float& c0, float& c1) {
-        if (i < len) *reinterpret_cast<float2*>(out + i * v_stride + c) = make_float2(c0, c1);
-      });
-    }
-    // E of this chunk runs after the next chunk's loads are issued (its row sums stay until the
-    // next chunk's B1): G is kept for it now, before B8 lets those loads overwrite gcum
+    // E of this chunk runs under the next chunk's loads: G is kept for it
     if (warp == 0) {
       s.g_prev[lane] = s.gcum[lane];
       s.g_prev[lane + 32] = s.gcum[lane + 32];
     }
-    __syncthreads();  // B8: every row sum and g_prev complete; every tile's readers done
-
+    named_barrier_sync(kStepDone, kThreads);
   }
   if (warp == 0 && num_chunks > 0) finish_rows(s, p, span.begin, span.chunk_len(0), hv);
+}
 
-  if (p.dh0 != nullptr) store_state_rows<kStateCols>(ds, row0, p.dh0, state_offset + col0);
+__global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
+  WalkSpan const span = walk_span(p.problem, walk);
+  int const wg = threadIdx.x / kRoleThreads;  // warp-uniform: the roles never diverge in a warp
+  if (wg < 2) {
+    setmaxnreg_inc<kColumnRegs>();
+    column_role(s, p, span, walk.n, walk.hv, wg);
+  } else {
+    setmaxnreg_dec<kSideRegs>();
+    side_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv);
+  }
 #endif
 }
 
