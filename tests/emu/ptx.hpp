@@ -228,4 +228,7 @@ void setmaxnreg_dec() {
                 "setmaxnreg: a multiple of 8 in 24 .. 256");
 }
 
+// threadIdx.x (on the GPU read through a volatile asm, which keeps it inside loops).
+inline unsigned thread_index_here() { return threadIdx.x; }
+
 }  // namespace cake::kernels

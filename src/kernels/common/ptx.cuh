@@ -229,6 +229,15 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// threadIdx.x, read where it is called: a value the compiler cannot move out of a loop. A role
+// short of registers otherwise computes every tid-derived offset (its tile copies' addresses)
+// once before its loop and keeps them in local memory, reloading them at every step from L2.
+__device__ __forceinline__ unsigned thread_index_here() {
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
+}
+
 }  // namespace cake::kernels
 
 #endif  // CAKE_EMULATE

@@ -227,10 +227,6 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
   int const HV = p.problem.num_v_heads;
   int const c0 = kStateHalf * wg;
   int const group = kColumnGroup0 + wg;
-  int const warp = threadIdx.x / 32;  // 0 .. 7
-  int const lane = threadIdx.x % 32;
-  int const row_lo = 16 * (warp % 4) + lane / 4;  // this thread's accumulator rows
-  int const row_hi = row_lo + 8;
   int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
@@ -241,6 +237,12 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
   for (int64_t j = span.num_chunks() - 1; j >= 0; --j) {
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
+    // formed anew at each step, as the side roles' (thread_index_here)
+    unsigned const tid = thread_index_here();
+    int const warp = tid / 32;  // 0 .. 7
+    int const lane = tid % 32;
+    int const row_lo = 16 * (warp % 4) + lane / 4;  // this thread's accumulator rows
+    int const row_hi = row_lo + 8;
     // bf16(dS) -> ds (this warpgroup's columns), under the side roles' loads
     for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
       st_pair(s.ds, at, x0, x1);
@@ -585,19 +587,22 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
 // [64 x 64] products, k0 = 64 ow .. of dq and dk.
 __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, WalkSpan const& span,
                                           int hk, int hv) {
-  int const tid = threadIdx.x % kSideThreads;  // threadIdx.x - 256, known non-negative
-  int const ow = tid / kRoleThreads;
-  int const warp = tid / 32;  // 0 .. 7
-  int const lane = tid % 32;
-  int const row_lo = 16 * (warp % 4) + lane / 4;
-  int const n0 = kGateCols * ow;
-  int const k0 = kStateHalf * ow;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
 
   int64_t const num_chunks = span.num_chunks();
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
+    // The thread's indices, formed anew at each step (thread_index_here): with 80 registers,
+    // the offsets of its ~40 tile copies per step, hoisted out of the loop, were kept in local
+    // memory and reloaded from L2 at every step (~130 spill instructions per step and warp).
+    int const tid = thread_index_here() % kSideThreads;  // threadIdx.x - 256, non-negative
+    int const ow = tid / kRoleThreads;
+    int const warp = tid / 32;  // 0 .. 7
+    int const lane = tid % 32;
+    int const row_lo = 16 * (warp % 4) + lane / 4;
+    int const n0 = kGateCols * ow;
+    int const k0 = kStateHalf * ow;
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
     if (j == num_chunks - 1) {  // the walk's first step: dO and A were not prefetched
@@ -677,7 +682,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
     named_barrier_sync(kChainFull, kThreads);
     // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
     // thread; the column roles' P^T dO before PFree): the next chunk's dO
-    if (j > 0) load_dout(s, p, t0 - kChunk, kChunk, hv, tid);
+    if (j > 0) load_dout(s, p, t0 - kChunk, kChunk, hv, thread_index_here() % kSideThreads);
     {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) while the column roles form M, then
        // + M^T K + beta (dL K), beta (dL K) = M K
       bf16 const* const m = s.r;
@@ -694,7 +699,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
       wgmma_wait<0>();
       fence_accumulators(dk);
       named_barrier_sync(kMFull, kThreads);
-      if (j > 0) load_a(s, p, t0 - kChunk, kChunk, hv, tid);  // A's last readers (dL) are done
+      if (j > 0)  // A's last readers (dL) are done
+        load_a(s, p, t0 - kChunk, kChunk, hv, thread_index_here() % kSideThreads);
       wgmma_fence();
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
                                               0, k0, dk);
@@ -712,7 +718,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, Wal
     }
     named_barrier_sync(kStepDone, kThreads);
   }
-  if (warp == 0 && num_chunks > 0) finish_rows(s, p, span.begin, span.chunk_len(0), hv);
+  if (threadIdx.x % kSideThreads < 32 && num_chunks > 0)  // warp 0
+    finish_rows(s, p, span.begin, span.chunk_len(0), hv);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
