@@ -66,6 +66,21 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   return span;
 }
 
+// The entry of a walk on four warpgroup roles (walk_a_fwd/roles.cuh, walk_a_bwd): warpgroups 0
+// and 1 take kLeadRegs registers per thread and run lead(wg); warpgroups 2 and 3 give registers
+// back (kRestRegs) and run rest(). The test is warp-uniform: the roles never diverge in a warp.
+template <int kLeadRegs, int kRestRegs, class Lead, class Rest>
+__device__ __forceinline__ void run_roles(Lead const& lead, Rest const& rest) {
+  int const wg = threadIdx.x / 128;
+  if (wg < 2) {
+    setmaxnreg_inc<kLeadRegs>();
+    lead(wg);
+  } else {
+    setmaxnreg_dec<kRestRegs>();
+    rest();
+  }
+}
+
 // G and beta of tokens t0 .. t0 + 63 of value head hv (gcum, beta [BT, HV], fp32) -> gcum_dst,
 // beta_dst [64], by threads tid 0 .. 127 of the copying group (G by 0 .. 63, beta by 64 .. 127;
 // cp.async, committed with the caller's tiles). Past the chunk's end G repeats its last token's

@@ -728,14 +728,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   WalkSpan const span = walk_span(p.problem, walk);
-  int const wg = threadIdx.x / kRoleThreads;  // warp-uniform: the roles never diverge in a warp
-  if (wg < 2) {
-    setmaxnreg_inc<kColumnRegs>();
-    column_role(s, p, span, walk.n, walk.hv, wg);
-  } else {
-    setmaxnreg_dec<kSideRegs>();
-    side_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv);
-  }
+  run_roles<kColumnRegs, kSideRegs>(
+      [&](int wg) { column_role(s, p, span, walk.n, walk.hv, wg); },
+      [&] { side_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv); });
 #endif
 }
 

@@ -297,14 +297,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_roles_kernel(__grid_co
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   WalkSpan const span = walk_span(p.problem, walk);
-  int const wg = threadIdx.x / kRoleThreads;  // warp-uniform: the roles never diverge in a warp
-  if (wg < 2) {
-    setmaxnreg_inc<kStateRegs>();
-    state_role(s, p, span, walk.n, walk.hv, wg);
-  } else {
-    setmaxnreg_dec<kOutputRegs>();
-    output_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv);
-  }
+  run_roles<kStateRegs, kOutputRegs>(
+      [&](int wg) { state_role(s, p, span, walk.n, walk.hv, wg); },
+      [&] { output_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv); });
 #endif
 }
 
