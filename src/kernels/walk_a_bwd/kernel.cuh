@@ -113,7 +113,6 @@ static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exc
 enum Barrier : int {
   kColumnGroup0 = 1,  // a column warpgroup alone (128 threads); kColumnGroup0 + 1 the other one
   kSideGroup = 3,     // the two side warpgroups (256)
-  kSideGroup0 = 4,    // a side warpgroup alone (128); kSideGroup0 + 1 the other one
   kTilesFull = 6,     // side -> column: the chunk's tiles, G and beta landed
   kGatesFull = 7,     // side -> column: T, P, eO (and eO's low part)
   kDeltaFull = 8,     // column -> side: bf16(Delta), bf16(ebar Delta), <K dS, Delta>
@@ -493,8 +492,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
 
 // The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
 // head h, value head hv), as cp.async groups; rows past the end are zero, except G's. dO and A
-// are free before the chunk's end: the previous chunk's step prefetches them (chunk_dout_a), and
-// the walk's first step loads them with the rest (chunk_tiles).
+// are free before the chunk's end: the previous chunk's step prefetches them (load_dout,
+// load_a), and the walk's first step loads them before the rest (load_chunk).
 __device__ __forceinline__ void load_dout(SharedStorage& s, Params const& p, int64_t t0, int len,
                                           int hv, int tid) {
   int const HV = p.problem.num_v_heads;
