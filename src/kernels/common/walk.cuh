@@ -66,6 +66,22 @@ __device__ __forceinline__ WalkSpan walk_span(Problem const& p, WalkRef const& w
   return span;
 }
 
+// x read where it is called, through volatile loads of its 4-byte words: for a role walk's
+// document and heads, kept in shared memory (T: WalkRef, WalkSpan). The compiler can then keep
+// neither x nor what is formed from it (the tiles' global offsets) across the role's loop: a role
+// short of registers otherwise keeps those in local memory and reloads them from L2 at every
+// step (with ~220 KB of shared memory, L1 holds ~30 KB; docs/perf-notes.md, the spill lesson).
+template <class T>
+__device__ __forceinline__ T read_here(T const& x) {
+  static_assert(sizeof(T) % 4 == 0, "read_here: a whole number of 4-byte words");
+  T out;
+  auto const volatile* const src = reinterpret_cast<int32_t const volatile*>(&x);
+  auto* const dst = reinterpret_cast<int32_t*>(&out);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(T) / 4); ++i) dst[i] = src[i];
+  return out;
+}
+
 // The entry of a walk on four warpgroup roles (walk_a_fwd/roles.cuh, walk_a_bwd): warpgroups 0
 // and 1 take kLeadRegs registers per thread and run lead(wg); warpgroups 2 and 3 give registers
 // back (kRestRegs) and run rest(). The test is warp-uniform: the roles never diverge in a warp.

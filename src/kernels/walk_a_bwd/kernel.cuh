@@ -106,6 +106,9 @@ struct SharedStorage {
   float gate_col_t[4 * kChunk];  // its column sums, by the warp's 16 rows
   float dlk[2 * kChunk];         // <dL K, K>
   float dsh[8];                // <dS, h>, by column warp
+  // The walk's document and value head, read by the roles at each step (read_here)
+  WalkSpan span;
+  WalkRef walk;
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
 
@@ -221,19 +224,22 @@ __device__ __forceinline__ void gate_grad(float (&acc)[kGateCols / 2], bf16* x, 
 
 // A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
 // of document n, last to first.
-__device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
-                                            WalkSpan const& span, int n, int hv, int wg) {
+__device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, int wg) {
   int const HV = p.problem.num_v_heads;
   int const c0 = kStateHalf * wg;
   int const group = kColumnGroup0 + wg;
-  int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
   bool const eo_split = p.eo_split;
+  auto const state_offset = [&] {
+    WalkRef const w = read_here(s.walk);
+    return (int64_t{w.n} * HV + w.hv) * kHeadDim * kHeadDim;
+  };
   StateHalf ds;
-  load_state_half(ds, p.dht != nullptr ? p.dht + state_offset : nullptr, c0);
+  load_state_half(ds, p.dht != nullptr ? p.dht + state_offset() : nullptr, c0);
 
-  for (int64_t j = span.num_chunks() - 1; j >= 0; --j) {
+  for (int64_t j = s.span.num_chunks() - 1; j >= 0; --j) {
+    WalkSpan const span = read_here(s.span);
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
     // formed anew at each step, as the side roles' (thread_index_here)
@@ -412,7 +418,7 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
                                             kStateHalf, c0, ds.hi);
     wgmma_commit();
     if (p.dv != nullptr) {
-      bf16* const dv = p.dv + (t0 * HV + hv) * kHeadDim;
+      bf16* const dv = p.dv + (t0 * HV + read_here(s.walk).hv) * kHeadDim;
       for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
         float const b = by_row(r, b_lo, b_hi);
         if (r < len)
@@ -485,7 +491,7 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p,
     named_barrier_arrive(kMFull, kThreads);
     named_barrier_sync(kStepDone, kThreads);
   }
-  if (p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset, c0);
+  if (p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset(), c0);
 }
 
 // ---- the side roles
@@ -582,143 +588,169 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
   }
 }
 
-// The two side warpgroups (tid 0 .. 255; warpgroup ow = tid / 128): columns n0 = 32 ow .. of the
-// [64 x 64] products, k0 = 64 ow .. of dq and dk.
-__device__ __forceinline__ void side_role(SharedStorage& s, Params const& p, WalkSpan const& span,
-                                          int hk, int hv) {
+// A side thread's indices (tid 0 .. 255; warpgroup ow = tid / 128: columns n0 = 32 ow .. of the
+// [64 x 64] products, k0 = 64 ow .. of dq and dk) and chunk j's place, formed in each phase of a
+// step where they are used (thread_index_here, read_here). With 80 registers, what a step keeps
+// from its start to its end is kept in local memory, and with ~221 KB of shared memory each
+// reload is an L2 round trip: first the offsets of the ~40 tile copies per step (~130 spill
+// instructions per step and warp, v14), then the step's t0, len and heads (docs/perf-notes.md).
+struct SideHere {
+  int tid, ow, warp, lane, row_lo, n0, k0;
+  int hv;       // value head
+  int64_t t0;   // the chunk's first token
+  int len;      // its tokens
+};
+__device__ __forceinline__ SideHere side_here(SharedStorage const& s, int64_t j) {
+  SideHere x;
+  x.tid = static_cast<int>(thread_index_here() % kSideThreads);  // threadIdx.x - 256
+  x.ow = x.tid / kRoleThreads;
+  x.warp = x.tid / 32;  // 0 .. 7
+  x.lane = x.tid % 32;
+  x.row_lo = 16 * (x.warp % 4) + x.lane / 4;
+  x.n0 = kGateCols * x.ow;
+  x.k0 = kStateHalf * x.ow;
+  x.hv = read_here(s.walk).hv;
+  WalkSpan const span = read_here(s.span);
+  x.t0 = span.begin + j * kChunk;
+  x.len = span.chunk_len(j);
+  return x;
+}
+
+// The two side warpgroups. Each phase of a step forms its indices anew (side_here).
+__device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
+  // acc's rows of chunk j (columns k0 ..) -> out's rows (dq, dk; fp32 [BT, HV, K])
+  auto const store_rows = [&](float* out, SideHere const& x, float(&acc)[kStateHalf / 2]) {
+    out += (x.t0 * HV + x.hv) * kHeadDim;
+    for_each_wgmma_pair<kStateHalf>(0, x.k0, acc, [&](int r, int c, float& x0, float& x1) {
+      if (r < x.len) *reinterpret_cast<float2*>(out + r * v_stride + c) = make_float2(x0, x1);
+    });
+  };
 
-  int64_t const num_chunks = span.num_chunks();
+  int64_t const num_chunks = s.span.num_chunks();
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
-    // The thread's indices, formed anew at each step (thread_index_here): with 80 registers,
-    // the offsets of its ~40 tile copies per step, hoisted out of the loop, were kept in local
-    // memory and reloaded from L2 at every step (~130 spill instructions per step and warp).
-    int const tid = thread_index_here() % kSideThreads;  // threadIdx.x - 256, non-negative
-    int const ow = tid / kRoleThreads;
-    int const warp = tid / 32;  // 0 .. 7
-    int const lane = tid % 32;
-    int const row_lo = 16 * (warp % 4) + lane / 4;
-    int const n0 = kGateCols * ow;
-    int const k0 = kStateHalf * ow;
-    int64_t const t0 = span.begin + j * kChunk;
-    int const len = span.chunk_len(j);
-    if (j == num_chunks - 1) {  // the walk's first step: dO and A were not prefetched
-      load_dout(s, p, t0, len, hv, tid);
-      load_a(s, p, t0, len, hv, tid);
+    {  // the chunk's tiles; E of the previous chunk under them
+      SideHere const x = side_here(s, j);
+      if (j == num_chunks - 1) {  // the walk's first step: dO and A were not prefetched
+        load_dout(s, p, x.t0, x.len, x.hv, x.tid);
+        load_a(s, p, x.t0, x.len, x.hv, x.tid);
+      }
+      load_chunk(s, p, x.t0, x.len, read_here(s.span).slot0 + j, x.hv / p.problem.group_size(),
+                 x.hv, x.tid);
+      if (x.warp == 0 && j + 1 < num_chunks)
+        finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
     }
-    load_chunk(s, p, t0, len, span.slot0 + j, hk, hv, tid);
-    if (warp == 0 && j + 1 < num_chunks)  // E of the previous chunk, under the loads
-      finish_rows(s, p, t0 + kChunk, span.chunk_len(j + 1), hv);
     cp_async_wait<0>();
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);  // also: E is done with the row sums
     named_barrier_arrive(kTilesFull, kThreads);
 
-    // Q K^T on this warpgroup's columns, under T's gates
-    float qk[kGateCols / 2] = {};
-    fence_accumulators(qk);
-    wgmma_fence();
-    warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.q}, KMajorTile<kHeadDim>{s.k},
-                                             0, n0, qk);
-    wgmma_commit();
-    // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
-    for (int w = tid; w < kChunk * kChunk / 2; w += kSideThreads) {
-      int const core = w / 32;
-      int const i = core / (kChunk / 8) * 8 + w % 32 / 4;
-      int const jc = core % (kChunk / 8) * 8 + w % 4 * 2;
-      float2 const gate = causal_gates(s.gcum, i, jc);
-      float2 const aa = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(s.a + 2 * w));
-      *reinterpret_cast<__nv_bfloat162*>(s.t + 2 * w) =
-          __floats2bfloat162_rn(aa.x * gate.x, aa.y * gate.y);
+    {  // Q K^T on this warpgroup's columns, under T's gates
+      SideHere const x = side_here(s, j);
+      float qk[kGateCols / 2] = {};
+      fence_accumulators(qk);
+      wgmma_fence();
+      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.q},
+                                               KMajorTile<kHeadDim>{s.k}, 0, x.n0, qk);
+      wgmma_commit();
+      // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
+      for (int w = x.tid; w < kChunk * kChunk / 2; w += kSideThreads) {
+        int const core = w / 32;
+        int const i = core / (kChunk / 8) * 8 + w % 32 / 4;
+        int const jc = core % (kChunk / 8) * 8 + w % 4 * 2;
+        float2 const gate = causal_gates(s.gcum, i, jc);
+        float2 const aa = ld_pair(s.a, 2 * w);
+        st_pair(s.t, 2 * w, aa.x * gate.x, aa.y * gate.y);
+      }
+      wgmma_wait<0>();
+      fence_accumulators(qk);
+      // P = causal(s (Q K^T) o Gamma) -> p
+      for_each_blocked_pair<kChunk, kGateCols>(0, x.n0, qk, [&](int i, int jc, int at, float& c0,
+                                                               float& c1) {
+        float2 const gate = causal_gates(s.gcum, i, jc);
+        st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
+      });
     }
-    wgmma_wait<0>();
-    fence_accumulators(qk);
-    // P = causal(s (Q K^T) o Gamma) -> p
-    for_each_blocked_pair<kChunk, kGateCols>(0, n0, qk, [&](int i, int jc, int at, float& c0,
-                                                           float& c1) {
-      float2 const gate = causal_gates(s.gcum, i, jc);
-      st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
-    });
     fence_proxy_async_shared();
     named_barrier_arrive(kGatesFull, kThreads);
 
     // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p
     named_barrier_sync(kDeltaFull, kThreads);
     {
+      SideHere const x = side_here(s, j);
       float dp[kGateCols / 2] = {};
       warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.dout},
-                                         KMajorTile<kHeadDim>{s.delta}, 0, n0, dp);
+                                         KMajorTile<kHeadDim>{s.delta}, 0, x.n0, dp);
       named_barrier_sync(kPFree, kThreads);
-      gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, n0, ow);
+      gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, x.n0, x.ow);
     }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);  // dQK complete (and T, from every thread)
 
-    auto const store_rows = [&](float* out, float(&acc)[kStateHalf / 2]) {
-      for_each_wgmma_pair<kStateHalf>(0, k0, acc, [&](int r, int c, float& x0, float& x1) {
-        if (r < len) *reinterpret_cast<float2*>(out + r * v_stride + c) = make_float2(x0, x1);
-      });
-    };
     {  // dq = s e (dO h^T) + dQK K; <Q, dO h^T> by rows
+      SideHere const x = side_here(s, j);
       float dq[kStateHalf / 2] = {};
       warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.dout}, KMajorTile<kHeadDim>{s.h},
-                                          0, k0, dq);
-      store_tile_row_dots(dq, s.q, k0, s.oqh, ow, row_lo);
-      float const se_lo = scale * __expf(s.gcum[row_lo]);
-      float const se_hi = scale * __expf(s.gcum[row_lo + 8]);
-      for_each_wgmma_pair<kStateHalf>(0, k0, dq, [&](int r, int, float& x0, float& x1) {
-        float const se = r == row_lo ? se_lo : se_hi;
+                                          0, x.k0, dq);
+      store_tile_row_dots(dq, s.q, x.k0, s.oqh, x.ow, x.row_lo);
+      float const se_lo = scale * __expf(s.gcum[x.row_lo]);
+      float const se_hi = scale * __expf(s.gcum[x.row_lo + 8]);
+      for_each_wgmma_pair<kStateHalf>(0, x.k0, dq, [&](int r, int, float& x0, float& x1) {
+        float const se = r == x.row_lo ? se_lo : se_hi;
         x0 *= se;
         x1 *= se;
       });
-      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.k}, 0, k0,
-                                        dq);
-      store_rows(p.dq + (t0 * HV + hv) * kHeadDim, dq);
+      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.k}, 0,
+                                        x.k0, dq);
+      store_rows(p.dq, side_here(s, j), dq);
     }
 
     named_barrier_sync(kChainFull, kThreads);
-    // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
-    // thread; the column roles' P^T dO before PFree): the next chunk's dO
-    if (j > 0) load_dout(s, p, t0 - kChunk, kChunk, hv, thread_index_here() % kSideThreads);
     {  // dk = Zs h^T + dQK^T Q + ebar (Delta dS^T) while the column roles form M, then
        // + M^T K + beta (dL K), beta (dL K) = M K
+      // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
+      // thread; the column roles' P^T dO before PFree): the next chunk's dO
+      SideHere const x = side_here(s, j);
+      if (j > 0) load_dout(s, p, x.t0 - kChunk, kChunk, x.hv, x.tid);
       bf16 const* const m = s.r;
       float dk[kStateHalf / 2] = {};
       fence_accumulators(dk);
       wgmma_fence();
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.v},
-                                                KMajorTile<kHeadDim>{s.h}, 0, k0, dk);
+                                                KMajorTile<kHeadDim>{s.h}, 0, x.k0, dk);
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.q},
-                                              0, k0, dk);
+                                              0, x.k0, dk);
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
-                                                KMajorTile<kHeadDim>{s.ds}, 0, k0, dk);
+                                                KMajorTile<kHeadDim>{s.ds}, 0, x.k0, dk);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dk);
       named_barrier_sync(kMFull, kThreads);
-      if (j > 0)  // A's last readers (dL) are done
-        load_a(s, p, t0 - kChunk, kChunk, hv, thread_index_here() % kSideThreads);
+      SideHere const y = side_here(s, j);
+      if (j > 0) load_a(s, p, y.t0 - kChunk, kChunk, y.hv, y.tid);  // A's readers (dL) are done
       wgmma_fence();
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
-                                              0, k0, dk);
+                                              0, y.k0, dk);
       warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
-                                              0, k0, dk);
+                                              0, y.k0, dk);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dk);
-      store_rows(p.dk + (t0 * HV + hv) * kHeadDim, dk);
+      store_rows(p.dk, side_here(s, j), dk);
     }
-    // E of this chunk runs under the next chunk's loads: G is kept for it
-    if (warp == 0) {
-      s.g_prev[lane] = s.gcum[lane];
-      s.g_prev[lane + 32] = s.gcum[lane + 32];
+    {  // E of this chunk runs under the next chunk's loads: G is kept for it
+      SideHere const x = side_here(s, j);
+      if (x.warp == 0) {
+        s.g_prev[x.lane] = s.gcum[x.lane];
+        s.g_prev[x.lane + 32] = s.gcum[x.lane + 32];
+      }
     }
     named_barrier_sync(kStepDone, kThreads);
   }
   if (threadIdx.x % kSideThreads < 32 && num_chunks > 0)  // warp 0
-    finish_rows(s, p, span.begin, span.chunk_len(0), hv);
+    finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv);
 }
 
 __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
@@ -726,10 +758,13 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
   extern __shared__ __align__(128) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
-  WalkSpan const span = walk_span(p.problem, walk);
-  run_roles<kColumnRegs, kSideRegs>(
-      [&](int wg) { column_role(s, p, span, walk.n, walk.hv, wg); },
-      [&] { side_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv); });
+  if (threadIdx.x == 0) {
+    s.walk = walk;
+    s.span = walk_span(p.problem, walk);
+  }
+  __syncthreads();
+  run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role(s, p, wg); },
+                                    [&] { side_role(s, p); });
 #endif
 }
 
