@@ -4,6 +4,8 @@
 // kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a time.
 #include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 
+#include <cstring>
+
 #include "kernels/kkt_solve/kernel.cuh"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/qk_grad/kernel.cuh"
@@ -30,6 +32,11 @@ unsigned row_blocks(int64_t rows, int threads) { return u((rows + threads / 32 -
 // The CUDA runtime's error strings, for the op's error path (no CUDA runtime is linked).
 extern "C" char const* cudaGetErrorName(cudaError_t) { return "cudaError (emulated)"; }
 extern "C" char const* cudaGetErrorString(cudaError_t) { return "emulated launch"; }
+// The op's clearing of the h-walk's flags (gdn_cuda.cpp), on the CPU.
+extern "C" cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
 
 namespace cake::kernels::kkt_solve {
 alignas(16) char smem_raw[sizeof(SharedStorage)];
@@ -65,6 +72,7 @@ alignas(128) char smem_raw[sizeof(SharedStorage)];
 }  // namespace roles
 // launch.cu picks the walk as here
 cudaError_t launch(Params const& p, cudaStream_t) {
+  if (p.walk_done != nullptr && p.o != nullptr) return cudaErrorInvalidValue;
   Dim3 const grid{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)};
   if (p.o == nullptr)
     emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<false>(p); });

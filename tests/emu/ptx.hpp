@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 
 #include "emu/runtime.hpp"
 #include "emu/wgmma.hpp"
@@ -230,5 +231,19 @@ void setmaxnreg_dec() {
 
 // threadIdx.x (on the GPU read through a volatile asm, which keeps it inside loops).
 inline unsigned thread_index_here() { return threadIdx.x; }
+
+// The emulator runs one grid after another: a dependent grid starts after this one has finished,
+// so every flag it waits on must be set by then; an unset one is a missing signal (on the GPU, a
+// hang), reported as an error.
+inline void launch_dependents() {}
+inline void signal_flag(int* flag) {
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = 1;
+}
+inline void wait_flag(int const* flag) {
+  if (threadIdx.x == 0 && *flag == 0)
+    throw std::runtime_error("wait_flag: the flag was never set (the producing grid ran first)");
+  __syncthreads();
+}
 
 }  // namespace cake::kernels

@@ -238,6 +238,37 @@ __device__ __forceinline__ unsigned thread_index_here() {
   return tid;
 }
 
+// Programmatic dependent launch: lets the next kernel in the stream, launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization, start once every block of this grid has
+// called it (or exited), instead of when this grid has finished. Nothing of this grid's memory is
+// promised to that kernel by it: what it reads of this grid waits on flags (signal_flag).
+__device__ __forceinline__ void launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// flag <- 1 after every global store of the block: the barrier, then a release at GPU scope by one
+// thread (cumulative: it covers the block's stores ordered before it by the barrier). All threads
+// of the block call it.
+__device__ __forceinline__ void signal_flag(int* flag) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(1) : "memory");
+}
+
+// Waits until another grid's signal_flag(flag): one thread polls with acquire loads, then the
+// barrier hands the acquired order to the block. All threads of the block call it.
+__device__ __forceinline__ void wait_flag(int const* flag) {
+  if (threadIdx.x == 0) {
+    int set = 0;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(set) : "l"(flag) : "memory");
+      if (set != 0) break;
+      __nanosleep(256);
+    }
+  }
+  __syncthreads();
+}
+
 }  // namespace cake::kernels
 
 #endif  // CAKE_EMULATE

@@ -762,7 +762,12 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant
     s.walk = walk;
     s.span = walk_span(p.problem, walk);
   }
-  __syncthreads();
+  // this walk's h, from the h-walk running beside it (Params::h_ready); wait_flag ends in a
+  // barrier, which also publishes s.walk and s.span
+  if (p.h_ready != nullptr)
+    wait_flag(p.h_ready + int64_t{walk.n} * p.problem.num_v_heads + walk.hv);
+  else
+    __syncthreads();
   run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role(s, p, wg); },
                                     [&] { side_role(s, p); });
 #endif

@@ -11,8 +11,23 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   // 1-D: walk_of_block maps each block to its (document, value head), longest documents first
   dim3 const grid(
       static_cast<unsigned>(int64_t{params.problem.num_seqs} * params.problem.num_v_heads));
-  walk_a_bwd_kernel<<<grid, kThreads, smem, stream>>>(params);
-  return cudaGetLastError();
+  // With the h-walk's flags, a programmatic dependent of the h-walk launched just before: its
+  // blocks start on the SMs the h-walk's last blocks leave idle, each once its own h is stored
+  // (kernel.cuh waits on the flag). Where the stream cannot overlap them it runs after the h-walk,
+  // as an ordinary launch would.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute overlap = {};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  if (params.h_ready != nullptr) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, walk_a_bwd_kernel, params);
 }
 
 }  // namespace cake::kernels::walk_a_bwd

@@ -17,6 +17,10 @@ struct Params {
   float const* gcum = nullptr;          // [BT, HV]        G, from kkt_solve
   float const* beta = nullptr;          // [BT, HV]        fp32 beta, from kkt_solve
   __nv_bfloat16 const* h = nullptr;     // [num_slots, HV, K, V] chunk-start states (h-walk)
+  // nullptr (h was there before the launch: saved mode), or the h-walk's [N, HV] flags
+  // (walk_a_fwd::Params::walk_done): the walk is then launched as the h-walk's programmatic
+  // dependent, and each walk waits on its own flag before it reads h.
+  int const* h_ready = nullptr;
   float const* dht = nullptr;           // [N, HV, K, V]   or nullptr (zero)
   float* dq = nullptr;                  // [BT, HV, K]     out: this value head's dq terms
   float* dk = nullptr;                  // [BT, HV, K]     out: this value head's dk terms

@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  // Every block of the h-walk is resident once it gets here, so the reverse walk's blocks, which
+  // wait on these blocks' flags, can take the SMs this grid leaves idle without a deadlock.
+  if (!kWithO && p.walk_done != nullptr) launch_dependents();
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   int const hv = walk.hv;
   int const HV = p.problem.num_v_heads;
@@ -235,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_kernel(__grid_constant
   }
 
   if (p.ht != nullptr) store_state_rows<kStateCols>(state, row0, p.ht, state_offset + col0);
+  if (!kWithO && p.walk_done != nullptr) signal_flag(p.walk_done + int64_t{walk.n} * HV + hv);
 #endif
 }
 

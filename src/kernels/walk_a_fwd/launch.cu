@@ -21,6 +21,8 @@ cudaError_t launch_walk(Kernel kernel, int smem, int threads, Params const& para
 }  // namespace
 
 cudaError_t launch(Params const& params, cudaStream_t stream) {
+  // The flags are the h-walk's alone (params.hpp)
+  if (params.walk_done != nullptr && params.o != nullptr) return cudaErrorInvalidValue;
   // o without h (recompute mode's forward): the warpgroup-role walk (roles.cuh says why only
   // there); saved mode's forward (o and h) and the h-walk (o == nullptr): kernel.cuh's.
   if (params.o != nullptr && params.h == nullptr)

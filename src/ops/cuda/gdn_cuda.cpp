@@ -128,7 +128,8 @@ void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* k_used
 // The forward walk: o and ht when o is given (the forward), h per chunk when h is given (saved
 // mode, or the backward's h-walk with o == nullptr).
 void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf16 const* k_used,
-              ops::cuda::GdnBuffers const& b, bf16* o, float* ht, bf16* h, cudaStream_t stream) {
+              ops::cuda::GdnBuffers const& b, bf16* o, float* ht, bf16* h, int* walk_done,
+              cudaStream_t stream) {
   kernels::walk_a_fwd::Params wp;
   wp.problem = p;
   wp.q = q_used;
@@ -141,6 +142,7 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
   wp.o = o;
   wp.ht = ht;
   wp.h = h;
+  wp.walk_done = walk_done;
   check_cuda(kernels::walk_a_fwd::launch(wp, stream), "walk_a_fwd launch");
 }
 
@@ -212,7 +214,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   // h per chunk for the backward.
   run_kkt_solve(p, in, k_used, b, stream);
   run_walk(p, in, q_used, k_used, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
-           save_mode(options) == SaveMode::kSaved ? b.h : nullptr, stream);
+           save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
 }
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
@@ -247,7 +249,13 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
     normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
     if (mode == SaveMode::kRecompute) run_kkt_solve(p, in, k_used, b, stream);
-    run_walk(p, in, q_used, k_used, b, nullptr, nullptr, b.h, stream);  // the h-walk
+    // the h-walk, with a flag per walk (cleared first, in stream order: capturable) that lets
+    // each reverse walk start as soon as its own h is stored
+    check_cuda(cudaMemsetAsync(b.walk_done, 0,
+                               sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads,
+                               stream),
+               "walk flags memset");
+    run_walk(p, in, q_used, k_used, b, nullptr, nullptr, b.h, b.walk_done, stream);
   }
 
   kernels::walk_a_bwd::Params wp;
@@ -260,6 +268,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.gcum = b.gcum;
   wp.beta = b.beta_f32;
   wp.h = b.h;
+  wp.h_ready = b.walk_done;  // nullptr in saved mode
   wp.dht = ptr<float const>(args.dht);
   wp.dq = b.dq_hv;
   wp.dk = b.dk_hv;

@@ -75,6 +75,8 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   if (backward) {
     b.dq_hv = scratch.take<float>(v_rows * kHeadDim);
     b.dk_hv = scratch.take<float>(v_rows * kHeadDim);
+    if (mode != SaveMode::kSaved)
+      b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
   }
   b.saved_bytes = kept ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();

@@ -38,6 +38,9 @@ struct GdnBuffers {
   // workspace, backward only
   float* dq_hv = nullptr;           // [BT, HV, K]  dq's terms per value head (walk_a_bwd)
   float* dk_hv = nullptr;           // [BT, HV, K]  dk's terms per value head (walk_a_bwd)
+  int* walk_done = nullptr;         // [N, HV]      the h-walk's flags, where the backward runs
+                                    //              it (not in saved mode): each reverse walk
+                                    //              waits on its own (walk_a_bwd::Params::h_ready)
   size_t saved_bytes = 0;           // the saved arena (0 in recompute mode), without slack
   size_t workspace_bytes = 0;       // the workspace, including alignment slack for any base
 };
