@@ -497,9 +497,10 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 // ---- the side roles
 
 // The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
-// head h, value head hv), as cp.async groups; rows past the end are zero, except G's. dO and A
-// are free before the chunk's end: the previous chunk's step prefetches them (load_dout,
-// load_a), and the walk's first step loads them before the rest (load_chunk).
+// head h, value head hv), as cp.async groups; rows past the end are zero, except G's. The walk's
+// first step loads its chunk's tiles at its start (load_chunk); every later chunk's tiles load
+// during the step before, each as soon as its last reader there is done (side_role), so that a
+// step starts on tiles that have landed.
 __device__ __forceinline__ void load_dout(SharedStorage& s, Params const& p, int64_t t0, int len,
                                           int hv, int tid) {
   int const HV = p.problem.num_v_heads;
@@ -514,20 +515,29 @@ __device__ __forceinline__ void load_a(SharedStorage& s, Params const& p, int64_
                                                         int64_t{HV} * kChunk, len, tid);
   cp_async_commit();
 }
-__device__ __forceinline__ void load_chunk(SharedStorage& s, Params const& p, int64_t t0, int len,
-                                           int64_t slot, int h, int hv, int tid) {
+__device__ __forceinline__ void load_q_h(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                         int64_t slot, int h, int hv, int tid) {
   int const H = p.problem.num_qk_heads;
   int const HV = p.problem.num_v_heads;
-  int64_t const qk_stride = int64_t{H} * kHeadDim;
   load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.q, p.q + (t0 * H + h) * kHeadDim,
-                                                          qk_stride, len, tid);
-  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.k, p.k + (t0 * H + h) * kHeadDim,
-                                                          qk_stride, len, tid);
-  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
-      s.v, p.v + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+                                                          int64_t{H} * kHeadDim, len, tid);
   load_tile_blocked_async<kHeadDim, kHeadDim, kSideThreads>(
       s.h, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim, tid);
+  cp_async_commit();
+}
+__device__ __forceinline__ void load_v_g_beta(SharedStorage& s, Params const& p, int64_t t0,
+                                              int len, int hv, int tid) {
+  int const HV = p.problem.num_v_heads;
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
+      s.v, p.v + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
   load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
+  cp_async_commit();
+}
+__device__ __forceinline__ void load_k(SharedStorage& s, Params const& p, int64_t t0, int len,
+                                       int h, int tid) {
+  int const H = p.problem.num_qk_heads;
+  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.k, p.k + (t0 * H + h) * kHeadDim,
+                                                          int64_t{H} * kHeadDim, len, tid);
   cp_async_commit();
 }
 
@@ -631,14 +641,17 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
 
   int64_t const num_chunks = s.span.num_chunks();
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
-    {  // the chunk's tiles; E of the previous chunk under them
+    {  // the walk's first chunk's tiles (later ones load during the step before); E of the
+       // previous chunk
       SideHere const x = side_here(s, j);
-      if (j == num_chunks - 1) {  // the walk's first step: dO and A were not prefetched
+      if (j == num_chunks - 1) {
+        int const hk = x.hv / p.problem.group_size();
         load_dout(s, p, x.t0, x.len, x.hv, x.tid);
         load_a(s, p, x.t0, x.len, x.hv, x.tid);
+        load_q_h(s, p, x.t0, x.len, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
+        load_v_g_beta(s, p, x.t0, x.len, x.hv, x.tid);
+        load_k(s, p, x.t0, x.len, hk, x.tid);
       }
-      load_chunk(s, p, x.t0, x.len, read_here(s.span).slot0 + j, x.hv / p.problem.group_size(),
-                 x.hv, x.tid);
       if (x.warp == 0 && j + 1 < num_chunks)
         finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
     }
@@ -727,25 +740,44 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dk);
+      {  // E of this chunk runs under the next step's start: G is kept for it
+        SideHere const y = side_here(s, j);
+        if (y.warp == 0) {
+          s.g_prev[y.lane] = s.gcum[y.lane];
+          s.g_prev[y.lane + 32] = s.gcum[y.lane + 32];
+        }
+      }
+      // Q's and h's last readers are done (the column roles' before ChainFull; both side
+      // warpgroups' dq and these products, G's copy: the barrier): the next chunk's Q and h
+      named_barrier_sync(kSideGroup, kSideThreads);
+      if (j > 0) {
+        SideHere const y = side_here(s, j - 1);
+        load_q_h(s, p, y.t0, kChunk, read_here(s.span).slot0 + j - 1,
+                 y.hv / p.problem.group_size(), y.hv, y.tid);
+      }
       named_barrier_sync(kMFull, kThreads);
-      SideHere const y = side_here(s, j);
-      if (j > 0) load_a(s, p, y.t0 - kChunk, kChunk, y.hv, y.tid);  // A's readers (dL) are done
+      if (j > 0) {  // A's, V's (Zs), G's and beta's last readers are done (the column roles')
+        SideHere const y = side_here(s, j - 1);
+        load_a(s, p, y.t0, kChunk, y.hv, y.tid);
+        load_v_g_beta(s, p, y.t0, kChunk, y.hv, y.tid);
+      }
       wgmma_fence();
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
-                                              0, y.k0, dk);
-      warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
-                                              0, y.k0, dk);
+      {
+        int const k0 = side_here(s, j).k0;
+        warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m},
+                                                MNMajorTile<kHeadDim>{s.k}, 0, k0, dk);
+        warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
+                                                0, k0, dk);
+      }
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dk);
-      store_rows(p.dk, side_here(s, j), dk);
-    }
-    {  // E of this chunk runs under the next chunk's loads: G is kept for it
-      SideHere const x = side_here(s, j);
-      if (x.warp == 0) {
-        s.g_prev[x.lane] = s.gcum[x.lane];
-        s.g_prev[x.lane + 32] = s.gcum[x.lane + 32];
+      named_barrier_sync(kSideGroup, kSideThreads);  // K's last readers (these products) are done
+      if (j > 0) {
+        SideHere const y = side_here(s, j - 1);
+        load_k(s, p, y.t0, kChunk, y.hv / p.problem.group_size(), y.tid);
       }
+      store_rows(p.dk, side_here(s, j), dk);
     }
     named_barrier_sync(kStepDone, kThreads);
   }
