@@ -501,26 +501,27 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 // first step loads its chunk's tiles at its start (load_chunk); every later chunk's tiles load
 // during the step before, each as soon as its last reader there is done (side_role), so that a
 // step starts on tiles that have landed.
+// Rows t0 .. t0 + len - 1 of head `head` of a [BT, heads, kCols] tensor -> dst (blocked).
+template <int kCols>
+__device__ __forceinline__ void load_rows(bf16* dst, bf16 const* src, int64_t t0, int len,
+                                          int heads, int head, int tid) {
+  load_tile_blocked_async<kChunk, kCols, kSideThreads>(dst, src + (t0 * heads + head) * kCols,
+                                                       int64_t{heads} * kCols, len, tid);
+}
 __device__ __forceinline__ void load_dout(SharedStorage& s, Params const& p, int64_t t0, int len,
                                           int hv, int tid) {
-  int const HV = p.problem.num_v_heads;
-  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
-      s.dout, p.dout + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+  load_rows<kHeadDim>(s.dout, p.dout, t0, len, p.problem.num_v_heads, hv, tid);
   cp_async_commit();
 }
 __device__ __forceinline__ void load_a(SharedStorage& s, Params const& p, int64_t t0, int len,
                                        int hv, int tid) {
-  int const HV = p.problem.num_v_heads;
-  load_tile_blocked_async<kChunk, kChunk, kSideThreads>(s.a, p.a + (t0 * HV + hv) * kChunk,
-                                                        int64_t{HV} * kChunk, len, tid);
+  load_rows<kChunk>(s.a, p.a, t0, len, p.problem.num_v_heads, hv, tid);
   cp_async_commit();
 }
 __device__ __forceinline__ void load_q_h(SharedStorage& s, Params const& p, int64_t t0, int len,
                                          int64_t slot, int h, int hv, int tid) {
-  int const H = p.problem.num_qk_heads;
   int const HV = p.problem.num_v_heads;
-  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.q, p.q + (t0 * H + h) * kHeadDim,
-                                                          int64_t{H} * kHeadDim, len, tid);
+  load_rows<kHeadDim>(s.q, p.q, t0, len, p.problem.num_qk_heads, h, tid);
   load_tile_blocked_async<kHeadDim, kHeadDim, kSideThreads>(
       s.h, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim, tid);
   cp_async_commit();
@@ -528,16 +529,13 @@ __device__ __forceinline__ void load_q_h(SharedStorage& s, Params const& p, int6
 __device__ __forceinline__ void load_v_g_beta(SharedStorage& s, Params const& p, int64_t t0,
                                               int len, int hv, int tid) {
   int const HV = p.problem.num_v_heads;
-  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(
-      s.v, p.v + (t0 * HV + hv) * kHeadDim, int64_t{HV} * kHeadDim, len, tid);
+  load_rows<kHeadDim>(s.v, p.v, t0, len, HV, hv, tid);
   load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
   cp_async_commit();
 }
 __device__ __forceinline__ void load_k(SharedStorage& s, Params const& p, int64_t t0, int len,
                                        int h, int tid) {
-  int const H = p.problem.num_qk_heads;
-  load_tile_blocked_async<kChunk, kHeadDim, kSideThreads>(s.k, p.k + (t0 * H + h) * kHeadDim,
-                                                          int64_t{H} * kHeadDim, len, tid);
+  load_rows<kHeadDim>(s.k, p.k, t0, len, p.problem.num_qk_heads, h, tid);
   cp_async_commit();
 }
 
