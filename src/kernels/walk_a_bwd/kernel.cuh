@@ -38,18 +38,22 @@
 //   is the column roles' again, half of its columns each: it is what dk waits on, and the column
 //   roles are otherwise idle once the update is issued.
 // Per chunk, the hand-overs (named barriers, ids below):
-//   side:   loads, E of the previous chunk -> TilesFull; Q K^T, T, P -> GatesFull
+//   side:   (the walk's first chunk: its loads) E of the previous chunk; the chunk's tiles have
+//           landed -> TilesFull; Q K^T, T, P -> GatesFull
 //   column: bf16(dS) -> ds; [TilesFull] <dS, h>, eO; K h, K dS, dS = gamma dS + Q^T eO; R;
 //           [GatesFull] Delta = T R, <K dS, Delta>, Delta and ebar Delta -> DeltaFull;
 //           dDelta = ebar (K dS) + P^T dO -> PFree; Z, <Z, K h>, <Z, V>, Zs -> ChainFull;
 //           dS += K^T Zs, dv; [ColumnPair] dT, its gate sums, dA; Y; [ColumnPair] dL, K K^T,
 //           <dL K, K>, M -> MFull
 //   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] the next chunk's
-//           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [MFull] the next chunk's A;
-//           dk += M^T K + M K
-//   all:    StepDone (every tile's readers are done: the next chunk's other tiles may load)
-// Shared memory (~221 KB of tiles) holds one chunk. Row and column sums go through one slot per
-// warpgroup (or warp) and are added in ascending slot order (bitwise deterministic, no atomics).
+//           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [SideGroup] the next chunk's Q and
+//           h; [MFull] its A, V, G and beta; dk += M^T K + M K; [SideGroup] its K
+//   all:    StepDone (the chunk's row sums are complete: the next step's E may read them)
+// Every tile of the next chunk loads during this step as soon as its last reader is done, so a
+// step starts on tiles that have landed. Shared memory (~221 KB of tiles) holds one chunk. Row
+// and column sums go through one slot per warpgroup (or warp) and are added in ascending slot
+// order (bitwise deterministic, no atomics). With the h-walk's flags (Params::h_ready) the walk
+// runs beside the h-walk, each CTA waiting for its own h (walk_a_bwd_kernel).
 #pragma once
 
 #include <cuda_bf16.h>
