@@ -48,7 +48,8 @@
 //   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] the next chunk's
 //           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [SideGroup] the next chunk's Q and
 //           h; [MFull] its A, V, G and beta; dk += M^T K + M K; [SideGroup] its K
-//   all:    StepDone (the chunk's row sums are complete: the next step's E may read them)
+//   all:    StepDone (the side roles' dk has read ds: the column roles may store the next
+//           bf16(dS); every other tile of the next step is ordered by TilesFull)
 // Every tile of the next chunk loads during this step as soon as its last reader is done, so a
 // step starts on tiles that have landed. Shared memory (~221 KB of tiles) holds one chunk. Row
 // and column sums go through one slot per warpgroup (or warp) and are added in ascending slot
