@@ -219,6 +219,12 @@ TEST(EmulatedOp, EveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
   check_modes(Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}}, false);
 }
 
+// Documents of no tokens: their walks have no chunks, yet each h-walk still sets its flag (the
+// reverse walks wait on them) and dh0 = dht, the final state h0.
+TEST(EmulatedOp, EmptyDocumentsMatchTheFp64Reference) {
+  check_modes(Case{"docs 0,65,0,1 GVA 1/2", {0, 65, 0, 1}}, false);
+}
+
 // With the L2 norm the forward's q̂, k̂ stay in its workspace except in saved mode, so the
 // recompute and inverse backwards rerun qk_norm into theirs.
 TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
