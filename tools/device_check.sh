@@ -97,10 +97,12 @@ if [[ $stages == *" demo "* ]]; then
   python3 -m cake.demo 2>&1
 fi
 if [[ $stages == *" tests "* ]]; then
-  # One process per test function: a failure that breaks the CUDA context cannot hide the others.
+  # One process per test function: a failure that breaks the CUDA context cannot hide the others,
+  # and a hang (a reverse walk waiting on a flag that is never set) ends at the timeout, reported.
   for t in $(python3 -m pytest -q --collect-only tests/python/test_gpu_gdn.py -m "not slow" \
              2>/dev/null | grep "::" | sed 's/\[.*//' | sort -u); do
-    python3 -m pytest -q -rs "$t" 2>&1 | tail -25
+    timeout 300 python3 -m pytest -q -rs "$t" 2>&1 | tail -25
+    [ "${PIPESTATUS[0]}" = 124 ] && echo "$t: 1 failed (timed out after 300 s)"
   done | tee "$OUT/gpu_tests.log"
 fi
 if [[ $stages == *" profile "* ]]; then

@@ -134,6 +134,8 @@ CASES = {
     "beta_near_1": ([130], 1, 2, dict(beta_range=(1 - 2e-4, 1 - 1e-4)), True),
     "beta_bf16": ([500], 2, 4, dict(beta_dtype=torch.bfloat16), True),
     "workload_N": ([2049, 3001, 3142], 2, 6, {}, True),
+    # documents of no tokens: walks of no chunks (their h-walk flags still set, dh0 = dht)
+    "empty_documents": ([0, 65, 0, 1], 1, 2, {}, True),
     "workload_A_scaled": ([6144, 4096, 3584, 2560], 1, 3, {}, True),
     # many short documents (lengths 1..115, each twice) and one long: 41 documents, more than the
     # 32 that the state walks rank longest first
