@@ -228,7 +228,7 @@ __device__ __forceinline__ void gate_grad(float (&acc)[kGateCols / 2], bf16* x, 
 // ---- the column roles
 
 // A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
-// of document n, last to first.
+// of its document (s.span), last to first.
 __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, int wg) {
   int const HV = p.problem.num_v_heads;
   int const c0 = kStateHalf * wg;
@@ -503,9 +503,10 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 
 // The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
 // head h, value head hv), as cp.async groups; rows past the end are zero, except G's. The walk's
-// first step loads its chunk's tiles at its start (load_chunk); every later chunk's tiles load
-// during the step before, each as soon as its last reader there is done (side_role), so that a
-// step starts on tiles that have landed.
+// first step loads its chunk's tiles at its start; every later chunk's tiles load during the step
+// before, each group as soon as its tiles' last reader there is done (side_role), so that a step
+// starts on tiles that have landed.
+
 // Rows t0 .. t0 + len - 1 of head `head` of a [BT, heads, kCols] tensor -> dst (blocked).
 template <int kCols>
 __device__ __forceinline__ void load_rows(bf16* dst, bf16 const* src, int64_t t0, int len,
