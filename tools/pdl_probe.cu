@@ -1,15 +1,17 @@
 // Does a programmatic dependent launch (PDL) overlap its primary on the GPU at hand, and on which
 // streams? walk_a_bwd relies on it to start beside the h-walk (docs/perf-notes.md). A primary grid
 // whose block 0 runs ~20 ms and whose other blocks exit at once, every block calling
-// griddepcontrol.launch_dependents first; then a secondary (launched with programmatic stream
-// serialization) and an ordinary third kernel, each recording when it started. Prints, per
-// stream kind, whether the secondary started before the primary's end (overlap) and whether the
-// ordinary kernel waited for the primary.
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -o /tmp/pdl_probe tools/pdl_probe.cu
+// launch_dependents (ptx.cuh, as the h-walk does) first; then a secondary (launched with
+// programmatic stream serialization) and an ordinary third kernel, each recording when it
+// started. Prints, per stream kind, whether the secondary started before the primary's end
+// (overlap) and whether the ordinary kernel waited for the primary.
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -I src -o /tmp/pdl_probe tools/pdl_probe.cu
 //   /tmp/pdl_probe
 #include <cuda_runtime.h>
 
 #include <cstdio>
+
+#include "kernels/common/ptx.cuh"
 
 __device__ unsigned long long now_ns() {
   unsigned long long t;
@@ -18,7 +20,7 @@ __device__ unsigned long long now_ns() {
 }
 
 __global__ void primary(unsigned long long* t) {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  cake::kernels::launch_dependents();
   if (blockIdx.x != 0) return;
   unsigned long long const start = now_ns();
   while (now_ns() - start < 20000000ull) {

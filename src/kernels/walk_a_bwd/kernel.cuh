@@ -126,7 +126,7 @@ enum Barrier : int {
   kDeltaFull = 8,     // column -> side: bf16(Delta), bf16(ebar Delta), <K dS, Delta>
   kPFree = 9,         // column -> side: P^T dO done (P may be overwritten)
   kChainFull = 10,    // column -> side: bf16(dDelta), Zs (and the side roles' dq is done)
-  kStepDone = 11,     // everyone: the chunk's tiles are no longer read
+  kStepDone = 11,     // everyone: the side roles' dk has read ds (the next bf16(dS) may be stored)
   kColumnPair = 12,   // the two column warpgroups (256)
   kMFull = 13,        // column -> side: M (and A's readers are done)
 };
