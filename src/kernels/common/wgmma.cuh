@@ -89,6 +89,9 @@ struct KMajorTile {
   __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
     return wgmma_descriptor(p + blocked_offset<kCols>(mn0, k0), 128, kCols / 8 * 128);
   }
+  // desc(mn0, k0) - desc(mn0, 0) for k0 a multiple of 8: k0 / 8 core matrices of 128 bytes, in
+  // the descriptor's 16-byte units
+  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * 128 / 16; }
 };
 // MNMajorTile: rows are K, columns are M (or N). The operand at (mn0, k0): K rows k0..+15,
 // columns mn0...
@@ -99,6 +102,8 @@ struct MNMajorTile {
   __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
     return wgmma_descriptor(p + blocked_offset<kCols>(k0, mn0), kCols / 8 * 128, 128);
   }
+  // desc(mn0, k0) - desc(mn0, 0) for k0 a multiple of 8: k0 / 8 rows of kCols / 8 core matrices
+  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * (kCols / 8) * 128 / 16; }
 };
 
 // acc += A[m0 .. m0 + 63, 0 .. kKd) B[0 .. kKd, n0 .. n0 + kN) for this thread's warpgroup
@@ -112,14 +117,24 @@ __device__ __forceinline__ void warpgroup_mma_async(A const& a, B const& b, int 
                                                     float (&acc)[kN / 2]) {
   static_assert(kN == 32 || kN == 64 || kN == 128, "wgmma widths built: 32, 64, 128");
   static_assert(kKd % 16 == 0, "the reduction length must be a multiple of 16");
+  // The descriptors of the first k-step, then constant steps: the start address is the
+  // descriptor's low field (shared-memory byte address / 16, below 2^14), so adding a step never
+  // carries out of it. Formed per k-step, each descriptor cost ~7 instructions (address, shift,
+  // masks, moves to uniform registers) between the wgmma of a group (SASS of walk_a_bwd).
+  uint64_t const a0 = a.desc(m0, 0);
+  uint64_t const b0 = b.desc(n0, 0);
+  uint32_t const a_lo = static_cast<uint32_t>(a0), b_lo = static_cast<uint32_t>(b0);
+  uint64_t const a_hi = a0 >> 32 << 32, b_hi = b0 >> 32 << 32;
 #pragma unroll
   for (int k0 = 0; k0 < kKd; k0 += 16) {
+    uint64_t const da = a_hi | (a_lo + static_cast<uint32_t>(A::desc_step(k0)));
+    uint64_t const db = b_hi | (b_lo + static_cast<uint32_t>(B::desc_step(k0)));
     if constexpr (kN == 32)
-      wgmma_m64n32k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+      wgmma_m64n32k16_bf16<A::kTrans, B::kTrans>(acc, da, db);
     else if constexpr (kN == 64)
-      wgmma_m64n64k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+      wgmma_m64n64k16_bf16<A::kTrans, B::kTrans>(acc, da, db);
     else
-      wgmma_m64n128k16_bf16<A::kTrans, B::kTrans>(acc, a.desc(m0, k0), b.desc(n0, k0));
+      wgmma_m64n128k16_bf16<A::kTrans, B::kTrans>(acc, da, db);
   }
 }
 
