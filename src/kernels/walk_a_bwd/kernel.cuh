@@ -38,20 +38,22 @@
 //   is the column roles' again, half of its columns each: it is what dk waits on, and the column
 //   roles are otherwise idle once the update is issued.
 // Per chunk, the hand-overs (named barriers, ids below):
-//   side:   (the walk's first chunk: its loads) E of the previous chunk; the chunk's tiles have
-//           landed -> TilesFull; Q K^T, T, P -> GatesFull
+//   side:   (the walk's first chunk: its loads) E of the previous chunk; the chunk's tiles but
+//           A have landed -> TilesFull; Q K^T; A has landed; T, P -> GatesFull
 //   column: bf16(dS) -> ds; [TilesFull] <dS, h>, eO; K h, K dS, dS = gamma dS + Q^T eO; R;
 //           [GatesFull] Delta = T R, <K dS, Delta>, Delta and ebar Delta -> DeltaFull;
 //           dDelta = ebar (K dS) + P^T dO -> PFree; Z, <Z, K h>, <Z, V>, Zs -> ChainFull;
-//           dS += K^T Zs, dv; [ColumnPair] dT, its gate sums, dA; Y; [ColumnPair] dL, K K^T,
-//           <dL K, K>, M -> MFull
+//           dS += K^T Zs, dv; [ColumnPair] dT, its gate sums -> DdeltaFree; dA; Y;
+//           [ColumnPair] dL, K K^T, <dL K, K>, M -> MFull
 //   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] the next chunk's
 //           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [SideGroup] the next chunk's Q and
-//           h; [MFull] its A, V, G and beta; dk += M^T K + M K; [SideGroup] its K
+//           h; [DdeltaFree] its K (into dDelta's tile), V, G and beta; [MFull] its A;
+//           dk += M^T K + M K
 //   all:    StepDone (the side roles' dk has read ds: the column roles may store the next
 //           bf16(dS); every other tile of the next step is ordered by TilesFull)
 // Every tile of the next chunk loads during this step as soon as its last reader is done, so a
-// step starts on tiles that have landed. Shared memory (~221 KB of tiles) holds one chunk. Row
+// step starts on tiles that have landed. Shared memory (~221 KB of tiles) holds one chunk (and
+// K of the next, in the tile dDelta has left). Row
 // and column sums go through one slot per warpgroup (or warp) and are added in ascending slot
 // order (bitwise deterministic, no atomics). With the h-walk's flags (Params::h_ready) the walk
 // runs beside the h-walk, each CTA waiting for its own h (walk_a_bwd_kernel).
@@ -83,7 +85,10 @@ static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
 // One chunk's tiles (blocked, wgmma.cuh) and row sums; about 221 KB: one CTA per SM.
 struct SharedStorage {
   bf16 q[kChunk * kHeadDim];         // [64 x 128] Q
-  bf16 k[kChunk * kHeadDim];         // [64 x 128] K
+  // [2][64 x 128]: K of chunk j in kd[j % 2] (k_of); eO = s e dO, then bf16(dDelta), in the
+  // other one (ddelta_of), where K of chunk j - 1 lands once dT has read dDelta: so K loads
+  // a phase before the step's end, not after its last product (M K)
+  bf16 kd[2][kChunk * kHeadDim];
   bf16 v[kChunk * kHeadDim];         // [64 x 128] V; then Zs = -beta e Z
   bf16 dout[kChunk * kHeadDim];      // [64 x 128] dO
   bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state
@@ -94,7 +99,6 @@ struct SharedStorage {
   bf16 r[kChunk * kHeadDim];         // [64 x 128] R; then M [64 x 64]
   bf16 delta[kChunk * kHeadDim];     // [64 x 128] bf16(Delta)
   bf16 delta_eb[kChunk * kHeadDim];  // [64 x 128] eO's low part (eo_split); then bf16(ebar Delta)
-  bf16 ddelta[kChunk * kHeadDim];    // [64 x 128] eO = s e dO; then bf16(dDelta)
   float gcum[kChunk];                // G; rows past the end repeat G of the last token
   float g_prev[kChunk];              // the previous chunk's G, for its E
   float beta[kChunk];                // beta; 0 past the end
@@ -116,6 +120,8 @@ struct SharedStorage {
   WalkRef walk;
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
+__device__ __forceinline__ bf16* k_of(SharedStorage& s, int64_t j) { return s.kd[j & 1]; }
+__device__ __forceinline__ bf16* ddelta_of(SharedStorage& s, int64_t j) { return s.kd[~j & 1]; }
 
 // Named barriers (0 is __syncthreads, unused here).
 enum Barrier : int {
@@ -129,6 +135,7 @@ enum Barrier : int {
   kStepDone = 11,     // everyone: the side roles' dk has read ds (the next bf16(dS) may be stored)
   kColumnPair = 12,   // the two column warpgroups (256)
   kMFull = 13,        // column -> side: M (and A's readers are done)
+  kDdeltaFree = 14,   // column -> side: dT has read dDelta, its gate sums G (K, V, G, beta may load)
 };
 
 // The bf16 pair at element offset `at` of a tile (for_each_blocked_pair's offsets).
@@ -291,7 +298,7 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
           float const se = scale * (half == 0 ? e_lo : e_hi);
           float2 const d = ld_pair(s.dout, at);
           __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
-          *reinterpret_cast<__nv_bfloat162*>(s.ddelta + at) = eo;
+          *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + at) = eo;
           if (eo_split) {
             float2 const hi = __bfloat1622float2(eo);
             st_pair(s.delta_eb, at, se * d.x - hi.x, se * d.y - hi.y);
@@ -312,13 +319,13 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
                                               MNMajorTile<kHeadDim>{s.h}, 0, c0, kh);
     wgmma_commit();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.k},
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
                                               MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
-      bf16 const* const eo = part == 0 ? s.ddelta : s.delta_eb;
+      bf16 const* const eo = part == 0 ? ddelta_of(s, j) : s.delta_eb;
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
                                               0, c0, ds.lo);
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
@@ -383,7 +390,7 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kds, [&](int, int, int at, float& x0,
                                                               float& x1) {
       __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
-      *reinterpret_cast<__nv_bfloat162*>(s.ddelta + at) = d;
+      *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + at) = d;
       float2 const df = __bfloat1622float2(d);
       x0 -= df.x;
       x1 -= df.y;
@@ -391,8 +398,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
     float(&z)[kStateHalf / 2] = kds;  // Z = T^T dDelta
-    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.ddelta}, 0,
-                                      c0, z);
+    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.t},
+                                      MNMajorTile<kHeadDim>{ddelta_of(s, j)}, 0, c0, z);
     {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
        // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
        // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); Zs = -beta e Z -> v (this
@@ -417,10 +424,10 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
-                                            0, c0, ds.lo);
-    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.k}, MNMajorTile<kHeadDim>{s.v},
-                                            kStateHalf, c0, ds.hi);
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k_of(s, j)},
+                                            MNMajorTile<kHeadDim>{s.v}, 0, c0, ds.lo);
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k_of(s, j)},
+                                            MNMajorTile<kHeadDim>{s.v}, kStateHalf, c0, ds.hi);
     wgmma_commit();
     if (p.dv != nullptr) {
       bf16* const dv = p.dv + (t0 * HV + read_here(s.walk).hv) * kHeadDim;
@@ -441,10 +448,11 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of dDelta; every reader of T (Z) done
     {  // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t
       float dt[kGateCols / 2] = {};
-      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.ddelta}, KMajorTile<kHeadDim>{s.r},
-                                         0, n0, dt);
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{ddelta_of(s, j)},
+                                         KMajorTile<kHeadDim>{s.r}, 0, n0, dt);
       gate_grad(dt, s.t, 1.f, s.gcum, s.gate_row_t, s.gate_col_t, n0, wg);
     }
+    named_barrier_arrive(kDdeltaFree, kThreads);
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);  // this warpgroup's columns of dA
     {  // Y = A^T dA -> t, over dA's columns once the product has read them (they are this
@@ -467,8 +475,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       wgmma_fence();
       warpgroup_mma_async<kGateCols, kChunk>(KMajorTile<kChunk>{s.t}, KMajorTile<kChunk>{s.a}, 0,
                                              n0, dl);
-      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.k},
-                                               KMajorTile<kHeadDim>{s.k}, 0, n0, kk);
+      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
+                                               KMajorTile<kHeadDim>{k_of(s, j)}, 0, n0, kk);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dl);
@@ -539,9 +547,9 @@ __device__ __forceinline__ void load_v_g_beta(SharedStorage& s, Params const& p,
   load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
   cp_async_commit();
 }
-__device__ __forceinline__ void load_k(SharedStorage& s, Params const& p, int64_t t0, int len,
-                                       int h, int tid) {
-  load_rows<kHeadDim>(s.k, p.k, t0, len, p.problem.num_qk_heads, h, tid);
+__device__ __forceinline__ void load_k(bf16* k, Params const& p, int64_t t0, int len, int h,
+                                       int tid) {
+  load_rows<kHeadDim>(k, p.k, t0, len, p.problem.num_qk_heads, h, tid);
   cp_async_commit();
 }
 
@@ -654,12 +662,16 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
         load_a(s, p, x.t0, x.len, x.hv, x.tid);
         load_q_h(s, p, x.t0, x.len, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
         load_v_g_beta(s, p, x.t0, x.len, x.hv, x.tid);
-        load_k(s, p, x.t0, x.len, hk, x.tid);
+        load_k(k_of(s, j), p, x.t0, x.len, hk, x.tid);
       }
       if (x.warp == 0 && j + 1 < num_chunks)
         finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
     }
-    cp_async_wait<0>();
+    // every tile but A (loaded last, after MFull: its first reader is T below)
+    if (j == num_chunks - 1)
+      cp_async_wait<0>();
+    else
+      cp_async_wait<1>();
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);  // also: E is done with the row sums
     named_barrier_arrive(kTilesFull, kThreads);
@@ -670,8 +682,11 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       fence_accumulators(qk);
       wgmma_fence();
       warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.q},
-                                               KMajorTile<kHeadDim>{s.k}, 0, x.n0, qk);
+                                               KMajorTile<kHeadDim>{k_of(s, j)}, 0, x.n0, qk);
       wgmma_commit();
+      cp_async_wait<0>();  // A
+      fence_proxy_async_shared();
+      named_barrier_sync(kSideGroup, kSideThreads);
       // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
       for (int w = x.tid; w < kChunk * kChunk / 2; w += kSideThreads) {
         int const core = w / 32;
@@ -719,8 +734,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
         x0 *= se;
         x1 *= se;
       });
-      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.k}, 0,
-                                        x.k0, dq);
+      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{k_of(s, j)},
+                                        0, x.k0, dq);
       store_rows(p.dq, side_here(s, j), dq);
     }
 
@@ -759,28 +774,31 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
         load_q_h(s, p, y.t0, kChunk, read_here(s.span).slot0 + j - 1,
                  y.hv / p.problem.group_size(), y.hv, y.tid);
       }
+      // dDelta's last reader (dT) is done: the next chunk's K into its tile; V's (Zs), G's and
+      // beta's last readers are done (the column roles' K^T Zs and dT's gate sums, both side
+      // warpgroups' Zs h^T): its V, G and beta
+      named_barrier_sync(kDdeltaFree, kThreads);
+      if (j > 0) {
+        SideHere const y = side_here(s, j - 1);
+        load_k(k_of(s, j - 1), p, y.t0, kChunk, y.hv / p.problem.group_size(), y.tid);
+        load_v_g_beta(s, p, y.t0, kChunk, y.hv, y.tid);
+      }
       named_barrier_sync(kMFull, kThreads);
-      if (j > 0) {  // A's, V's (Zs), G's and beta's last readers are done (the column roles')
+      if (j > 0) {  // A's last readers are done (the column roles' Y and dL): the next chunk's A
         SideHere const y = side_here(s, j - 1);
         load_a(s, p, y.t0, kChunk, y.hv, y.tid);
-        load_v_g_beta(s, p, y.t0, kChunk, y.hv, y.tid);
       }
       wgmma_fence();
       {
         int const k0 = side_here(s, j).k0;
         warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m},
-                                                MNMajorTile<kHeadDim>{s.k}, 0, k0, dk);
-        warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m}, MNMajorTile<kHeadDim>{s.k},
-                                                0, k0, dk);
+                                                MNMajorTile<kHeadDim>{k_of(s, j)}, 0, k0, dk);
+        warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m},
+                                                MNMajorTile<kHeadDim>{k_of(s, j)}, 0, k0, dk);
       }
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dk);
-      named_barrier_sync(kSideGroup, kSideThreads);  // K's last readers (these products) are done
-      if (j > 0) {
-        SideHere const y = side_here(s, j - 1);
-        load_k(s, p, y.t0, kChunk, y.hv / p.problem.group_size(), y.tid);
-      }
       store_rows(p.dk, side_here(s, j), dk);
     }
     named_barrier_sync(kStepDone, kThreads);
