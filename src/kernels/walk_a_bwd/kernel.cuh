@@ -38,10 +38,11 @@
 //   is the column roles' again, half of its columns each: it is what dk waits on, and the column
 //   roles are otherwise idle once the update is issued.
 // Per chunk, the hand-overs (named barriers, ids below):
-//   side:   (the walk's first chunk: its loads) E of the previous chunk; the chunk's tiles but
-//           A have landed -> TilesFull; Q K^T; A has landed; T, P -> GatesFull
+//   side:   (the walk's first chunk: its loads) the chunk's tiles but A have landed ->
+//           TilesFull; E of the previous chunk (one warp); Q K^T; A has landed; T, P -> GatesFull
 //   column: bf16(dS) -> ds; [TilesFull] <dS, h>, eO; K h, K dS, dS = gamma dS + Q^T eO; R;
-//           [GatesFull] Delta = T R, <K dS, Delta>, Delta and ebar Delta -> DeltaFull;
+//           [GatesFull] <dS, h> -> dsh; Delta = T R, <K dS, Delta>, Delta and ebar Delta
+//           -> DeltaFull;
 //           dDelta = ebar (K dS) + P^T dO -> PFree; Z, <Z, K h>, <Z, V>, Zs -> ChainFull;
 //           dS += K^T Zs, dv; [ColumnPair] dT, its gate sums -> DdeltaFree; dA; Y;
 //           [ColumnPair] dL, K K^T, <dL K, K>, M -> MFull
@@ -135,7 +136,7 @@ enum Barrier : int {
   kStepDone = 11,     // everyone: the side roles' dk has read ds (the next bf16(dS) may be stored)
   kColumnPair = 12,   // the two column warpgroups (256)
   kMFull = 13,        // column -> side: M (and A's readers are done)
-  kDdeltaFree = 14,   // column -> side: dT has read dDelta, its gate sums G (K, V, G, beta may load)
+  kDdeltaFree = 14,   // column -> side: dT has read dDelta and G (K, V, G and beta may load)
 };
 
 // The bf16 pair at element offset `at` of a tile (for_each_blocked_pair's offsets).
@@ -277,15 +278,14 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     float const b_hi = s.beta[row_hi];
     auto const by_row = [&](int r, float lo, float hi) { return r == row_lo ? lo : hi; };
 
-    {  // <dS, h> over this warpgroup's share (dS as it enters the chunk)
-      float acc = 0.f;
-      for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
-        float2 const hh = ld_pair(s.h, at);
-        acc += x0 * hh.x + x1 * hh.y;
-      });
-      for (int d = 16; d > 0; d /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, d);
-      if (lane == 0) s.dsh[warp] = acc;
-    }
+    // <dS, h> over this warpgroup's share (dS as it enters the chunk); stored after GatesFull,
+    // once the side roles' E of the previous chunk has read the slot
+    float dsh = 0.f;
+    for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
+      float2 const hh = ld_pair(s.h, at);
+      dsh += x0 * hh.x + x1 * hh.y;
+    });
+    for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
     {
@@ -347,7 +347,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(kds);
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
-    named_barrier_sync(kGatesFull, kThreads);  // T, P; also R's columns of this warpgroup
+    named_barrier_sync(kGatesFull, kThreads);  // T, P, E's reads; also R's columns here
+    if (lane == 0) s.dsh[warp] = dsh;
 
     // Delta = T R in two [64 x 32] halves (registers: a column warpgroup holds dS, Rt and K dS):
     // <K dS, Delta> by rows (both fp32), bf16(Delta) -> delta, bf16(ebar Delta) -> delta_eb
@@ -555,7 +556,7 @@ __device__ __forceinline__ void load_k(bf16* k, Params const& p, int64_t t0, int
 
 // E (one warp; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
 // reverse cumsum dg from the chunk's row sums and G (g_prev), which stay in shared memory until
-// the next chunk's TilesFull.
+// the next chunk's GatesFull.
 __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const& p, int64_t t0,
                                             int len, int hv) {
   int const lane = threadIdx.x % 32;
@@ -653,8 +654,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
 
   int64_t const num_chunks = s.span.num_chunks();
   for (int64_t j = num_chunks - 1; j >= 0; --j) {
-    {  // the walk's first chunk's tiles (later ones load during the step before); E of the
-       // previous chunk
+    {  // the walk's first chunk's tiles (later ones load during the step before)
       SideHere const x = side_here(s, j);
       if (j == num_chunks - 1) {
         int const hk = x.hv / p.problem.group_size();
@@ -664,8 +664,6 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
         load_v_g_beta(s, p, x.t0, x.len, x.hv, x.tid);
         load_k(k_of(s, j), p, x.t0, x.len, hk, x.tid);
       }
-      if (x.warp == 0 && j + 1 < num_chunks)
-        finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
     }
     // every tile but A (loaded last, after MFull: its first reader is T below)
     if (j == num_chunks - 1)
@@ -673,8 +671,14 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
     else
       cp_async_wait<1>();
     fence_proxy_async_shared();
-    named_barrier_sync(kSideGroup, kSideThreads);  // also: E is done with the row sums
+    named_barrier_sync(kSideGroup, kSideThreads);
     named_barrier_arrive(kTilesFull, kThreads);
+    // E of the previous chunk (warp 0) under the column roles' first phase: the row sums it
+    // reads are written again after GatesFull (the column roles' <dS, h> waits for it too)
+    if (j + 1 < num_chunks) {
+      SideHere const x = side_here(s, j);
+      if (x.warp == 0) finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
+    }
 
     {  // Q K^T on this warpgroup's columns, under T's gates
       SideHere const x = side_here(s, j);
