@@ -48,16 +48,16 @@
 //           [ColumnPair] dL, K K^T, <dL K, K>, M -> MFull
 //   side:   [DeltaFull] dP; [PFree] its gate sums, dQK -> p; dq; [ChainFull] the next chunk's
 //           dO; dk = Zs h^T + dQK^T Q + ebar (Delta dS^T); [SideGroup] the next chunk's Q and
-//           h; [DdeltaFree] its K (into dDelta's tile), V, G and beta; [MFull] its A;
-//           dk += M^T K + M K
-//   all:    StepDone (the side roles' dk has read ds: the column roles may store the next
-//           bf16(dS); every other tile of the next step is ordered by TilesFull)
+//           h; [DdeltaFree] its K (into dDelta's tile), V, G and beta; [MFull] dk += M^T K + M K,
+//           under its A; dk stored
+//   side -> column: StepDone once dk's first products have read ds (the column roles may store
+//           the next bf16(dS); every other tile of the next step is ordered by TilesFull)
 // Every tile of the next chunk loads during this step as soon as its last reader is done, so a
 // step starts on tiles that have landed. Shared memory (~221 KB of tiles) holds one chunk (and
-// K of the next, in the tile dDelta has left). Row
-// and column sums go through one slot per warpgroup (or warp) and are added in ascending slot
-// order (bitwise deterministic, no atomics). With the h-walk's flags (Params::h_ready) the walk
-// runs beside the h-walk, each CTA waiting for its own h (walk_a_bwd_kernel).
+// K of the next, in the tile dDelta has left). Row and column sums go through one slot per
+// warpgroup (or warp) and are added in ascending slot order (bitwise deterministic, no atomics).
+// With the h-walk's flags (Params::h_ready) the walk runs beside the h-walk, each CTA waiting for
+// its own h (walk_a_bwd_kernel).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -133,7 +133,7 @@ enum Barrier : int {
   kDeltaFull = 8,     // column -> side: bf16(Delta), bf16(ebar Delta), <K dS, Delta>
   kPFree = 9,         // column -> side: P^T dO done (P may be overwritten)
   kChainFull = 10,    // column -> side: bf16(dDelta), Zs (and the side roles' dq is done)
-  kStepDone = 11,     // everyone: the side roles' dk has read ds (the next bf16(dS) may be stored)
+  kStepDone = 11,     // side -> column: dk has read ds (the next bf16(dS) may be stored)
   kColumnPair = 12,   // the two column warpgroups (256)
   kMFull = 13,        // column -> side: M (and A's readers are done)
   kDdeltaFree = 14,   // column -> side: dT has read dDelta and G (K, V, G and beta may load)
@@ -430,14 +430,19 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k_of(s, j)},
                                             MNMajorTile<kHeadDim>{s.v}, kStateHalf, c0, ds.hi);
     wgmma_commit();
-    if (p.dv != nullptr) {
-      bf16* const dv = p.dv + (t0 * HV + read_here(s.walk).hv) * kHeadDim;
-      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
-        float const b = by_row(r, b_lo, b_hi);
-        if (r < len)
-          *reinterpret_cast<__nv_bfloat162*>(dv + r * v_stride + c) =
-              __floats2bfloat162_rn(b * x0, b * x1);
-      });
+    if (p.dv != nullptr) {  // one address per row, as the side roles' store_rows
+      bf16* const lo = p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 +
+                       2 * (lane % 4);
+      bf16* const hi = lo + 8 * v_stride;
+#pragma unroll
+      for (int jb = 0; jb < kStateHalf / 8; ++jb) {
+        if (row_lo < len)
+          *reinterpret_cast<__nv_bfloat162*>(lo + 8 * jb) =
+              __floats2bfloat162_rn(b_lo * z[4 * jb], b_lo * z[4 * jb + 1]);
+        if (row_hi < len)
+          *reinterpret_cast<__nv_bfloat162*>(hi + 8 * jb) =
+              __floats2bfloat162_rn(b_hi * z[4 * jb + 2], b_hi * z[4 * jb + 3]);
+      }
     }
     wgmma_wait<0>();
     fence_accumulators(ds.lo);
@@ -644,12 +649,24 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
-  // acc's rows of chunk j (columns k0 ..) -> out's rows (dq, dk; fp32 [BT, HV, K])
+  // acc's rows of chunk j (columns k0 ..) -> out's rows (dq, dk; fp32 [BT, HV, K]), from one
+  // address per row (for_each_wgmma_pair's rows r_lo and r_lo + 8) with the column blocks at
+  // constant offsets: with an address formed per store, the 80 registers kept one or two, and
+  // each store waited for the one before to read its address (Nsight Compute, v17: dk's stores
+  // were the side roles' longest phase after MFull, which the column roles waited for)
   auto const store_rows = [&](float* out, SideHere const& x, float(&acc)[kStateHalf / 2]) {
-    out += (x.t0 * HV + x.hv) * kHeadDim;
-    for_each_wgmma_pair<kStateHalf>(0, x.k0, acc, [&](int r, int c, float& x0, float& x1) {
-      if (r < x.len) *reinterpret_cast<float2*>(out + r * v_stride + c) = make_float2(x0, x1);
-    });
+    float* const lo =
+        out + ((x.t0 + x.row_lo) * HV + x.hv) * kHeadDim + x.k0 + 2 * (x.lane % 4);
+    float* const hi = lo + 8 * v_stride;
+    bool const lo_ok = x.row_lo < x.len;
+    bool const hi_ok = x.row_lo + 8 < x.len;
+#pragma unroll
+    for (int jb = 0; jb < kStateHalf / 8; ++jb) {
+      if (lo_ok)
+        *reinterpret_cast<float2*>(lo + 8 * jb) = make_float2(acc[4 * jb], acc[4 * jb + 1]);
+      if (hi_ok)
+        *reinterpret_cast<float2*>(hi + 8 * jb) = make_float2(acc[4 * jb + 2], acc[4 * jb + 3]);
+    }
   };
 
   int64_t const num_chunks = s.span.num_chunks();
@@ -763,6 +780,9 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dk);
+      // ds's last reader is done: the column roles may store the next bf16(dS) once they are
+      // through this step (they need nothing else from the side roles before TilesFull)
+      named_barrier_arrive(kStepDone, kThreads);
       {  // E of this chunk runs under the next step's start: G is kept for it
         SideHere const y = side_here(s, j);
         if (y.warp == 0) {
@@ -788,10 +808,6 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
         load_v_g_beta(s, p, y.t0, kChunk, y.hv, y.tid);
       }
       named_barrier_sync(kMFull, kThreads);
-      if (j > 0) {  // A's last readers are done (the column roles' Y and dL): the next chunk's A
-        SideHere const y = side_here(s, j - 1);
-        load_a(s, p, y.t0, kChunk, y.hv, y.tid);
-      }
       wgmma_fence();
       {
         int const k0 = side_here(s, j).k0;
@@ -801,11 +817,14 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
                                                 MNMajorTile<kHeadDim>{k_of(s, j)}, 0, k0, dk);
       }
       wgmma_commit();
+      if (j > 0) {  // A's last readers are done (the column roles' Y and dL): the next chunk's A
+        SideHere const y = side_here(s, j - 1);
+        load_a(s, p, y.t0, kChunk, y.hv, y.tid);
+      }
       wgmma_wait<0>();
       fence_accumulators(dk);
       store_rows(p.dk, side_here(s, j), dk);
     }
-    named_barrier_sync(kStepDone, kThreads);
   }
   if (threadIdx.x % kSideThreads < 32 && num_chunks > 0)  // warp 0
     finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv);
