@@ -42,32 +42,36 @@ inline constexpr int kNext8Rows = kCols / 8 * 64;
 
 // dst (blocked, kRows x kCols) <- src[r * row_stride + c], rows at or past `valid` zero-filled;
 // 16-byte cp.async copies, all in flight. Asynchronous: cp_async_wait, fence_proxy_async_shared
-// (the wgmma reads through the async proxy), then a barrier. A warp takes 4 column vectors of the
-// 8 rows of a core-matrix row, a quarter-warp 4 rows x 32 contiguous bytes (measured on the H200
-// at workload A: the copies fetch twice the ideal L2 sectors and fill shared memory one wavefront
-// per sector, with this mapping as with one core matrix per quarter-warp; TMA is the way out). A
-// thread copies the same columns of rows r0, r0 + kStep, ...: its shared-memory offsets differ by
-// constants (no address register per copy). tid: this thread's index among the kThreads that
-// copy (a warpgroup role passes its own numbering).
+// (the wgmma reads through the async proxy), then a barrier. A row is copied by kThreads / kRows
+// threads (one where there are fewer threads than rows, over several passes), thread q of them
+// taking the row's vectors q, q + kThreads / kRows, ..., so that
+// - its global and shared-memory addresses are one base each plus constants per pass (with an
+//   address per copy, the copies' addresses took registers the roles did not have, and each
+//   copy waited for the one before to read its address: Nsight Compute at workload A, v17);
+// - a warp's copy of one vector index reads whole 32-byte sectors (a row's threads take adjacent
+//   vectors) and writes whole 128-byte core-matrix rows of shared memory.
+// tid: this thread's index among the kThreads that copy (a warpgroup role passes its own
+// numbering).
 template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
                                                         __nv_bfloat16 const* src,
                                                         int64_t row_stride, int valid, int tid) {
   constexpr int kVecs = kCols / 8;
-  constexpr int kStep = kThreads / kVecs;  // rows per round of copies
-  static_assert(kVecs % 4 == 0 && kThreads % kVecs == 0 && kStep % 8 == 0 && kRows % kStep == 0,
-                "the tile must split into rounds of whole core-matrix rows, 4 vectors per warp");
-  int const lane = tid % 32;
-  int const quarter = lane / 8;
-  int const r0 = tid / (8 * kVecs) * 8 + quarter / 2 * 4 + lane % 8 / 2;
-  int const c = (tid % (8 * kVecs) / 32 * 4 + quarter % 2 * 2 + lane % 2) * 8;
-  __nv_bfloat16* const d = dst + blocked_offset<kCols>(r0, c);
-  __nv_bfloat16 const* const s = src + r0 * row_stride + c;
+  constexpr int kRowThreads = kThreads >= kRows ? kThreads / kRows : 1;
+  constexpr int kPassRows = kThreads / kRowThreads;
+  static_assert(kThreads % kRowThreads == 0 && kVecs % kRowThreads == 0 &&
+                    kRows % kPassRows == 0 && kPassRows % 8 == 0,
+                "each thread copies whole vectors of one row per pass, a pass whole core matrices");
+  int const q = tid % kRowThreads;
 #pragma unroll
-  for (int it = 0; it < kRows / kStep; ++it) {
-    bool const ok = r0 + it * kStep < valid;
-    cp_async_16(d + it * (kStep / 8) * kNext8Rows<kCols>, ok ? s + it * kStep * row_stride : src,
-                ok);
+  for (int pass = 0; pass < kRows / kPassRows; ++pass) {
+    int const r = tid / kRowThreads + pass * kPassRows;
+    bool const ok = r < valid;
+    __nv_bfloat16* const d = dst + blocked_offset<kCols>(r, 8 * q);
+    __nv_bfloat16 const* const s = ok ? src + r * row_stride + 8 * q : src;
+#pragma unroll
+    for (int v = 0; v < kVecs / kRowThreads; ++v)
+      cp_async_16(d + v * kRowThreads * kNext8Cols, s + v * kRowThreads * 8, ok);
   }
 }
 
