@@ -10,7 +10,8 @@
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on failure; "profile" adds Nsight Compute on one forward +
 # backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
 # CAKE_STALL_KERNELS') stall reasons at workload A
-# (Nsight Compute on the C++ check). Without a build there when tools/stage_device.sh
+# (Nsight Compute on the C++ check); "sources" where their warps wait, per instruction
+# (tools/stall_sources.py). Without a build there when tools/stage_device.sh
 # has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -123,6 +124,18 @@ if [[ $stages == *" stalls "* ]]; then
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$check" --once > "$OUT/ncu_stalls.txt" 2>&1
   tail -3 "$OUT/ncu_stalls.txt"
+fi
+if [[ $stages == *" sources "* ]]; then
+  # Where the walks' warps wait, per SASS instruction (warp-stall sampling), at workload A: the
+  # source page as CSV (xz) for tools/stall_sources.py, and its summary. This is how the
+  # backward's v18 gain was found: the column roles waited 21 % of their time at StepDone for
+  # the side roles' dk stores (docs/perf-notes.md).
+  ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-walk_a_fwd|walk_a_bwd})" \
+    --launch-count 3 --section SourceCounters --section WarpStateStats --import-source yes \
+    -o /tmp/sources "$check" --once > "$OUT/ncu_sources.txt" 2>&1
+  ncu -i /tmp/sources.ncu-rep --page source --csv --print-source sass > /tmp/sources_sass.csv
+  xz -6 -c /tmp/sources_sass.csv > "$OUT/sources_sass.csv.xz"
+  python3 tools/stall_sources.py /tmp/sources_sass.csv --top 20 | tee "$OUT/stall_sources.txt"
 fi
 if [[ $stages == *" accuracy "* ]]; then
   python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} \
