@@ -62,7 +62,8 @@ def report(name, header, rows, top):
             waits[j] += by_reason[i]["barrier"]
     print("  barrier waits, charged to the barrier before (offset, samples, share, instruction):")
     for j, n in waits.most_common(top // 2):
-        print(f"    {offset[j]:#07x} {n:8d} {100 * n / total:5.1f}%  {sass[j][:60] if j >= 0 else '?'}")
+        where = sass[j][:60] if j >= 0 else "?"
+        print(f"    {offset[j]:#07x} {n:8d} {100 * n / total:5.1f}%  {where}")
 
 
 def main():

@@ -1,4 +1,4 @@
-"""tools/stall_sources.py on a small source page: barrier waits are charged to the barrier before."""
+"""tools/stall_sources.py on a small source page: barrier waits charged to the barrier before."""
 
 import importlib.util
 import pathlib
