@@ -72,7 +72,12 @@ def main():
     ap.add_argument("--kernel", default="", help="a substring of the kernels' names")
     ap.add_argument("--top", type=int, default=30)
     args = ap.parse_args()
-    found = [k for k in kernels(args.csv) if args.kernel in k[0]]
+    found, seen = [], set()
+    for name, header, rows in kernels(args.csv):
+        key = (name, rows[0][0] if rows else None)  # ncu can print a kernel's page twice
+        if args.kernel in name and key not in seen:
+            seen.add(key)
+            found.append((name, header, rows))
     if not found:
         sys.exit(f"no kernel matching {args.kernel!r} in {args.csv}")
     for name, header, rows in found:
