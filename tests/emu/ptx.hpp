@@ -145,24 +145,17 @@ inline void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (&a)[4], uint32_t con
   std::memcpy(d, out.d, sizeof out.d);
 }
 
-// The copies complete at once; commit has nothing to do, and the wait is a preemption point (the
-// other threads may run between a thread's copies and what it does once they landed).
+// cp.async lands late (emu::cp_async_issue): at the wait_group that completes its group.
 inline void cp_async_16(void* smem, void const* gmem, bool valid) {
-  if (valid)
-    std::memcpy(smem, gmem, 16);
-  else
-    std::memset(smem, 0, 16);
+  emu::cp_async_issue(smem, gmem, 16, valid);
 }
 inline void cp_async_4(void* smem, void const* gmem, bool valid) {
-  if (valid)
-    std::memcpy(smem, gmem, 4);
-  else
-    std::memset(smem, 0, 4);
+  emu::cp_async_issue(smem, gmem, 4, valid);
 }
-inline void cp_async_commit() {}
+inline void cp_async_commit() { emu::cp_async_commit_group(); }
 template <int kPending>
 void cp_async_wait() {
-  emu::preemption_point();
+  emu::cp_async_wait_group(kPending);
 }
 
 namespace emu_detail {

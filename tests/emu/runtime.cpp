@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <random>
 #include <stdexcept>
@@ -64,6 +65,13 @@ constexpr int kMaxThreads = 1024;     // CUDA's largest block: 32 warps, one bit
 constexpr size_t kStaggerBytes = 64;
 constexpr int kStaggers = 4096 / kStaggerBytes;
 
+// A cp.async copy in flight: its source's bytes, read at issue, and where they land.
+struct CpAsyncCopy {
+  char* dst = nullptr;
+  int bytes = 0;
+  char data[16] = {};
+};
+
 // A fiber waits by leaving the ready set; what it waits for (a meeting, a barrier) puts it back
 // when it passes, so that picking the next fiber never polls the waiting ones.
 struct Fiber {
@@ -72,6 +80,10 @@ struct Fiber {
   Dim3 thread_idx;
   bool done = false;
   size_t points = 0;  // preemption points passed (Order::kPriority)
+  // cp.async (cp_async_issue): the copies issued since the last commit, and the committed
+  // groups not yet waited for, oldest first
+  std::vector<CpAsyncCopy> open_copies;
+  std::deque<std::vector<CpAsyncCopy>> copy_groups;
 };
 
 // A collective of `threads` threads (a warp or a warpgroup): each contributes its input at
@@ -400,6 +412,8 @@ void run_block() {
     Fiber& f = b.fibers[t];
     f.done = false;
     f.points = 0;
+    f.open_copies.clear();
+    f.copy_groups.clear();
     f.thread_idx = Dim3{t % b.block_dim.x, t / b.block_dim.x % b.block_dim.y,
                         t / (b.block_dim.x * b.block_dim.y)};
     f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes - t % kStaggers * kStaggerBytes);
@@ -625,6 +639,32 @@ void warpgroup_meet_bytes(void const* in, size_t in_size, void* out, size_t out_
                              " threads, not whole warpgroups of 128");
   meet(b.warpgroups[tid / 128], 128, tid % 128, "warpgroup", tid / 128, in, in_size, out, out_size,
        op, tag);
+}
+
+void cp_async_issue(void* smem, void const* gmem, int bytes, bool valid) {
+  if (bytes <= 0 || bytes > 16) throw std::logic_error("emulator: cp.async copies 4 to 16 bytes");
+  shared_address(smem);  // throws unless the destination is in the block's shared memory
+  CpAsyncCopy c;
+  c.dst = static_cast<char*>(smem);
+  c.bytes = bytes;
+  if (valid) std::memcpy(c.data, gmem, bytes);  // src-size 0 (invalid) lands zeros
+  std::memset(c.dst, 0xff, bytes);
+  g_block->current->open_copies.push_back(c);
+}
+
+void cp_async_commit_group() {
+  Fiber& f = *g_block->current;
+  f.copy_groups.push_back(std::move(f.open_copies));
+  f.open_copies.clear();
+}
+
+void cp_async_wait_group(int pending) {
+  Fiber& f = *g_block->current;
+  while (f.copy_groups.size() > static_cast<size_t>(pending)) {
+    for (CpAsyncCopy const& c : f.copy_groups.front()) std::memcpy(c.dst, c.data, c.bytes);
+    f.copy_groups.pop_front();
+  }
+  preemption_point();
 }
 
 std::shared_ptr<void>& warpgroup_async_state() { return g_block->async_state[current_tid() / 128]; }

@@ -6,7 +6,8 @@
 // bar.arrive id, count) count whole warps as the hardware does; warp-collective operations
 // (shuffles, ballot, ldmatrix, mma.sync) meet the warp's 32 fibers and warpgroup ones (wgmma and
 // its fence / commit / wait) the warpgroup's 128, and are computed once all have arrived, from the
-// fragment layouts PTX documents (emu/ptx.hpp, emu/wgmma.cpp). cp.async copies at once. wgmma is
+// fragment layouts PTX documents (emu/ptx.hpp, emu/wgmma.cpp). cp.async lands at the wait_group
+// that completes its group, its destination poisoned until then (cp_async_issue). wgmma is
 // asynchronous as on the GPU: it reads its operands (descriptors into the block's shared memory,
 // unswizzled canonical layouts) and accumulators at issue, and writes the product into the
 // accumulator registers at the wgmma_wait that completes its group.
@@ -36,9 +37,9 @@
 // above (a race between two plain stores or loads of one barrier phase shows only when a
 // collective or a preemption point falls between them), and each race only under the schedules
 // that interleave it (run several seeds); the memory model (every store is visible to every
-// thread at once: a missing fence or a barrier that orders no memory passes); cp.async landing
-// late (it lands at issue); the proxy fences (fence_proxy_async_shared, wgmma_fence: the order
-// they guard is the fibers' program order here); swizzled wgmma layouts, register budgets
+// thread at once: a missing fence or a barrier that orders no memory passes); the proxy fences
+// (fence_proxy_async_shared, wgmma_fence: the order they guard is the fibers' program order
+// here); swizzled wgmma layouts, register budgets
 // (setmaxnreg is a no-op), warps with exited lanes at a named barrier (the GPU counts the warp;
 // here its lanes never meet: a deadlock), bitwise equality with the GPU (products are summed in
 // another order, __expf is exact).
@@ -123,6 +124,17 @@ void set_schedule(uint64_t seed, uint64_t stream = 0);
 // n-th preemption point, the role then going last): the running fiber stays ready, and the
 // scheduler may run others first. Nothing under the fixed order.
 void preemption_point();
+
+// cp.async, landing late as on the GPU: a copy reads its source at issue and writes its
+// destination only when a cp.async.wait_group completes its group; at issue the destination is
+// filled with 0xff bytes (NaN as fp32 and bf16), so that a thread reading it before the wait (and
+// its barrier), or a copy issued into a buffer that another role still reads, shows as wrong
+// values. Groups are the calling thread's, as on the GPU: commit closes the open group (an empty
+// one too), wait(pending) lands every committed group but the `pending` newest and is a
+// preemption point. Copies a thread never waits for are dropped at the end of its block.
+void cp_async_issue(void* smem, void const* gmem, int bytes, bool valid);
+void cp_async_commit_group();
+void cp_async_wait_group(int pending);
 
 // Shared memory: the buffer given to launch() is the block's shared window, its first byte at
 // shared address 0, as `extern __shared__` buffers are in the emulated kernels (launch_emu.cpp).
