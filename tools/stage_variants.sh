@@ -3,6 +3,9 @@
 # for tools/time_variants.sh to time them side by side in one device call (each variant is a
 # branch that changes a kernel; the check's --walk-bwd stage check and timing need no Python).
 #   bash tools/stage_variants.sh main next/bwd-8warps ...     (after tools/stage_device.sh)
+# A ref may also be a patch of docs/next/ (git format-patch): it is applied (git am) on a branch
+# next/<its name> made from the checked-out ref, e.g.
+#   bash tools/stage_variants.sh main docs/next/fwd-early-tiles.patch
 # Uses build/py312 (configured by tools/stage_device.sh) and restores the checked-out ref.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +14,12 @@ back=$(git rev-parse --abbrev-ref HEAD)
 trap 'git checkout -q "$back"' EXIT  # also when stopped midway (a failed build, a closed pipe)
 mkdir -p .devpkg/variants
 for ref in "$@"; do
+  if [[ "$ref" == *.patch ]]; then
+    patch="$(realpath "$ref")"
+    ref="next/$(basename "$ref" .patch)"
+    git checkout -q -B "$ref" "$back"
+    git am -q "$patch"
+  fi
   git checkout -q "$ref"
   cmake --build build/py312 -j 8 --target cake_cuda_check >/dev/null
   name=$(echo "$ref" | tr '/' '_')
