@@ -128,7 +128,7 @@ fi
 if [[ $stages == *" sources "* ]]; then
   # Where the walks' warps wait, per SASS instruction (warp-stall sampling), at workload A: the
   # source page as CSV (xz) for tools/stall_sources.py, and its summary. This is how the
-  # backward's v18 gain was found: the column roles waited 21 % of their time at StepDone for
+  # backward's v19 gain was found: the column roles waited 21 % of their time at StepDone for
   # the side roles' dk stores (docs/perf-notes.md).
   ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-walk_a_fwd|walk_a_bwd})" \
     --launch-count 3 --section SourceCounters --section WarpStateStats --import-source yes \

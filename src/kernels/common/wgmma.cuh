@@ -47,7 +47,7 @@ inline constexpr int kNext8Rows = kCols / 8 * 64;
 // taking the row's vectors q, q + kThreads / kRows, ..., so that
 // - its global and shared-memory addresses are one base each plus constants per pass (with an
 //   address per copy, the copies' addresses took registers the roles did not have, and each
-//   copy waited for the one before to read its address: Nsight Compute at workload A, v17);
+//   copy waited for the one before to read its address: Nsight Compute at workload A, v18);
 // - a warp's copy of one vector index reads whole 32-byte sectors (a row's threads take adjacent
 //   vectors) and writes whole 128-byte core-matrix rows of shared memory.
 // tid: this thread's index among the kThreads that copy (a warpgroup role passes its own
@@ -59,8 +59,8 @@ __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
   constexpr int kVecs = kCols / 8;
   constexpr int kRowThreads = kThreads >= kRows ? kThreads / kRows : 1;
   constexpr int kPassRows = kThreads / kRowThreads;
-  static_assert(kThreads % kRowThreads == 0 && kVecs % kRowThreads == 0 &&
-                    kRows % kPassRows == 0 && kPassRows % 8 == 0,
+  static_assert(kThreads % kRowThreads == 0 && kVecs % kRowThreads == 0 && kRows % kPassRows == 0 &&
+                    kPassRows % 8 == 0,
                 "each thread copies whole vectors of one row per pass, a pass whole core matrices");
   int const q = tid % kRowThreads;
 #pragma unroll
@@ -184,6 +184,26 @@ __device__ __forceinline__ void for_each_blocked_pair(int m0, int n0, float (&ac
   for (int j = 0; j < kN / 8; ++j) {
     f(r, c + 8 * j, at + kNext8Cols * j, acc[4 * j], acc[4 * j + 1]);
     f(r + 8, c + 8 * j, at + kNext8Rows<kCols> + kNext8Cols * j, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+// acc -> this thread's rows r_lo and r_lo + 8 (for_each_wgmma_pair's layout) of a row-major
+// global tensor, those below `valid`: lo points at element (r_lo, n0 + 2 (lane % 4)), row_stride
+// is in elements, f(x0, x1, is_hi) gives the pair stored (float2, __nv_bfloat162, ...). One
+// address per row, the column blocks at constant offsets from it: with an address formed per
+// store, a role short of registers kept one or two, and each store waited until the one before
+// had read its address registers (Nsight Compute at workload A, v18: walk_a_bwd's dk stores).
+template <int kN, class T, class F>
+__device__ __forceinline__ void store_wgmma_rows(T* lo, int64_t row_stride, int r_lo, int valid,
+                                                 float const (&acc)[kN / 2], F const& f) {
+  using Pair = decltype(f(0.f, 0.f, false));
+  T* const hi = lo + 8 * row_stride;
+#pragma unroll
+  for (int jb = 0; jb < kN / 8; ++jb) {
+    if (r_lo < valid)
+      *reinterpret_cast<Pair*>(lo + 8 * jb) = f(acc[4 * jb], acc[4 * jb + 1], false);
+    if (r_lo + 8 < valid)
+      *reinterpret_cast<Pair*>(hi + 8 * jb) = f(acc[4 * jb + 2], acc[4 * jb + 3], true);
   }
 }
 

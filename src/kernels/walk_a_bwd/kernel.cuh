@@ -430,19 +430,13 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k_of(s, j)},
                                             MNMajorTile<kHeadDim>{s.v}, kStateHalf, c0, ds.hi);
     wgmma_commit();
-    if (p.dv != nullptr) {  // one address per row, as the side roles' store_rows
-      bf16* const lo = p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 +
+    if (p.dv != nullptr) {
+      bf16* const dv = p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 +
                        2 * (lane % 4);
-      bf16* const hi = lo + 8 * v_stride;
-#pragma unroll
-      for (int jb = 0; jb < kStateHalf / 8; ++jb) {
-        if (row_lo < len)
-          *reinterpret_cast<__nv_bfloat162*>(lo + 8 * jb) =
-              __floats2bfloat162_rn(b_lo * z[4 * jb], b_lo * z[4 * jb + 1]);
-        if (row_hi < len)
-          *reinterpret_cast<__nv_bfloat162*>(hi + 8 * jb) =
-              __floats2bfloat162_rn(b_hi * z[4 * jb + 2], b_hi * z[4 * jb + 3]);
-      }
+      store_wgmma_rows<kStateHalf>(dv, v_stride, row_lo, len, z, [&](float x0, float x1, bool hi) {
+        float const b = hi ? b_hi : b_lo;
+        return __floats2bfloat162_rn(b * x0, b * x1);
+      });
     }
     wgmma_wait<0>();
     fence_accumulators(ds.lo);
@@ -649,24 +643,11 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
-  // acc's rows of chunk j (columns k0 ..) -> out's rows (dq, dk; fp32 [BT, HV, K]), from one
-  // address per row (for_each_wgmma_pair's rows r_lo and r_lo + 8) with the column blocks at
-  // constant offsets: with an address formed per store, the 80 registers kept one or two, and
-  // each store waited for the one before to read its address (Nsight Compute, v17: dk's stores
-  // were the side roles' longest phase after MFull, which the column roles waited for)
+  // acc's rows of chunk j (columns k0 ..) -> out's rows (dq, dk; fp32 [BT, HV, K])
   auto const store_rows = [&](float* out, SideHere const& x, float(&acc)[kStateHalf / 2]) {
-    float* const lo =
-        out + ((x.t0 + x.row_lo) * HV + x.hv) * kHeadDim + x.k0 + 2 * (x.lane % 4);
-    float* const hi = lo + 8 * v_stride;
-    bool const lo_ok = x.row_lo < x.len;
-    bool const hi_ok = x.row_lo + 8 < x.len;
-#pragma unroll
-    for (int jb = 0; jb < kStateHalf / 8; ++jb) {
-      if (lo_ok)
-        *reinterpret_cast<float2*>(lo + 8 * jb) = make_float2(acc[4 * jb], acc[4 * jb + 1]);
-      if (hi_ok)
-        *reinterpret_cast<float2*>(hi + 8 * jb) = make_float2(acc[4 * jb + 2], acc[4 * jb + 3]);
-    }
+    out += ((x.t0 + x.row_lo) * HV + x.hv) * kHeadDim + x.k0 + 2 * (x.lane % 4);
+    store_wgmma_rows<kStateHalf>(out, v_stride, x.row_lo, x.len, acc,
+                                 [](float x0, float x1, bool) { return make_float2(x0, x1); });
   };
 
   int64_t const num_chunks = s.span.num_chunks();
