@@ -31,8 +31,8 @@ struct Params {
   float* dg = nullptr;                  // [BT, HV]        out or nullptr
   float* dh0 = nullptr;                 // [N, HV, K, V]   out or nullptr
   // eO enters the dS update as bf16 hi + lo (one more [128 x 128 x 64] product per chunk): dh0 at
-  // FLA's error. The op sets it when the problem has an initial state, not when dh0
-  // is wanted, so that every gradient is bitwise the same whichever others are wanted.
+  // FLA's error. The op sets it when the problem has an initial state, not when dh0 is wanted,
+  // so that every gradient is bitwise the same whichever others are wanted.
   bool eo_split = false;
 };
 
