@@ -123,6 +123,22 @@ void ldmatrix_op(void const* in_v, void* out_v) {
     }
 }
 
+// stmatrix .x4: lane l's address is row l % 8 of matrix l / 8; thread t gives (row t / 4,
+// columns 2 (t % 4) + {0, 1}) of each matrix.
+struct StmatrixIn {
+  uint16_t* row;
+  uint32_t r[4];
+};
+inline void stmatrix_op(void const* in_v, void*) {
+  auto const* in = static_cast<StmatrixIn const*>(in_v);
+  for (int t = 0; t < 32; ++t)
+    for (int m = 0; m < 4; ++m) {
+      uint16_t* const row = in[8 * m + t / 4].row;
+      row[2 * (t % 4)] = static_cast<uint16_t>(in[t].r[m] & 0xffffu);
+      row[2 * (t % 4) + 1] = static_cast<uint16_t>(in[t].r[m] >> 16);
+    }
+}
+
 }  // namespace emu_detail
 
 inline void mma_m16n8k16_bf16(float (&d)[4], uint32_t const (&a)[4], uint32_t const (&b)[2]) {
@@ -173,6 +189,11 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], void const* smem) {
   auto const out = emu::warp_meet<void const*, emu_detail::Frag4>(
       smem, &emu_detail::ldmatrix_op<true>, "ldmatrix.trans");
   std::memcpy(r, out.r, sizeof out.r);
+}
+
+inline void stmatrix_x4(void* smem, uint32_t const (&r)[4]) {
+  emu_detail::StmatrixIn in{static_cast<uint16_t*>(smem), {r[0], r[1], r[2], r[3]}};
+  emu::warp_meet<emu_detail::StmatrixIn, int>(in, &emu_detail::stmatrix_op, "stmatrix");
 }
 
 template <int kTransA, int kTransB>

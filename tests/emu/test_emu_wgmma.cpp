@@ -197,6 +197,61 @@ TEST(EmulatedWgmma, TwoWarpgroupsSplitRows) {
   EXPECT_LT(relative_error(c, ref), kTolerance);
 }
 
+// Fragments (load_blocked_frag / store_blocked_acc, by ldmatrix and stmatrix): two warpgroups,
+// warpgroup g storing its accumulator (values x[r][c] laid out by for_each_wgmma_pair) into rows
+// 64 g .. 64 g + 63, columns 32 .. 95 of a blocked [128 x 128] tile; then each warpgroup loads
+// columns 64 .. 127 of its rows back as a fragment. out1 <- the tile (row-major, by
+// blocked_offset), out2 <- the fragment's pairs where for_each_wgmma_pair puts them.
+__global__ void __launch_bounds__(256) fragment_kernel(float const* x, bf16* out1, bf16* out2) {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto* const tile = reinterpret_cast<bf16*>(smem_raw);
+  int const m0 = 64 * (threadIdx.x / 128);
+  float acc[32];
+  for_each_wgmma_pair<64>(m0, 32, acc, [&](int r, int col, float& c0, float& c1) {
+    c0 = x[r * 128 + col];
+    c1 = x[r * 128 + col + 1];
+  });
+  store_blocked_acc<128, 64>(tile, m0, 32, acc);
+  __syncthreads();
+  for (int i = threadIdx.x; i < 128 * 128; i += 256)
+    out1[i] = tile[blocked_offset<128>(i / 128, i % 128)];
+  uint32_t frag[16];
+  load_blocked_frag<128, 64>(tile, m0, 64, frag);
+  int q = 0;
+  for_each_wgmma_pair<64>(m0, 64, acc, [&](int r, int col, float&, float&) {
+    *reinterpret_cast<uint32_t*>(out2 + r * 128 + col) = frag[q++];
+  });
+}
+
+TEST(EmulatedWgmma, FragmentsStoreAndLoadTheAccumulatorLayout) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(128 * 128);
+  for (float& v : x) v = normal(rng);
+  std::vector<bf16> out1 = poisoned<bf16>(128 * 128);
+  std::vector<bf16> out2 = poisoned<bf16>(128 * 128);
+  cake::emu::launch(Dim3{1}, Dim3{256}, smem_raw,
+                    [&] { fragment_kernel(x.data(), out1.data(), out2.data()); });
+  int stored = 0, loaded = 0;
+  for (int r = 0; r < 128; ++r)
+    for (int c = 0; c < 128; ++c) {
+      float const want = __bfloat162float(__float2bfloat16(x[r * 128 + c]));
+      float const got1 = __bfloat162float(out1[r * 128 + c]);
+      float const got2 = __bfloat162float(out2[r * 128 + c]);
+      if (c >= 32 && c < 96) {
+        EXPECT_EQ(got1, want) << "stored (" << r << ", " << c << ")";
+        stored += got1 == want;
+      }
+      if (c >= 64 && c < 96) {  // written by the store, read back
+        EXPECT_EQ(got2, want) << "loaded (" << r << ", " << c << ")";
+        loaded += got2 == want;
+      }
+      if (c >= 96) EXPECT_TRUE(std::isnan(got2)) << "loaded (" << r << ", " << c << ")";
+    }
+  EXPECT_EQ(stored, 128 * 64);
+  EXPECT_EQ(loaded, 128 * 32);
+}
+
 // Warp specialisation as the next kernels do it: warpgroup 0 (the producer, its register budget
 // lowered) loads A [64 x 64] K-major (stored [M][K]) and B [64 x 64] N-major (stored [K][N]) and
 // arrives at barrier 1; warpgroup 1 (the consumer, its budget raised) syncs on it and computes

@@ -88,6 +88,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], void const* 
                : "memory");
 }
 
+// Four 8x8 bf16 matrices to shared memory, the inverse of ldmatrix_x4: lane l gives the address
+// of row l % 8 of matrix l / 8, thread t holds (row t / 4, columns 2 (t % 4) + {0, 1}) of each.
+__device__ __forceinline__ void stmatrix_x4(void* smem, uint32_t const (&r)[4]) {
+  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // Warpgroup matrix product (Hopper wgmma), D[64 x N] += A[64 x 16] B[16 x N], bf16 operands from
 // shared memory (described by 64-bit matrix descriptors, kernels/common/wgmma.cuh), fp32
 // accumulators in registers. Issued by all 128 threads of a warpgroup; asynchronous: until a

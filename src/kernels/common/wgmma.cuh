@@ -187,6 +187,60 @@ __device__ __forceinline__ void for_each_blocked_pair(int m0, int n0, float (&ac
   }
 }
 
+// A warpgroup's [64 x kN] tile at rows m0.., columns n0.. of a blocked tile of kCols columns, as
+// bf16 pairs in registers in for_each_wgmma_pair's layout and order: frag[q] holds the pair that
+// for_each_wgmma_pair visits q-th (accumulators 2 q, 2 q + 1). One ldmatrix or stmatrix moves 4
+// core matrices (the warp's 16 rows by 16 columns): against a 4-byte load or store per pair, a
+// quarter of the instructions. Written per pair, the forward state roles' bf16(h) stores held
+// them 21 % of their time in MIO stalls (Nsight Compute at workload A, v20).
+// Lane l addresses row l % 8 of core matrix l / 8: rows + 8 (l / 8 % 2), columns + 8 (l / 16).
+template <int kCols>
+__device__ __forceinline__ int frag_lane_offset(int m0, int n0) {
+  int const lane = threadIdx.x % 32;
+  return blocked_offset<kCols>(m0 + 16 * (threadIdx.x % 128 / 32) + lane / 8 % 2 * 8 + lane % 8,
+                               n0 + lane / 16 * 8);
+}
+template <int kCols, int kN>
+__device__ __forceinline__ void load_blocked_frag(__nv_bfloat16 const* tile, int m0, int n0,
+                                                  uint32_t (&frag)[kN / 4]) {
+  static_assert(kN % 16 == 0, "whole 16-column steps");
+  __nv_bfloat16 const* const at = tile + frag_lane_offset<kCols>(m0, n0);
+#pragma unroll
+  for (int jj = 0; jj < kN / 16; ++jj) {
+    uint32_t x[4];
+    ldmatrix_x4(x, at + 2 * jj * kNext8Cols);
+    for (int m = 0; m < 4; ++m) frag[4 * jj + m] = x[m];
+  }
+}
+template <int kCols, int kN>
+__device__ __forceinline__ void store_blocked_frag(__nv_bfloat16* tile, int m0, int n0,
+                                                   uint32_t const (&frag)[kN / 4]) {
+  static_assert(kN % 16 == 0, "whole 16-column steps");
+  __nv_bfloat16* const at = tile + frag_lane_offset<kCols>(m0, n0);
+#pragma unroll
+  for (int jj = 0; jj < kN / 16; ++jj) {
+    uint32_t const x[4] = {frag[4 * jj], frag[4 * jj + 1], frag[4 * jj + 2], frag[4 * jj + 3]};
+    stmatrix_x4(at + 2 * jj * kNext8Cols, x);
+  }
+}
+// A bf16 pair as the 32 bits ldmatrix / stmatrix move, and back.
+__device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 x) {
+  return *reinterpret_cast<uint32_t*>(&x);
+}
+__device__ __forceinline__ float2 bits_float2(uint32_t x) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&x));
+}
+// The accumulator acc (kN / 2 floats, for_each_wgmma_pair's layout) -> the tile as bf16.
+template <int kCols, int kN>
+__device__ __forceinline__ void store_blocked_acc(__nv_bfloat16* tile, int m0, int n0,
+                                                  float const (&acc)[kN / 2]) {
+  uint32_t frag[kN / 4];
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q)
+    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
+  store_blocked_frag<kCols, kN>(tile, m0, n0, frag);
+}
+
 // acc -> this thread's rows r_lo and r_lo + 8 (for_each_wgmma_pair's layout) of a row-major
 // global tensor, those below `valid`: lo points at element (r_lo, n0 + 2 (lane % 4)), row_stride
 // is in elements, f(x0, x1, is_hi) gives the pair stored (float2, __nv_bfloat162, ...). One

@@ -100,14 +100,22 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
   float qk[kHalf / 2] = {};
   warpgroup_mma<kHalf, kHeadDim>(KMajorTile<kHeadDim>{t.q}, KMajorTile<kHeadDim>{t.k}, 0,
                                  kHalf * ow, qk);
-  for_each_wgmma_pair<kHalf>(0, kHalf * ow, qk, [&](int i, int jc, float& c0, float& c1) {
-    float2 const gate = causal_gates(t.gcum, i, jc);
-    int const at = blocked_offset<kChunk>(i, jc);
-    float2 const a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(t.a + at));
-    *reinterpret_cast<__nv_bfloat162*>(ag + at) = __floats2bfloat162_rn(a.x * gate.x, a.y * gate.y);
-    *reinterpret_cast<__nv_bfloat162*>(p + at) =
-        __floats2bfloat162_rn(scale * c0 * gate.x, scale * c1 * gate.y);
-  });
+  // pairs in for_each_wgmma_pair's order: pair q at row i_lo (+ 8 for odd q), columns jc, jc + 1
+  uint32_t a[kHalf / 4];
+  load_blocked_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
+  int const i_lo = 16 * (tid % kRoleThreads / 32) + tid % 32 / 4;
+  int const jc0 = kHalf * ow + 2 * (tid % 4);
+#pragma unroll
+  for (int q = 0; q < kHalf / 4; ++q) {
+    int const i = i_lo + 8 * (q % 2);
+    float2 const gate = causal_gates(t.gcum, i, jc0 + 8 * (q / 2));
+    float2 const aq = bits_float2(a[q]);
+    a[q] = bf16x2_bits(__floats2bfloat162_rn(aq.x * gate.x, aq.y * gate.y));
+    qk[2 * q] *= scale * gate.x;
+    qk[2 * q + 1] *= scale * gate.y;
+  }
+  store_blocked_frag<kChunk, kHalf>(ag, 0, kHalf * ow, a);
+  store_blocked_acc<kChunk, kHalf>(p, 0, kHalf * ow, qk);
   fence_proxy_async_shared();  // ag, p are wgmma operands
 }
 
@@ -133,10 +141,8 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
 
     // bf16(h) -> hb (this warpgroup's columns); the output roles read it (Q h)
     if (j >= 1) named_barrier_sync(kHbFree, kThreads);
-    for_each_state_pair(h, c0, [&](int r, int c, float& x0, float& x1) {
-      *reinterpret_cast<__nv_bfloat162*>(s.hb + blocked_offset<kHeadDim>(r, c)) =
-          __floats2bfloat162_rn(x0, x1);
-    });
+    store_blocked_acc<kHeadDim, kStateHalf>(s.hb, 0, c0, h.lo);
+    store_blocked_acc<kHeadDim, kStateHalf>(s.hb, kStateHalf, c0, h.hi);
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
     named_barrier_arrive(kHbFull, kThreads);
@@ -156,13 +162,17 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
       float const eg_hi = __expf(g_hi);
       float const beta_lo = t.beta[row_lo];
       float const beta_hi = t.beta[row_hi];
-      for_each_wgmma_pair<kStateHalf>(0, c0, kh, [&](int r, int c, float& x0, float& x1) {
-        float const eg = r == row_lo ? eg_lo : eg_hi;
-        float const b = r == row_lo ? beta_lo : beta_hi;
-        auto* const vr = reinterpret_cast<__nv_bfloat162*>(t.v + blocked_offset<kHeadDim>(r, c));
-        float2 const v = __bfloat1622float2(*vr);
-        *vr = __floats2bfloat162_rn(b * (v.x - eg * x0), b * (v.y - eg * x1));
-      });
+      uint32_t v[kStateHalf / 4];  // pair q: row_lo (even q) or row_hi (odd q)
+      load_blocked_frag<kHeadDim, kStateHalf>(t.v, 0, c0, v);
+#pragma unroll
+      for (int q = 0; q < kStateHalf / 4; ++q) {
+        float const eg = q % 2 == 0 ? eg_lo : eg_hi;
+        float const b = q % 2 == 0 ? beta_lo : beta_hi;
+        float2 const vq = bits_float2(v[q]);
+        v[q] = bf16x2_bits(
+            __floats2bfloat162_rn(b * (vq.x - eg * kh[2 * q]), b * (vq.y - eg * kh[2 * q + 1])));
+      }
+      store_blocked_frag<kHeadDim, kStateHalf>(t.v, 0, c0, v);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
@@ -180,13 +190,14 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     {
       float const decay_lo = row_lo < len ? __expf(g_last - g_lo) : 0.f;
       float const decay_hi = row_hi < len ? __expf(g_last - g_hi) : 0.f;
-      for_each_wgmma_pair<kStateHalf>(0, c0, d, [&](int r, int c, float& x0, float& x1) {
-        float const decay = r == row_lo ? decay_lo : decay_hi;
-        int const at = blocked_offset<kHeadDim>(r, c);
-        *reinterpret_cast<__nv_bfloat162*>(s.delta + at) = __floats2bfloat162_rn(x0, x1);
-        *reinterpret_cast<__nv_bfloat162*>(t.v + at) =
-            __floats2bfloat162_rn(decay * x0, decay * x1);
-      });
+      store_blocked_acc<kHeadDim, kStateHalf>(s.delta, 0, c0, d);
+#pragma unroll
+      for (int q = 0; q < kStateHalf / 4; ++q) {
+        float const decay = q % 2 == 0 ? decay_lo : decay_hi;
+        d[2 * q] *= decay;
+        d[2 * q + 1] *= decay;
+      }
+      store_blocked_acc<kHeadDim, kStateHalf>(t.v, 0, c0, d);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
