@@ -111,8 +111,8 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
     float2 const gate = causal_gates(t.gcum, i, jc0 + 8 * (q / 2));
     float2 const aq = bits_float2(a[q]);
     a[q] = bf16x2_bits(__floats2bfloat162_rn(aq.x * gate.x, aq.y * gate.y));
-    qk[2 * q] *= scale * gate.x;
-    qk[2 * q + 1] *= scale * gate.y;
+    qk[2 * q] = scale * qk[2 * q] * gate.x;  // this order: P bitwise as kernel.cuh forms it
+    qk[2 * q + 1] = scale * qk[2 * q + 1] * gate.y;
   }
   store_blocked_frag<kChunk, kHalf>(ag, 0, kHalf * ow, a);
   store_blocked_acc<kChunk, kHalf>(p, 0, kHalf * ow, qk);
