@@ -1,12 +1,19 @@
-// How many shared-memory wavefronts does a cp.async tile copy cost, by which thread copies which
-// 16-byte vector and by the destination's layout? The walks copy [64 x 128] bf16 tiles (Q, K, V,
-// dO) from rows of a [T, heads, 128] tensor into blocked tiles (wgmma.cuh); Nsight Compute's
-// source counters at workload A (v20) charged their cp.async 8x the ideal wavefronts, half of
-// the forward role walk's shared-memory traffic (docs/perf-notes.md).
+// How much does a cp.async tile copy cost, by which thread copies which 16-byte vector and by
+// the destination's layout? The walks copy [64 x 128] bf16 tiles (Q, K, V, dO) from rows of a
+// [T, heads, 128] tensor into blocked tiles (wgmma.cuh). Nsight Compute's source counters at
+// workload A (v20) charge each of the walks' cp.async 32 "L1 Wavefronts Shared" against an ideal
+// of 4; this probe asks whether another mapping or a padded layout lowers that, and the time.
+// Measured on the H200 (2026-11-30, bench/results/2026-11-30-h200-session17-variants.jsonl):
+// every blocked variant, the padded one included, is charged 32 per copy (row-major 272-byte rows
+// 10.5), so that counter does not measure bank conflicts of these copies; by time, 1 thread per
+// row (3.14-3.26 us per step) and row-major (3.18-3.37) beat 4 threads per row (3.87-3.99), and
+// whole core matrices per quarter warp sit between (3.56). That last mapping in the walks
+// (next/copy-core) did not move them (forward 12.59 vs 12.61-12.64 ms, stages 40.17 vs
+// 39.84-40.08): their copies overlap other work.
 // Each variant: 132 CTAs of 256 threads, each copying 4 tiles per step (64 KB) for kSteps steps
 // (one cp.async group per step, waited for before the next), from a 256 MB buffer of 32 heads.
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -I src -o /tmp/copy_probe tools/copy_probe.cu
-//   /tmp/copy_probe                 (time per step, per variant)
+//   /tmp/copy_probe                 (time per step, per variant, best of 5)
 //   ncu --section SourceCounters -o /tmp/probe /tmp/copy_probe 1   (wavefronts per copy: the
 //   source page's "L1 Wavefronts Shared" of the LDGSTS, as tools/device_check.sh's `sources`)
 #include <cuda_bf16.h>
