@@ -6,7 +6,8 @@
 # backward in recompute and saved modes, no states, and in recompute mode with the q/k L2 norm;
 # then --walk-bwd --time: the backward's stages
 # with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
-# a difference between the halves.
+# a difference between the halves. Every run has a time limit, so that a variant that hangs on
+# the GPU (a wait that never completes) costs minutes, not the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p /tmp/variants
@@ -41,9 +42,10 @@ for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
     # MODES=0 skips the modes' forward and backward (about 50 s per variant and round) where the
     # variants change only the backward's stages, timed below
     if [ "${MODES:-1}" != 0 ]; then
-      "/tmp/variants/$n" --time 2>&1 | grep -E "^workload A.*mode" | sed "s/^workload A ([^)]*)/$n/"
+      timeout 150 "/tmp/variants/$n" --time 2>&1 | grep -E "^workload A.*mode" |
+        sed "s/^workload A ([^)]*)/$n/"
     fi
     # the backward stages alone, with states (dh0 wanted)
-    echo "$n $("/tmp/variants/$n" --walk-bwd --time 2>&1 | tail -1)"
+    echo "$n $(timeout 120 "/tmp/variants/$n" --walk-bwd --time 2>&1 | tail -1)"
   done
 done
