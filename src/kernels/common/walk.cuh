@@ -113,25 +113,22 @@ __device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* bet
 }
 
 // Where a role-based walk keeps one chunk's inputs: blocked tiles (wgmma.cuh) Q, K [64 x 128] of
-// the q/k head, X [64 x 128] (V, the one caller's) and A [64 x 64] of the value head; G and beta
-// [64].
+// the q/k head and A [64 x 64] of the value head; G and beta [64].
 struct BlockedChunk {
   __nv_bfloat16* q;
   __nv_bfloat16* k;
-  __nv_bfloat16* x;
   __nv_bfloat16* a;
   float* gcum;
   float* beta;
 };
 
-// A chunk's inputs (tokens t0 .. t0 + len; q/k head h, value head hv; x [BT, HV, 128]: V)
-// from a walk's Params p (fields q, k, a, gcum, beta, problem), by threads tid 0 .. kCopiers - 1
-// of the loading warpgroup(s), as one committed cp.async group. Rows past the end are zero,
-// except G's.
+// A chunk's inputs but V (tokens t0 .. t0 + len; q/k head h, value head hv) from a walk's Params
+// p (fields q, k, a, gcum, beta, problem), by threads tid 0 .. kCopiers - 1 of the loading
+// warpgroup(s), as one committed cp.async group. Rows past the end are zero, except G's.
 template <int kCopiers = 128, class P>
 __device__ __forceinline__ void load_blocked_chunk_async(BlockedChunk const& dst, P const& p,
-                                                         __nv_bfloat16 const* x, int64_t t0,
-                                                         int len, int h, int hv, int tid) {
+                                                         int64_t t0, int len, int h, int hv,
+                                                         int tid) {
   int const H = p.problem.num_qk_heads;
   int const HV = p.problem.num_v_heads;
   int64_t const qk_stride = int64_t{H} * kHeadDim;
@@ -139,8 +136,6 @@ __device__ __forceinline__ void load_blocked_chunk_async(BlockedChunk const& dst
                                                       qk_stride, len, tid);
   load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.k, p.k + (t0 * H + h) * kHeadDim,
                                                       qk_stride, len, tid);
-  load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.x, x + (t0 * HV + hv) * kHeadDim,
-                                                      int64_t{HV} * kHeadDim, len, tid);
   load_tile_blocked_async<kChunk, kChunk, kCopiers>(dst.a, p.a + (t0 * HV + hv) * kChunk,
                                                     int64_t{HV} * kChunk, len, tid);
   load_gcum_beta_async(dst.gcum, dst.beta, p.gcum, p.beta, t0, len, HV, hv, tid);

@@ -51,8 +51,9 @@ inline constexpr int kNext8Rows = kCols / 8 * 64;
 // - a warp's copy of one vector index reads whole 32-byte sectors (a row's threads take adjacent
 //   vectors) and writes whole 128-byte core-matrix rows of shared memory.
 // tid: this thread's index among the kThreads that copy (a warpgroup role passes its own
-// numbering).
-template <int kRows, int kCols, int kThreads>
+// numbering). kTileCols: the columns of the blocked tile that dst points into (at its column
+// 0, or at a multiple of 8), where the copy fills kCols of them.
+template <int kRows, int kCols, int kThreads, int kTileCols = kCols>
 __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
                                                         __nv_bfloat16 const* src,
                                                         int64_t row_stride, int valid, int tid) {
@@ -67,7 +68,7 @@ __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
   for (int pass = 0; pass < kRows / kPassRows; ++pass) {
     int const r = tid / kRowThreads + pass * kPassRows;
     bool const ok = r < valid;
-    __nv_bfloat16* const d = dst + blocked_offset<kCols>(r, 8 * q);
+    __nv_bfloat16* const d = dst + blocked_offset<kTileCols>(r, 8 * q);
     __nv_bfloat16 const* const s = ok ? src + r * row_stride + 8 * q : src;
 #pragma unroll
     for (int v = 0; v < kVecs / kRowThreads; ++v)

@@ -63,7 +63,7 @@ struct ChunkTiles {
   float gcum[kChunk];         // G; rows past the end repeat G of the last token
   float beta[kChunk];         // beta; 0 past the end
 
-  __device__ __forceinline__ BlockedChunk blocked() { return {q, k, v, a, gcum, beta}; }
+  __device__ __forceinline__ BlockedChunk blocked() { return {q, k, a, gcum, beta}; }
 };
 
 // About 193 KB: one CTA per SM.
@@ -133,7 +133,23 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
   int const row_lo = 16 * (threadIdx.x % kRoleThreads / 32) + threadIdx.x % 32 / 4;
   int const row_hi = row_lo + 8;
 
+  // V of chunk jj (this warpgroup's columns) -> tiles[jj % 2].v, one cp.async group (empty past
+  // the last chunk). This role copies V, not the output roles: V is read by this warpgroup alone
+  // (R, Delta's B, the update's ebar Delta, all on its columns), and the output roles' step was
+  // the walk's pace, a third of it issuing copies, while this role waited 26 % of its time for
+  // the tiles (Nsight Compute at workload A, v20).
   int64_t const num_chunks = span.num_chunks();
+  int64_t const v_stride = int64_t{HV} * kHeadDim;
+  auto load_v = [&](int64_t jj) {
+    if (jj < num_chunks)
+      load_tile_blocked_async<kChunk, kStateHalf, kRoleThreads, kHeadDim>(
+          s.tiles[jj % 2].v + blocked_offset<kHeadDim>(0, c0),
+          p.v + ((span.begin + jj * kChunk) * HV + hv) * kHeadDim + c0, v_stride,
+          span.chunk_len(jj), threadIdx.x % kRoleThreads);
+    cp_async_commit();
+  };
+  load_v(0);
+  load_v(1);
   for (int64_t j = 0; j < num_chunks; ++j) {
     ChunkTiles& t = s.tiles[j % 2];
     int const parity = static_cast<int>(j % 2);
@@ -148,6 +164,8 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     named_barrier_arrive(kHbFull, kThreads);
 
     named_barrier_sync(kTilesFull0 + parity, kThreads);
+    cp_async_wait<1>();  // V of chunk j (chunk j + 1's may be in flight)
+    named_barrier_sync(group, kRoleThreads);
     float const g_lo = t.gcum[row_lo];
     float const g_hi = t.gcum[row_hi];
     float const g_last = t.gcum[len - 1];
@@ -205,6 +223,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
     decay_add_kt_x(h, __expf(g_last), t.k, t.v, c0);
+    load_v(j + 2);  // into t.v: this warpgroup's columns of it are read
     if (j + 2 < num_chunks) named_barrier_arrive(kTilesFree0 + parity, kThreads);
   }
 
@@ -225,8 +244,8 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
   if (num_chunks == 0) return;
 
   // Chunk 0's tiles and gates
-  load_blocked_chunk_async<kOutputThreads>(s.tiles[0].blocked(), p, p.v, span.begin,
-                                           span.chunk_len(0), h, hv, tid);
+  load_blocked_chunk_async<kOutputThreads>(s.tiles[0].blocked(), p, span.begin, span.chunk_len(0),
+                                           h, hv, tid);
   cp_async_wait<0>();
   fence_proxy_async_shared();
   named_barrier_sync(kOutputGroup, kOutputThreads);
@@ -259,7 +278,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
     // The next chunk's loads, in flight through P Delta and the o stores
     if (has_next) {
       if (j >= 1) named_barrier_sync(kTilesFree0 + next, kThreads);
-      load_blocked_chunk_async<kOutputThreads>(s.tiles[next].blocked(), p, p.v, t0 + kChunk,
+      load_blocked_chunk_async<kOutputThreads>(s.tiles[next].blocked(), p, t0 + kChunk,
                                                span.chunk_len(j + 1), h, hv, tid);
     }
     // O's first term scale e^{G_i} (Q h)_i (the row scale on the fp32 product, as FLA does)
