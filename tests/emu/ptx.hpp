@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "emu/runtime.hpp"
 #include "emu/wgmma.hpp"
+#include "kernels/common/tensor_map.hpp"
 
 namespace cake::kernels {
 
@@ -194,6 +196,67 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], void const* smem) {
 inline void stmatrix_x4(void* smem, uint32_t const (&r)[4]) {
   emu_detail::StmatrixIn in{static_cast<uint16_t*>(smem), {r[0], r[1], r[2], r[3]}};
   emu::warp_meet<emu_detail::StmatrixIn, int>(in, &emu_detail::stmatrix_op, "stmatrix");
+}
+
+inline void mbarrier_init(uint64_t* bar, int count) { emu::mbarrier_init(bar, count); }
+inline void mbarrier_init_fence() {}
+inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
+  emu::mbarrier_arrive(bar, tx_bytes);
+}
+inline void mbarrier_arrive(uint64_t* bar) { emu::mbarrier_arrive(bar, 0); }
+inline void mbarrier_wait(uint64_t* bar, int parity) { emu::mbarrier_wait(bar, parity); }
+
+inline void bulk_copy(void* dst, void const* src, uint32_t bytes, uint64_t* bar) {
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(src) % 16 != 0)
+    throw std::runtime_error("emulator: cp.async.bulk needs 16-byte multiples and alignment");
+  emu::bulk_copy_issue(dst, {static_cast<char const*>(src), bytes}, bar);
+}
+
+// The emulator's tensor map (emu::encode_tensor_map_3d writes it into TensorMap's bytes).
+struct EmuTensorMap3d {
+  char const* base;
+  int elem_bytes;
+  uint64_t dims[3];     // elements, innermost first
+  uint64_t strides[3];  // bytes; strides[0] = elem_bytes
+  uint32_t box[3];
+};
+static_assert(sizeof(EmuTensorMap3d) <= sizeof(TensorMap));
+
+// The host's side: a 3-D tiled map of the tensor at base (dims innermost first, in elements;
+// strides of dims 1 and 2 in bytes), copied in boxes of `box` elements (cuTensorMapEncodeTiled's
+// arguments, without interleave, swizzle, L2 promotion or fill options: tile mode, zero fill).
+inline void encode_tensor_map_3d(TensorMap& map, void const* base, int elem_bytes,
+                                 uint64_t const (&dims)[3], uint64_t const (&strides)[2],
+                                 uint32_t const (&box)[3]) {
+  EmuTensorMap3d const m{static_cast<char const*>(base),
+                         elem_bytes,
+                         {dims[0], dims[1], dims[2]},
+                         {uint64_t(elem_bytes), strides[0], strides[1]},
+                         {box[0], box[1], box[2]}};
+  std::memset(map.bytes, 0, sizeof map.bytes);
+  std::memcpy(map.bytes, &m, sizeof m);
+}
+
+inline void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1, int c2, uint64_t* bar) {
+  if (reinterpret_cast<uintptr_t>(dst) % 128 != 0)
+    throw std::runtime_error("emulator: a tensor copy's destination must be 128-byte aligned");
+  EmuTensorMap3d m;
+  std::memcpy(&m, map->bytes, sizeof m);
+  int const c[3] = {c0, c1, c2};
+  std::vector<char> box(size_t{m.box[0]} * m.box[1] * m.box[2] * m.elem_bytes, 0);
+  char* out = box.data();
+  for (uint32_t i2 = 0; i2 < m.box[2]; ++i2)
+    for (uint32_t i1 = 0; i1 < m.box[1]; ++i1)
+      for (uint32_t i0 = 0; i0 < m.box[0]; ++i0, out += m.elem_bytes) {
+        int64_t const x[3] = {int64_t{c[0]} + i0, int64_t{c[1]} + i1, int64_t{c[2]} + i2};
+        bool inside = true;
+        for (int d = 0; d < 3; ++d) inside = inside && x[d] >= 0 && x[d] < int64_t(m.dims[d]);
+        if (inside)
+          std::memcpy(out, m.base + x[0] * m.strides[0] + x[1] * m.strides[1] + x[2] * m.strides[2],
+                      m.elem_bytes);
+      }
+  emu::bulk_copy_issue(dst, box, bar);
 }
 
 template <int kTransA, int kTransB>

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <deque>
 #include <exception>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -104,6 +105,24 @@ struct NamedBarrier {
   uint32_t warps = 0;  // bit w: warp w has arrived in this phase
   uint64_t generation = 0;
   std::vector<int> waiting;  // the fibers whose bar.sync waits for this phase
+};
+
+// A bulk copy in flight: its source's bytes, read at issue, and where they land.
+struct BulkCopy {
+  char* dst = nullptr;
+  std::vector<char> data;
+};
+
+// An mbarrier's state (runtime.hpp): arrivals pending in the phase, transaction bytes expected
+// and not completed (negative while copies have landed before their expect_tx), the phase, the
+// fibers waiting for it to complete and the copies that complete bytes on it.
+struct Mbarrier {
+  int count = 0;
+  int pending = 0;
+  int64_t tx = 0;
+  uint64_t phase = 0;
+  std::vector<int> waiting;
+  std::vector<BulkCopy> copies;
 };
 
 // The random bits of a schedule, drawn from a seed.
@@ -312,6 +331,7 @@ struct Block {
   std::vector<Meeting> warps, warpgroups;
   std::vector<std::shared_ptr<void>> async_state;  // one slot per warpgroup
   NamedBarrier barriers[kNamedBarriers];
+  std::map<uint32_t, Mbarrier> mbarriers;  // by shared address
   int arrived = 0;  // at the block barrier
   uint64_t generation = 0;
   int done = 0;
@@ -397,6 +417,13 @@ std::string waiting(Block const& b) {
     if (b.warpgroups[g].arrived > 0)
       what += ", warpgroup " + std::to_string(g) + ": " + std::to_string(b.warpgroups[g].arrived) +
               " threads at " + b.warpgroups[g].tag;
+  for (auto const& [address, m] : b.mbarriers)
+    if (!m.waiting.empty())
+      what += ", mbarrier at shared " + std::to_string(address) + ": " +
+              std::to_string(m.waiting.size()) + " threads wait for phase " +
+              std::to_string(m.phase) + " (" + std::to_string(m.pending) + " of " +
+              std::to_string(m.count) + " arrivals and " + std::to_string(m.tx) +
+              " bytes pending)";
   return what;
 }
 
@@ -427,6 +454,7 @@ void run_block() {
     bar.warps = 0;
     bar.waiting.clear();
   }
+  b.mbarriers.clear();
   b.arrived = 0;
   b.done = 0;
   int last = -1;  // the fiber that ran last
@@ -665,6 +693,78 @@ void cp_async_wait_group(int pending) {
     f.copy_groups.pop_front();
   }
   preemption_point();
+}
+
+namespace {
+
+Mbarrier& mbarrier_at(void* bar) {
+  auto const it = g_block->mbarriers.find(shared_address(bar));
+  if (it == g_block->mbarriers.end())
+    throw std::runtime_error("emulator: an mbarrier used before mbarrier_init");
+  return it->second;
+}
+
+// Completes the phase once its arrivals and bytes are all in; its waiters run again.
+void maybe_complete(Mbarrier& m) {
+  if (m.pending != 0 || m.tx != 0) return;
+  ++m.phase;
+  m.pending = m.count;
+  for (int t : m.waiting) g_block->ready.add(t);
+  m.waiting.clear();
+  if (g_block->order == Order::kPriority) g_block->ready.shuffle(schedule().randomness);
+}
+
+// The copies in flight on m land, each completing its bytes.
+void land_copies(Mbarrier& m) {
+  std::vector<BulkCopy> copies = std::move(m.copies);
+  m.copies.clear();
+  for (BulkCopy const& c : copies) {
+    std::memcpy(c.dst, c.data.data(), c.data.size());
+    m.tx -= static_cast<int64_t>(c.data.size());
+  }
+  maybe_complete(m);
+}
+
+}  // namespace
+
+void mbarrier_init(void* bar, int count) {
+  if (count <= 0) throw std::logic_error("emulator: mbarrier_init with a count below 1");
+  Mbarrier& m = g_block->mbarriers[shared_address(bar)];
+  if (!m.waiting.empty())
+    throw std::runtime_error("emulator: mbarrier_init of a barrier that threads wait on");
+  m = Mbarrier{};
+  m.count = count;
+  m.pending = count;
+}
+
+void mbarrier_arrive(void* bar, uint32_t tx_bytes) {
+  Mbarrier& m = mbarrier_at(bar);
+  m.tx += tx_bytes;
+  if (m.pending == 0)
+    throw std::runtime_error("emulator: an mbarrier arrival beyond its count in phase " +
+                             std::to_string(m.phase));
+  --m.pending;
+  if (!m.waiting.empty()) land_copies(m);  // the copies a waiter waits for land now
+  maybe_complete(m);
+  preemption_point();
+}
+
+void mbarrier_wait(void* bar, int parity) {
+  Mbarrier& m = mbarrier_at(bar);
+  land_copies(m);
+  while (static_cast<int>(m.phase & 1) == parity) {
+    m.waiting.push_back(current_tid());
+    switch_out();
+  }
+}
+
+void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar) {
+  shared_address(dst);  // throws unless the destination is in the block's shared memory
+  shared_address(static_cast<char*>(dst) + bytes.size() - 1);
+  Mbarrier& m = mbarrier_at(bar);
+  m.copies.push_back(BulkCopy{static_cast<char*>(dst), std::vector<char>(bytes.begin(), bytes.end())});
+  std::memset(dst, 0xff, bytes.size());
+  if (!m.waiting.empty()) land_copies(m);
 }
 
 std::shared_ptr<void>& warpgroup_async_state() { return g_block->async_state[current_tid() / 128]; }

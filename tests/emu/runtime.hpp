@@ -136,6 +136,27 @@ void cp_async_issue(void* smem, void const* gmem, int bytes, bool valid);
 void cp_async_commit_group();
 void cp_async_wait_group(int pending);
 
+// mbarrier (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier"): an
+// object in shared memory with an expected arrival count, the arrivals pending in the current
+// phase and a transaction count (bytes); the phase completes when both reach zero, then the next
+// begins with the arrivals reset to the count. Phases alternate parity 0, 1, 0, ... from init.
+// The emulator keeps the state beside the block, keyed by the barrier's shared address:
+// - mbarrier_init(bar, count): a new barrier (count > 0), phase 0;
+// - mbarrier_arrive(bar, tx): one arrival, after adding tx expected bytes (mbarrier.arrive
+//   .expect_tx; tx = 0 for a plain arrive); throws on an arrival beyond the count in a phase;
+//   a preemption point;
+// - mbarrier_wait(bar, parity): returns once the phase of that parity has completed (the current
+//   phase has the other parity), else the fiber waits (mbarrier.try_wait.parity in a loop).
+// Bulk copies (cp.async.bulk, .tensor): bulk_copy_issue(dst, src bytes, bar) reads the source at
+// issue, fills the destination with 0xff bytes, and lands it (writes it, then completes its bytes
+// on the barrier) when a thread waits on that barrier, or at issue if one already waits: reading
+// the destination before the barrier's phase completes shows, as with cp.async. A deadlock message
+// names each barrier with waiters.
+void mbarrier_init(void* bar, int count);
+void mbarrier_arrive(void* bar, uint32_t tx_bytes);
+void mbarrier_wait(void* bar, int parity);
+void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar);
+
 // Shared memory: the buffer given to launch() is the block's shared window, its first byte at
 // shared address 0, as `extern __shared__` buffers are in the emulated kernels (launch_emu.cpp).
 // shared_address(p) is __cvta_generic_to_shared (throws unless p is in the buffer), so that the

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/tensor_map.hpp"
+
 namespace cake::kernels {
 
 // D = A B + D on the tensor cores: one warp, A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 fp32.
@@ -208,6 +210,64 @@ __device__ __forceinline__ void wgmma_wait() {
 // async proxy that wgmma reads operands through; then a barrier before the wgmma.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// mbarrier (PTX ISA, "mbarrier"), a uint64_t in shared memory: an expected arrival count, the
+// arrivals pending in the current phase and a transaction count in bytes; a phase completes when
+// both are zero, and phases alternate parity 0, 1, 0, ... from init. A producer arrives with the
+// bytes its bulk copies will bring (arrive_expect_tx), the copies complete them; a consumer waits
+// for the phase of the parity it expects. init by one thread, then mbarrier_init_fence and a
+// block barrier before any use.
+__device__ __forceinline__ uint32_t smem_u32(void const* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
+               : "memory");
+}
+// Makes the inits visible to the async proxy (the bulk copies' complete_tx).
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+               "r"(tx_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Bulk copies global -> shared through the async proxy, completing their bytes on bar. 1-D:
+// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned). 3-D tensor: the box
+// of `map` at element coordinates (c0, c1, c2) (innermost first), dense in shared memory
+// (128-byte aligned), elements outside the tensor zero.
+__device__ __forceinline__ void bulk_copy(void* dst, void const* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1,
+                                            int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+      : "memory");
 }
 
 // Named barriers (warp specialisation): barrier `id` (0 .. 15; 0 is __syncthreads's) completes

@@ -1,0 +1,170 @@
+// mbarriers and bulk copies (kernels/common/ptx.cuh) on the CPU emulator: a producer thread's
+// bulk copies complete a phase that consumer warps wait for, over several phases of two buffers;
+// a copy read before its phase completes reads poison; a 3-D tensor box lands dense, with zeros
+// outside the tensor, and in the layout wgmma's blocked tiles take with core matrices stacked by
+// rows; a wait that nothing completes is a deadlock naming the barrier; arrivals beyond the count
+// throw.
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "emu/gdn_emu_testing.hpp"
+#include "kernels/common/ptx.cuh"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cake::emu::Dim3;
+using cake::emu_testing::poisoned;
+using namespace cake::kernels;
+
+alignas(128) char smem_raw[64 * 1024];
+
+constexpr int kRounds = 6;
+constexpr int kBytes = 512;  // per round
+
+// Thread 0 produces round r's kBytes into buffer r % 2 (once the consumers freed it); warps 1..3
+// wait for it and copy it out. full[b] / empty[b]: the buffer's hand-overs.
+__global__ void __launch_bounds__(128) rounds_kernel(char const* src, char* dst) {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto* const bars = reinterpret_cast<uint64_t*>(smem_raw);  // full[2], empty[2]
+  char* const buf = smem_raw + 128;
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(&bars[b], 1);
+      mbarrier_init(&bars[2 + b], 96);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (threadIdx.x != 0) return;
+    for (int r = 0; r < kRounds; ++r) {
+      int const b = r % 2;
+      if (r >= 2) mbarrier_wait(&bars[2 + b], (r / 2 - 1) % 2);
+      mbarrier_arrive_expect_tx(&bars[b], kBytes);
+      bulk_copy(buf + b * kBytes, src + r * kBytes, kBytes, &bars[b]);
+    }
+    return;
+  }
+  int const t = threadIdx.x - 32;  // 0 .. 95
+  for (int r = 0; r < kRounds; ++r) {
+    int const b = r % 2;
+    mbarrier_wait(&bars[b], (r / 2) % 2);
+    for (int i = t; i < kBytes; i += 96) dst[r * kBytes + i] = buf[b * kBytes + i];
+    mbarrier_arrive(&bars[2 + b]);
+  }
+}
+
+TEST(EmulatedMbarrier, BulkCopiesCompletePhasesOverTwoBuffers) {
+  std::vector<char> src(kRounds * kBytes);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + i / kBytes);
+  for (uint64_t seed : {0ull, 1ull, 2ull, 3ull}) {
+    cake::emu::set_schedule(seed, 11);
+    std::vector<char> dst(src.size(), 0);
+    cake::emu::launch(Dim3{1}, Dim3{128}, smem_raw, [&] { rounds_kernel(src.data(), dst.data()); });
+    EXPECT_EQ(dst, src) << "schedule seed " << seed;
+  }
+}
+
+// Reads the destination right after issuing the copy, before waiting: the bytes are poison.
+__global__ void __launch_bounds__(32) early_read_kernel(char const* src, unsigned char* seen) {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto* const bar = reinterpret_cast<uint64_t*>(smem_raw);
+  char* const buf = smem_raw + 128;
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_arrive_expect_tx(bar, 64);
+    bulk_copy(buf, src, 64, bar);
+    seen[0] = static_cast<unsigned char>(buf[5]);
+    mbarrier_wait(bar, 0);
+    seen[1] = static_cast<unsigned char>(buf[5]);
+  }
+}
+
+TEST(EmulatedMbarrier, ACopyReadBeforeItsPhaseCompletesIsPoison) {
+  alignas(16) char src[64];
+  for (int i = 0; i < 64; ++i) src[i] = static_cast<char>(i);
+  unsigned char seen[2] = {};
+  cake::emu::launch(Dim3{1}, Dim3{32}, smem_raw, [&] { early_read_kernel(src, seen); });
+  EXPECT_EQ(seen[0], 0xff);
+  EXPECT_EQ(seen[1], 5);
+}
+
+// A [kRows x 128] bf16 tile of a [T x 128] tensor (rows t0 ..) as a 3-D box (8 columns, kRows
+// rows, 16 column blocks): element (r, c) lands at ((c / 8) kRows + r) 8 + c % 8, core matrix
+// (r / 8, c / 8) at ((c / 8) (kRows / 8) + r / 8) x 128 bytes; rows past T are zero.
+constexpr int kRows = 64;
+__global__ void __launch_bounds__(32) tensor_kernel(TensorMap const* map, int t0, bf16* out) {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto* const bar = reinterpret_cast<uint64_t*>(smem_raw);
+  auto* const tile = reinterpret_cast<bf16*>(smem_raw + 128);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_arrive_expect_tx(bar, kRows * 128 * 2);
+    tma_load_3d(tile, map, 0, t0, 0, bar);
+  }
+  __syncwarp();
+  mbarrier_wait(bar, 0);
+  for (int i = threadIdx.x; i < kRows * 128; i += 32) out[i] = tile[i];
+}
+
+TEST(EmulatedMbarrier, TensorBoxLandsDenseWithZerosPastTheEnd) {
+  constexpr int kT = 100, kLd = 3 * 128;  // rows of 3 heads; the map covers head 1's columns
+  std::vector<bf16> x(kT * kLd);
+  for (int t = 0; t < kT; ++t)
+    for (int c = 0; c < kLd; ++c) x[t * kLd + c] = __float2bfloat16(float((t * 131 + c) % 251));
+  TensorMap map;
+  // dims: 8 columns, T rows, 16 column blocks; strides: a row, a column block (16 bytes)
+  cake::kernels::encode_tensor_map_3d(map, x.data() + 128, 2, {8, kT, 16},
+                                      {uint64_t{kLd} * 2, 16}, {8, kRows, 16});
+  int const t0 = 37;
+  std::vector<bf16> out = poisoned<bf16>(kRows * 128);
+  cake::emu::launch(Dim3{1}, Dim3{32}, smem_raw, [&] { tensor_kernel(&map, t0, out.data()); });
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 128; ++c) {
+      float const want = t0 + r < kT ? __bfloat162float(x[(t0 + r) * kLd + 128 + c]) : 0.f;
+      EXPECT_EQ(__bfloat162float(out[((c / 8) * kRows + r) * 8 + c % 8]), want)
+          << "(" << r << ", " << c << ")";
+    }
+}
+
+__global__ void __launch_bounds__(32) never_completed_kernel() {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto* const bar = reinterpret_cast<uint64_t*>(smem_raw);
+  if (threadIdx.x == 0) mbarrier_init(bar, 2);
+  __syncwarp();
+  mbarrier_wait(bar, 0);
+}
+
+TEST(EmulatedMbarrier, AWaitNothingCompletesIsADeadlock) {
+  try {
+    cake::emu::launch(Dim3{1}, Dim3{32}, smem_raw, [] { never_completed_kernel(); });
+    FAIL() << "no deadlock reported";
+  } catch (std::runtime_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("mbarrier"), std::string::npos) << e.what();
+  }
+}
+
+__global__ void __launch_bounds__(32) extra_arrival_kernel() {
+  extern __shared__ __align__(128) char smem_raw[];
+  auto* const bar = reinterpret_cast<uint64_t*>(smem_raw);
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_arrive_expect_tx(bar, 16);  // the phase waits for 16 bytes that never come
+    mbarrier_arrive(bar);
+  }
+}
+
+TEST(EmulatedMbarrier, AnArrivalBeyondTheCountThrows) {
+  EXPECT_THROW(cake::emu::launch(Dim3{1}, Dim3{32}, smem_raw, [] { extra_arrival_kernel(); }),
+               std::runtime_error);
+}
+
+}  // namespace
