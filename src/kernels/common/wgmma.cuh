@@ -111,6 +111,37 @@ struct MNMajorTile {
   static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * (kCols / 8) * 128 / 16; }
 };
 
+// "Stacked" tiles: the core matrices of a column block (8 columns) stacked by rows, column blocks
+// one after another: element (r, c) of a kRows-row tile at ((c / 8) (kRows / 8) + r / 8) x 64 +
+// (r % 8) x 8 + c % 8 elements. This is what a TMA copy writes for a 3-D box (8 columns, kRows
+// rows, column blocks; tensor_map.hpp), and wgmma reads it unswizzled with the strides between
+// core matrices swapped: 128 bytes along rows, (kRows / 8) x 128 along columns.
+template <int kRows>
+__device__ __forceinline__ int stacked_offset(int r, int c) {
+  static_assert(kRows % 8 == 0, "stacked tiles have whole core matrices");
+  return ((c / 8) * (kRows / 8) + r / 8) * 64 + (r % 8) * 8 + c % 8;
+}
+// KMajorStackedTile: rows are M (or N), columns are K; MNMajorStackedTile: rows are K, columns
+// M (or N). As KMajorTile and MNMajorTile.
+template <int kRows>
+struct KMajorStackedTile {
+  static constexpr int kTrans = 0;
+  __nv_bfloat16 const* p;
+  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
+    return wgmma_descriptor(p + stacked_offset<kRows>(mn0, k0), kRows / 8 * 128, 128);
+  }
+  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * (kRows / 8) * 128 / 16; }
+};
+template <int kRows>
+struct MNMajorStackedTile {
+  static constexpr int kTrans = 1;
+  __nv_bfloat16 const* p;
+  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
+    return wgmma_descriptor(p + stacked_offset<kRows>(k0, mn0), 128, kRows / 8 * 128);
+  }
+  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * 128 / 16; }
+};
+
 // acc += A[m0 .. m0 + 63, 0 .. kKd) B[0 .. kKd, n0 .. n0 + kN) for this thread's warpgroup
 // (kN = 32, 64 or 128; acc in the layout of ptx.cuh's wgmma): issues kKd / 16 wgmma and returns
 // at once. A group of such products: fence_accumulators(acc) for each of its accumulators,
