@@ -112,36 +112,6 @@ __device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* bet
   }
 }
 
-// Where a role-based walk keeps one chunk's inputs: blocked tiles (wgmma.cuh) Q, K [64 x 128] of
-// the q/k head and A [64 x 64] of the value head; G and beta [64].
-struct BlockedChunk {
-  __nv_bfloat16* q;
-  __nv_bfloat16* k;
-  __nv_bfloat16* a;
-  float* gcum;
-  float* beta;
-};
-
-// A chunk's inputs but V (tokens t0 .. t0 + len; q/k head h, value head hv) from a walk's Params
-// p (fields q, k, a, gcum, beta, problem), by threads tid 0 .. kCopiers - 1 of the loading
-// warpgroup(s), as one committed cp.async group. Rows past the end are zero, except G's.
-template <int kCopiers = 128, class P>
-__device__ __forceinline__ void load_blocked_chunk_async(BlockedChunk const& dst, P const& p,
-                                                         int64_t t0, int len, int h, int hv,
-                                                         int tid) {
-  int const H = p.problem.num_qk_heads;
-  int const HV = p.problem.num_v_heads;
-  int64_t const qk_stride = int64_t{H} * kHeadDim;
-  load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.q, p.q + (t0 * H + h) * kHeadDim,
-                                                      qk_stride, len, tid);
-  load_tile_blocked_async<kChunk, kHeadDim, kCopiers>(dst.k, p.k + (t0 * H + h) * kHeadDim,
-                                                      qk_stride, len, tid);
-  load_tile_blocked_async<kChunk, kChunk, kCopiers>(dst.a, p.a + (t0 * HV + hv) * kChunk,
-                                                    int64_t{HV} * kChunk, len, tid);
-  load_gcum_beta_async(dst.gcum, dst.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
-  cp_async_commit();
-}
-
 // A state warpgroup's share of the [128 x 128] fp32 state h: columns
 // c0 .. c0 + 63 as two [64 x 64] wgmma accumulators, rows 0 .. 63 (lo) and 64 .. 127 (hi)
 // (for_each_wgmma_pair's layout).
@@ -175,19 +145,19 @@ __device__ __forceinline__ void store_state_half(StateHalf& st, float* dst, int 
   });
 }
 
-// The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X blocked [64 x 128] tiles (K^T:
-// K's tile read M-major); complete on return.
-__device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, __nv_bfloat16 const* k,
+// The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles (K^T: K read
+// M-major, through KT: MNMajorTile<128> for a blocked K, MNMajorStackedTile<64> for a stacked
+// one; X blocked); complete on return.
+template <class KT>
+__device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT const& kt,
                                                __nv_bfloat16 const* x, int c0) {
   for (float& v : st.lo) v *= gamma;
   for (float& v : st.hi) v *= gamma;
   fence_accumulators(st.lo);
   fence_accumulators(st.hi);
   wgmma_fence();
-  warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k}, MNMajorTile<kHeadDim>{x}, 0, c0,
-                                          st.lo);
-  warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k}, MNMajorTile<kHeadDim>{x},
-                                          kStateHalf, c0, st.hi);
+  warpgroup_mma_async<kStateHalf, kChunk>(kt, MNMajorTile<kHeadDim>{x}, 0, c0, st.lo);
+  warpgroup_mma_async<kStateHalf, kChunk>(kt, MNMajorTile<kHeadDim>{x}, kStateHalf, c0, st.hi);
   wgmma_commit();
   wgmma_wait<0>();
   fence_accumulators(st.lo);

@@ -34,6 +34,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/tensor_map.hpp"
 #include "kernels/common/walk.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/walk_a_fwd/params.hpp"
@@ -54,17 +55,37 @@ inline constexpr int kOutputRegs = 104;
 static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65536,
               "the roles' registers exceed the SM's");
 
-// One chunk's operands (blocked tiles); two of them alternate.
+// The kernel's parameters: the walk's, and the TMA maps of Q, K [BT, H, 128] and A [BT, HV, 64]
+// as 3-D tensors (8 columns, tokens, column blocks of all heads), a box being one chunk of one
+// head: a stacked tile (wgmma.cuh). tile_map_shape gives the maps' arguments (launch.cu encodes
+// them with the driver, the emulator with its own encoding).
+struct RolesParams {
+  Params p;
+  TensorMap q_map, k_map, a_map;
+};
+struct TileMapShape {
+  uint64_t dims[3];     // elements: 8 columns, tokens, column blocks
+  uint64_t strides[2];  // bytes: a token, a column block
+  uint32_t box[3];      // 8, a chunk's tokens, one head's column blocks
+};
+inline TileMapShape tile_map_shape(int64_t tokens, int heads, int cols) {
+  return {{8, static_cast<uint64_t>(tokens), static_cast<uint64_t>(heads) * cols / 8},
+          {static_cast<uint64_t>(heads) * cols * 2, 16},
+          {8, kChunk, static_cast<uint32_t>(cols / 8)}};
+}
+
+// One chunk's operands; two of them alternate. Q, K and A as TMA writes them (stacked tiles,
+// wgmma.cuh), V blocked.
 struct ChunkTiles {
-  bf16 q[kChunk * kHeadDim];  // [64 x 128]
-  bf16 k[kChunk * kHeadDim];  // [64 x 128]
+  bf16 q[kChunk * kHeadDim];  // [64 x 128] stacked
+  bf16 k[kChunk * kHeadDim];  // [64 x 128] stacked
   bf16 v[kChunk * kHeadDim];  // [64 x 128] V; then R, then bf16(e^{G_last - G} Delta) (in place)
-  bf16 a[kChunk * kChunk];    // [64 x 64]  A (zero past the end)
+  bf16 a[kChunk * kChunk];    // [64 x 64]  A, stacked
   float gcum[kChunk];         // G; rows past the end repeat G of the last token
   float beta[kChunk];         // beta; 0 past the end
-
-  __device__ __forceinline__ BlockedChunk blocked() { return {q, k, a, gcum, beta}; }
 };
+// The bytes one chunk's TMA copies bring (Q, K, A)
+inline constexpr uint32_t kTmaBytes = (2 * kChunk * kHeadDim + kChunk * kChunk) * 2;
 
 // About 193 KB: one CTA per SM.
 struct SharedStorage {
@@ -73,6 +94,7 @@ struct SharedStorage {
   bf16 delta[kChunk * kHeadDim];  // [64 x 128]  bf16(Delta), operand of P Delta
   bf16 ag[2][kChunk * kChunk];    // [64 x 64]   bf16(Ag), by chunk parity
   bf16 p[2][kChunk * kChunk];     // [64 x 64]   bf16(P), by chunk parity
+  uint64_t tiles_landed[2];       // mbarriers: a chunk's TMA copies, by chunk parity
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_fwd shared memory exceeds 227 KB");
 
@@ -98,11 +120,11 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
   constexpr int kHalf = kChunk / 2;
   int const ow = tid / kRoleThreads;
   float qk[kHalf / 2] = {};
-  warpgroup_mma<kHalf, kHeadDim>(KMajorTile<kHeadDim>{t.q}, KMajorTile<kHeadDim>{t.k}, 0,
-                                 kHalf * ow, qk);
+  warpgroup_mma<kHalf, kHeadDim>(KMajorStackedTile<kChunk>{t.q}, KMajorStackedTile<kChunk>{t.k},
+                                 0, kHalf * ow, qk);
   // pairs in for_each_wgmma_pair's order: pair q at row i_lo (+ 8 for odd q), columns jc, jc + 1
   uint32_t a[kHalf / 4];
-  load_blocked_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
+  load_stacked_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
   int const i_lo = 16 * (tid % kRoleThreads / 32) + tid % 32 / 4;
   int const jc0 = kHalf * ow + 2 * (tid % 4);
 #pragma unroll
@@ -174,8 +196,8 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     // thread rewrites the elements it read; rows past the end: beta is zero there, so R is)
     {
       float kh[kStateHalf / 2] = {};
-      warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{t.k}, MNMajorTile<kHeadDim>{s.hb}, 0,
-                                          c0, kh);
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorStackedTile<kChunk>{t.k},
+                                          MNMajorTile<kHeadDim>{s.hb}, 0, c0, kh);
       float const eg_lo = __expf(g_lo);
       float const eg_hi = __expf(g_hi);
       float const beta_lo = t.beta[row_lo];
@@ -222,7 +244,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     named_barrier_arrive(kDeltaFull, kThreads);
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
-    decay_add_kt_x(h, __expf(g_last), t.k, t.v, c0);
+    decay_add_kt_x(h, __expf(g_last), MNMajorStackedTile<kChunk>{t.k}, t.v, c0);
     load_v(j + 2);  // into t.v: this warpgroup's columns of it are read
     if (j + 2 < num_chunks) named_barrier_arrive(kTilesFree0 + parity, kThreads);
   }
@@ -232,8 +254,9 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
 
 // The two output warpgroups: the loads, the gates and O = scale e^G (Q h) + P Delta per chunk,
 // each warpgroup half of the copies and of P's and O's columns.
-__device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, WalkSpan const& span,
-                                            int h, int hv) {
+__device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const& rp,
+                                            WalkSpan const& span, int h, int hv) {
+  Params const& p = rp.p;
   int const tid = threadIdx.x - 2 * kRoleThreads;  // 0 .. 255
   int const ow = tid / kRoleThreads;                // this warpgroup's half
   int const oc0 = kStateHalf * ow;                  // its columns of O
@@ -243,13 +266,45 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
   int64_t const num_chunks = span.num_chunks();
   if (num_chunks == 0) return;
 
+  // Chunk jj's Q, K and A by TMA (one thread) and its G and beta by cp.async (128 threads), into
+  // tiles[jj % 2]; then, once landed, rows past a document's end zeroed (a box reads on into the
+  // next document, whose values, a NaN included, must not reach this one's products) and the
+  // tiles handed over.
+  auto load_chunk = [&](int64_t jj) {
+    ChunkTiles& t = s.tiles[jj % 2];
+    int64_t const t0 = span.begin + jj * kChunk;
+    if (tid == 0) {
+      mbarrier_arrive_expect_tx(&s.tiles_landed[jj % 2], kTmaBytes);
+      int const row = static_cast<int>(t0);
+      tma_load_3d(t.q, &rp.q_map, 0, row, h * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
+      tma_load_3d(t.k, &rp.k_map, 0, row, h * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
+      tma_load_3d(t.a, &rp.a_map, 0, row, hv * (kChunk / 8), &s.tiles_landed[jj % 2]);
+    }
+    load_gcum_beta_async(t.gcum, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
+    cp_async_commit();
+  };
+  auto hand_over_chunk = [&](int64_t jj) {
+    ChunkTiles& t = s.tiles[jj % 2];
+    mbarrier_wait(&s.tiles_landed[jj % 2], static_cast<int>(jj / 2 % 2));
+    int const len = span.chunk_len(jj);
+    if (len < kChunk) {  // 16-byte vectors of rows len .. 63: 16 per row of Q and K, 8 of A
+      int4 const zero = make_int4(0, 0, 0, 0);
+      for (int i = tid; i < (kChunk - len) * 16; i += kOutputThreads) {
+        int const r = len + i / 16;
+        *reinterpret_cast<int4*>(t.q + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        *reinterpret_cast<int4*>(t.k + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        if (i % 16 < 8) *reinterpret_cast<int4*>(t.a + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
+      }
+    }
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    named_barrier_sync(kOutputGroup, kOutputThreads);
+    named_barrier_arrive(kTilesFull0 + static_cast<int>(jj % 2), kThreads);
+  };
+
   // Chunk 0's tiles and gates
-  load_blocked_chunk_async<kOutputThreads>(s.tiles[0].blocked(), p, span.begin, span.chunk_len(0),
-                                           h, hv, tid);
-  cp_async_wait<0>();
-  fence_proxy_async_shared();
-  named_barrier_sync(kOutputGroup, kOutputThreads);
-  named_barrier_arrive(kTilesFull0, kThreads);
+  load_chunk(0);
+  hand_over_chunk(0);
   chunk_gates(s.tiles[0], s.ag[0], s.p[0], scale, tid);
   named_barrier_sync(kOutputGroup, kOutputThreads);
   named_barrier_arrive(kAgFull0, kThreads);
@@ -268,8 +323,8 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
     named_barrier_sync(kHbFull, kThreads);
     fence_accumulators(o_acc);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{t.q}, MNMajorTile<kHeadDim>{s.hb},
-                                              0, oc0, o_acc);
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorStackedTile<kChunk>{t.q},
+                                              MNMajorTile<kHeadDim>{s.hb}, 0, oc0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o_acc);
@@ -278,8 +333,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
     // The next chunk's loads, in flight through P Delta and the o stores
     if (has_next) {
       if (j >= 1) named_barrier_sync(kTilesFree0 + next, kThreads);
-      load_blocked_chunk_async<kOutputThreads>(s.tiles[next].blocked(), p, t0 + kChunk,
-                                               span.chunk_len(j + 1), h, hv, tid);
+      load_chunk(j + 1);
     }
     // O's first term scale e^{G_i} (Q h)_i (the row scale on the fp32 product, as FLA does)
     float const q_lo = scale * __expf(t.gcum[row_lo]);
@@ -309,10 +363,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
     // after this chunk's o: the copies have the time of P Delta and the o stores to land (this
     // role sets the walk's pace: the state roles waited on it, docs/perf-notes.md)
     if (has_next) {
-      cp_async_wait<0>();
-      fence_proxy_async_shared();
-      named_barrier_sync(kOutputGroup, kOutputThreads);
-      named_barrier_arrive(kTilesFull0 + next, kThreads);
+      hand_over_chunk(j + 1);
       if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
       chunk_gates(s.tiles[next], s.ag[next], s.p[next], scale, tid);
       named_barrier_sync(kOutputGroup, kOutputThreads);
@@ -321,15 +372,23 @@ __device__ __forceinline__ void output_role(SharedStorage& s, Params const& p, W
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 1) walk_a_fwd_roles_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    walk_a_fwd_roles_kernel(__grid_constant__ RolesParams const rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  Params const& p = rp.p;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&s.tiles_landed[0], 1);
+    mbarrier_init(&s.tiles_landed[1], 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   WalkSpan const span = walk_span(p.problem, walk);
   run_roles<kStateRegs, kOutputRegs>(
       [&](int wg) { state_role(s, p, span, walk.n, walk.hv, wg); },
-      [&] { output_role(s, p, span, walk.hv / p.problem.group_size(), walk.hv); });
+      [&] { output_role(s, rp, span, walk.hv / p.problem.group_size(), walk.hv); });
 #endif
 }
 
