@@ -17,8 +17,8 @@ cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, in
   static PFN_cuTensorMapEncodeTiled_v12000 const encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found) !=
-            cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
         found != cudaDriverEntryPointSuccess)
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
