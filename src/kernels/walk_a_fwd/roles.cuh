@@ -186,6 +186,10 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     named_barrier_arrive(kHbFull, kThreads);
 
     named_barrier_sync(kTilesFull0 + parity, kThreads);
+    // K came by TMA: its writes are this role's to see through the mbarrier's phase (complete by
+    // now: the output roles waited for it before TilesFull; chunk j + 2 reuses the barrier only
+    // after this step's TilesFree)
+    mbarrier_wait(&s.tiles_landed[parity], static_cast<int>(j / 2 % 2));
     cp_async_wait<1>();  // V of chunk j (chunk j + 1's may be in flight)
     named_barrier_sync(group, kRoleThreads);
     float const g_lo = t.gcum[row_lo];
