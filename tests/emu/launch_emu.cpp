@@ -80,13 +80,14 @@ cudaError_t launch(Params const& p, cudaStream_t) {
     emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true>(p); });
   else {
     // the TMA maps of Q, K and A, in the emulator's encoding (launch.cu has the driver's)
-    roles::RolesParams rp{p, {}, {}, {}};
+    roles::RolesParams rp{p, {}, {}, {}, {}};
     auto encode = [](TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
       roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
       encode_tensor_map_3d(map, base, 2, m.dims, m.strides, m.box);
     };
     encode(rp.q_map, p.q, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
     encode(rp.k_map, p.k, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
+    encode(rp.v_map, p.v, p.problem.num_tokens, p.problem.num_v_heads, kHeadDim);
     encode(rp.a_map, p.a, p.problem.num_tokens, p.problem.num_v_heads, kChunk);
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
                 [&] { roles::walk_a_fwd_roles_kernel(rp); });

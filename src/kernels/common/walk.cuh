@@ -145,19 +145,19 @@ __device__ __forceinline__ void store_state_half(StateHalf& st, float* dst, int 
   });
 }
 
-// The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles (K^T: K read
-// M-major, through KT: MNMajorTile<128> for a blocked K, MNMajorStackedTile<64> for a stacked
-// one; X blocked); complete on return.
-template <class KT>
+// The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles read through
+// the views kt (K^T: K read M-major) and x (N-major): MNMajorTile<128> for blocked tiles,
+// MNMajorStackedTile<64> for stacked ones; complete on return.
+template <class KT, class XT>
 __device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT const& kt,
-                                               __nv_bfloat16 const* x, int c0) {
+                                               XT const& x, int c0) {
   for (float& v : st.lo) v *= gamma;
   for (float& v : st.hi) v *= gamma;
   fence_accumulators(st.lo);
   fence_accumulators(st.hi);
   wgmma_fence();
-  warpgroup_mma_async<kStateHalf, kChunk>(kt, MNMajorTile<kHeadDim>{x}, 0, c0, st.lo);
-  warpgroup_mma_async<kStateHalf, kChunk>(kt, MNMajorTile<kHeadDim>{x}, kStateHalf, c0, st.hi);
+  warpgroup_mma_async<kStateHalf, kChunk>(kt, x, 0, c0, st.lo);
+  warpgroup_mma_async<kStateHalf, kChunk>(kt, x, kStateHalf, c0, st.hi);
   wgmma_commit();
   wgmma_wait<0>();
   fence_accumulators(st.lo);

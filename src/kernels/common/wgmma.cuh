@@ -51,9 +51,8 @@ inline constexpr int kNext8Rows = kCols / 8 * 64;
 // - a warp's copy of one vector index reads whole 32-byte sectors (a row's threads take adjacent
 //   vectors) and writes whole 128-byte core-matrix rows of shared memory.
 // tid: this thread's index among the kThreads that copy (a warpgroup role passes its own
-// numbering). kTileCols: the columns of the blocked tile that dst points into (at its column
-// 0, or at a multiple of 8), where the copy fills kCols of them.
-template <int kRows, int kCols, int kThreads, int kTileCols = kCols>
+// numbering).
+template <int kRows, int kCols, int kThreads>
 __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
                                                         __nv_bfloat16 const* src,
                                                         int64_t row_stride, int valid, int tid) {
@@ -68,7 +67,7 @@ __device__ __forceinline__ void load_tile_blocked_async(__nv_bfloat16* dst,
   for (int pass = 0; pass < kRows / kPassRows; ++pass) {
     int const r = tid / kRowThreads + pass * kPassRows;
     bool const ok = r < valid;
-    __nv_bfloat16* const d = dst + blocked_offset<kTileCols>(r, 8 * q);
+    __nv_bfloat16* const d = dst + blocked_offset<kCols>(r, 8 * q);
     __nv_bfloat16 const* const s = ok ? src + r * row_stride + 8 * q : src;
 #pragma unroll
     for (int v = 0; v < kVecs / kRowThreads; ++v)
@@ -272,6 +271,21 @@ __device__ __forceinline__ void load_stacked_frag(__nv_bfloat16 const* tile, int
     for (int m = 0; m < 4; ++m) frag[4 * jj + m] = x[m];
   }
 }
+// store_blocked_frag for a stacked tile of kRows rows.
+template <int kRows, int kN>
+__device__ __forceinline__ void store_stacked_frag(__nv_bfloat16* tile, int m0, int n0,
+                                                   uint32_t const (&frag)[kN / 4]) {
+  static_assert(kN % 16 == 0, "whole 16-column steps");
+  int const lane = threadIdx.x % 32;
+  __nv_bfloat16* const at =
+      tile + stacked_offset<kRows>(m0 + 16 * (threadIdx.x % 128 / 32) + lane / 8 % 2 * 8 + lane % 8,
+                                   n0 + lane / 16 * 8);
+#pragma unroll
+  for (int jj = 0; jj < kN / 16; ++jj) {
+    uint32_t const x[4] = {frag[4 * jj], frag[4 * jj + 1], frag[4 * jj + 2], frag[4 * jj + 3]};
+    stmatrix_x4(at + 2 * jj * (kRows / 8) * 64, x);
+  }
+}
 // A bf16 pair as the 32 bits ldmatrix / stmatrix move, and back.
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 x) {
   return *reinterpret_cast<uint32_t*>(&x);
@@ -288,6 +302,15 @@ __device__ __forceinline__ void store_blocked_acc(__nv_bfloat16* tile, int m0, i
   for (int q = 0; q < kN / 4; ++q)
     frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
   store_blocked_frag<kCols, kN>(tile, m0, n0, frag);
+}
+template <int kRows, int kN>
+__device__ __forceinline__ void store_stacked_acc(__nv_bfloat16* tile, int m0, int n0,
+                                                  float const (&acc)[kN / 2]) {
+  uint32_t frag[kN / 4];
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q)
+    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
+  store_stacked_frag<kRows, kN>(tile, m0, n0, frag);
 }
 
 // acc -> this thread's rows r_lo and r_lo + 8 (for_each_wgmma_pair's layout) of a row-major

@@ -57,10 +57,11 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   // there); saved mode's forward (o and h) and the h-walk (o == nullptr): kernel.cuh's.
   if (params.o != nullptr && params.h == nullptr) {
     Problem const& pr = params.problem;
-    roles::RolesParams rp{params, {}, {}, {}};
+    roles::RolesParams rp{params, {}, {}, {}, {}};
     for (cudaError_t err :
          {encode_tile_map(rp.q_map, params.q, pr.num_tokens, pr.num_qk_heads, kHeadDim),
           encode_tile_map(rp.k_map, params.k, pr.num_tokens, pr.num_qk_heads, kHeadDim),
+          encode_tile_map(rp.v_map, params.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
           encode_tile_map(rp.a_map, params.a, pr.num_tokens, pr.num_v_heads, kChunk)})
       if (err != cudaSuccess) return err;
     return launch_walk(roles::walk_a_fwd_roles_kernel, sizeof(roles::SharedStorage),

@@ -55,13 +55,14 @@ inline constexpr int kOutputRegs = 104;
 static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65536,
               "the roles' registers exceed the SM's");
 
-// The kernel's parameters: the walk's, and the TMA maps of Q, K [BT, H, 128] and A [BT, HV, 64]
+// The kernel's parameters: the walk's, and the TMA maps of Q, K [BT, H, 128], V [BT, HV, 128] and
+// A [BT, HV, 64]
 // as 3-D tensors (8 columns, tokens, column blocks of all heads), a box being one chunk of one
 // head: a stacked tile (wgmma.cuh). tile_map_shape gives the maps' arguments (launch.cu encodes
 // them with the driver, the emulator with its own encoding).
 struct RolesParams {
   Params p;
-  TensorMap q_map, k_map, a_map;
+  TensorMap q_map, k_map, v_map, a_map;
 };
 struct TileMapShape {
   uint64_t dims[3];     // elements: 8 columns, tokens, column blocks
@@ -74,18 +75,18 @@ inline TileMapShape tile_map_shape(int64_t tokens, int heads, int cols) {
           {8, kChunk, static_cast<uint32_t>(cols / 8)}};
 }
 
-// One chunk's operands; two of them alternate. Q, K and A as TMA writes them (stacked tiles,
-// wgmma.cuh), V blocked.
+// One chunk's operands; two of them alternate. Q, K, V and A as TMA writes them (stacked tiles,
+// wgmma.cuh).
 struct ChunkTiles {
   bf16 q[kChunk * kHeadDim];  // [64 x 128] stacked
   bf16 k[kChunk * kHeadDim];  // [64 x 128] stacked
-  bf16 v[kChunk * kHeadDim];  // [64 x 128] V; then R, then bf16(e^{G_last - G} Delta) (in place)
+  bf16 v[kChunk * kHeadDim];  // [64 x 128] stacked: V; then R, then bf16(e^{G_last - G} Delta)
   bf16 a[kChunk * kChunk];    // [64 x 64]  A, stacked
   float gcum[kChunk];         // G; rows past the end repeat G of the last token
   float beta[kChunk];         // beta; 0 past the end
 };
-// The bytes one chunk's TMA copies bring (Q, K, A)
-inline constexpr uint32_t kTmaBytes = (2 * kChunk * kHeadDim + kChunk * kChunk) * 2;
+// The bytes one chunk's TMA copies bring (Q, K, V, A)
+inline constexpr uint32_t kTmaBytes = (3 * kChunk * kHeadDim + kChunk * kChunk) * 2;
 
 // About 193 KB: one CTA per SM.
 struct SharedStorage {
@@ -155,23 +156,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
   int const row_lo = 16 * (threadIdx.x % kRoleThreads / 32) + threadIdx.x % 32 / 4;
   int const row_hi = row_lo + 8;
 
-  // V of chunk jj (this warpgroup's columns) -> tiles[jj % 2].v, one cp.async group (empty past
-  // the last chunk). This role copies V, not the output roles: V is read by this warpgroup alone
-  // (R, Delta's B, the update's ebar Delta, all on its columns), and the output roles' step was
-  // the walk's pace, a third of it issuing copies, while this role waited 26 % of its time for
-  // the tiles (Nsight Compute at workload A, v20).
   int64_t const num_chunks = span.num_chunks();
-  int64_t const v_stride = int64_t{HV} * kHeadDim;
-  auto load_v = [&](int64_t jj) {
-    if (jj < num_chunks)
-      load_tile_blocked_async<kChunk, kStateHalf, kRoleThreads, kHeadDim>(
-          s.tiles[jj % 2].v + blocked_offset<kHeadDim>(0, c0),
-          p.v + ((span.begin + jj * kChunk) * HV + hv) * kHeadDim + c0, v_stride,
-          span.chunk_len(jj), threadIdx.x % kRoleThreads);
-    cp_async_commit();
-  };
-  load_v(0);
-  load_v(1);
   for (int64_t j = 0; j < num_chunks; ++j) {
     ChunkTiles& t = s.tiles[j % 2];
     int const parity = static_cast<int>(j % 2);
@@ -186,12 +171,10 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     named_barrier_arrive(kHbFull, kThreads);
 
     named_barrier_sync(kTilesFull0 + parity, kThreads);
-    // K came by TMA: its writes are this role's to see through the mbarrier's phase (complete by
-    // now: the output roles waited for it before TilesFull; chunk j + 2 reuses the barrier only
-    // after this step's TilesFree)
+    // K and V came by TMA: their writes are this role's to see through the mbarrier's phase
+    // (complete by now: the output roles waited for it before TilesFull; chunk j + 2 reuses the
+    // barrier only after this step's TilesFree)
     mbarrier_wait(&s.tiles_landed[parity], static_cast<int>(j / 2 % 2));
-    cp_async_wait<1>();  // V of chunk j (chunk j + 1's may be in flight)
-    named_barrier_sync(group, kRoleThreads);
     float const g_lo = t.gcum[row_lo];
     float const g_hi = t.gcum[row_hi];
     float const g_last = t.gcum[len - 1];
@@ -207,7 +190,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
       float const beta_lo = t.beta[row_lo];
       float const beta_hi = t.beta[row_hi];
       uint32_t v[kStateHalf / 4];  // pair q: row_lo (even q) or row_hi (odd q)
-      load_blocked_frag<kHeadDim, kStateHalf>(t.v, 0, c0, v);
+      load_stacked_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
 #pragma unroll
       for (int q = 0; q < kStateHalf / 4; ++q) {
         float const eg = q % 2 == 0 ? eg_lo : eg_hi;
@@ -216,7 +199,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
         v[q] = bf16x2_bits(
             __floats2bfloat162_rn(b * (vq.x - eg * kh[2 * q]), b * (vq.y - eg * kh[2 * q + 1])));
       }
-      store_blocked_frag<kHeadDim, kStateHalf>(t.v, 0, c0, v);
+      store_stacked_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
@@ -224,7 +207,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     // Delta = Ag R on this warpgroup's columns
     named_barrier_sync(kAgFull0 + parity, kThreads);
     float d[kStateHalf / 2] = {};
-    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]}, MNMajorTile<kHeadDim>{t.v},
+    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]}, MNMajorStackedTile<kChunk>{t.v},
                                       0, c0, d);
     if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
     named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
@@ -241,15 +224,15 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
         d[2 * q] *= decay;
         d[2 * q + 1] *= decay;
       }
-      store_blocked_acc<kHeadDim, kStateHalf>(t.v, 0, c0, d);
+      store_stacked_acc<kChunk, kStateHalf>(t.v, 0, c0, d);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
     named_barrier_arrive(kDeltaFull, kThreads);
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
-    decay_add_kt_x(h, __expf(g_last), MNMajorStackedTile<kChunk>{t.k}, t.v, c0);
-    load_v(j + 2);  // into t.v: this warpgroup's columns of it are read
+    decay_add_kt_x(h, __expf(g_last), MNMajorStackedTile<kChunk>{t.k},
+                   MNMajorStackedTile<kChunk>{t.v}, c0);
     if (j + 2 < num_chunks) named_barrier_arrive(kTilesFree0 + parity, kThreads);
   }
 
@@ -282,6 +265,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
       int const row = static_cast<int>(t0);
       tma_load_3d(t.q, &rp.q_map, 0, row, h * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
       tma_load_3d(t.k, &rp.k_map, 0, row, h * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
+      tma_load_3d(t.v, &rp.v_map, 0, row, hv * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
       tma_load_3d(t.a, &rp.a_map, 0, row, hv * (kChunk / 8), &s.tiles_landed[jj % 2]);
     }
     load_gcum_beta_async(t.gcum, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
@@ -291,12 +275,13 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     ChunkTiles& t = s.tiles[jj % 2];
     mbarrier_wait(&s.tiles_landed[jj % 2], static_cast<int>(jj / 2 % 2));
     int const len = span.chunk_len(jj);
-    if (len < kChunk) {  // 16-byte vectors of rows len .. 63: 16 per row of Q and K, 8 of A
+    if (len < kChunk) {  // 16-byte vectors of rows len .. 63: 16 per row of Q, K and V, 8 of A
       int4 const zero = make_int4(0, 0, 0, 0);
       for (int i = tid; i < (kChunk - len) * 16; i += kOutputThreads) {
         int const r = len + i / 16;
         *reinterpret_cast<int4*>(t.q + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
         *reinterpret_cast<int4*>(t.k + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        *reinterpret_cast<int4*>(t.v + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
         if (i % 16 < 8) *reinterpret_cast<int4*>(t.a + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
       }
     }
