@@ -220,6 +220,7 @@ struct EmuTensorMap3d {
   uint64_t dims[3];     // elements, innermost first
   uint64_t strides[3];  // bytes; strides[0] = elem_bytes
   uint32_t box[3];
+  bool swizzle128;  // CU_TENSOR_MAP_SWIZZLE_128B: box rows of 128 bytes, 16-byte chunks XOR row % 8
 };
 static_assert(sizeof(EmuTensorMap3d) <= sizeof(TensorMap));
 
@@ -228,12 +229,15 @@ static_assert(sizeof(EmuTensorMap3d) <= sizeof(TensorMap));
 // arguments, without interleave, swizzle, L2 promotion or fill options: tile mode, zero fill).
 inline void encode_tensor_map_3d(TensorMap& map, void const* base, int elem_bytes,
                                  uint64_t const (&dims)[3], uint64_t const (&strides)[2],
-                                 uint32_t const (&box)[3]) {
+                                 uint32_t const (&box)[3], bool swizzle128 = false) {
+  if (swizzle128 && box[0] * elem_bytes != 128)
+    throw std::invalid_argument("emulator: a 128-byte swizzled box has rows of 128 bytes");
   EmuTensorMap3d const m{static_cast<char const*>(base),
                          elem_bytes,
                          {dims[0], dims[1], dims[2]},
                          {uint64_t(elem_bytes), strides[0], strides[1]},
-                         {box[0], box[1], box[2]}};
+                         {box[0], box[1], box[2]},
+                         swizzle128};
   std::memset(map.bytes, 0, sizeof map.bytes);
   std::memcpy(map.bytes, &m, sizeof m);
 }
@@ -256,7 +260,18 @@ inline void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1, int c2,
           std::memcpy(out, m.base + x[0] * m.strides[0] + x[1] * m.strides[1] + x[2] * m.strides[2],
                       m.elem_bytes);
       }
+  if (m.swizzle128) {
+    if (reinterpret_cast<uintptr_t>(dst) % 1024 != 0)
+      throw std::runtime_error("emulator: a 128-byte swizzled box lands 1024-byte aligned");
+    std::vector<char> swizzled(box.size());
+    for (size_t o = 0; o < box.size(); o += 16)
+      std::memcpy(swizzled.data() + (o ^ ((o >> 7 & 7) << 4)), box.data() + o, 16);
+    box.swap(swizzled);
+  }
   emu::bulk_copy_issue(dst, box, bar);
+}
+inline void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1, uint64_t* bar) {
+  tma_load_3d(dst, map, c0, c1, 0, bar);
 }
 
 template <int kTransA, int kTransB>

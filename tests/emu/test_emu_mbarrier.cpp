@@ -3,11 +3,14 @@
 // a copy read before its phase completes reads poison; a 3-D tensor box lands dense, with zeros
 // outside the tensor, and in the layout wgmma's blocked tiles take with core matrices stacked by
 // rows; a wait that nothing completes is a deadlock naming the barrier; arrivals beyond the count
-// throw.
+// throw; 128-byte swizzled boxes read by wgmma through swizzled descriptors (both majors, K
+// across the two 64-column halves) and by ldmatrix.
 #include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -16,6 +19,7 @@
 
 #include "emu/gdn_emu_testing.hpp"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/wgmma.cuh"
 
 namespace {
 
@@ -24,7 +28,7 @@ using cake::emu::Dim3;
 using cake::emu_testing::poisoned;
 using namespace cake::kernels;
 
-alignas(128) char smem_raw[64 * 1024];
+alignas(1024) char smem_raw[64 * 1024];
 
 constexpr int kRounds = 6;
 constexpr int kBytes = 512;  // per round
@@ -165,6 +169,81 @@ __global__ void __launch_bounds__(32) extra_arrival_kernel() {
 TEST(EmulatedMbarrier, AnArrivalBeyondTheCountThrows) {
   EXPECT_THROW(cake::emu::launch(Dim3{1}, Dim3{32}, smem_raw, [] { extra_arrival_kernel(); }),
                std::runtime_error);
+}
+
+
+// Q, K, X [64 x 128] bf16 (row-major, one head) by 128-byte swizzled boxes of 64 columns (two per
+// tile) into swizzled tiles; c1 [64 x 64] = Q K^T (both K-major, K over both halves), c2 [64 x
+// 64] = (K^T X)[64 .. 127, 0 .. 63] (both M/N-major), xf [64 x 128] = X's columns 64 .. 127 as
+// ldmatrix fragments, written where for_each_wgmma_pair puts them.
+__global__ void __launch_bounds__(128) swizzled_kernel(TensorMap const* maps, float* c1, float* c2,
+                                                       bf16* xf) {
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto* const bar = reinterpret_cast<uint64_t*>(smem_raw);
+  auto* const tiles = reinterpret_cast<bf16*>(smem_raw + 1024);  // q, k, x: 64 x 128 each
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_arrive_expect_tx(bar, 3 * 64 * 128 * 2);
+    for (int t = 0; t < 3; ++t)
+      for (int half = 0; half < 2; ++half)
+        tma_load_2d(tiles + t * 64 * 128 + half * 64 * 64, &maps[t], 64 * half, 0, bar);
+  }
+  __syncthreads();
+  mbarrier_wait(bar, 0);
+  bf16 const* const q = tiles;
+  bf16 const* const k = tiles + 64 * 128;
+  bf16 const* const x = tiles + 2 * 64 * 128;
+  float acc[32] = {};
+  warpgroup_mma<64, 128>(KMajorSwizzledTile<64>{q}, KMajorSwizzledTile<64>{k}, 0, 0, acc);
+  for_each_wgmma_pair<64>(0, 0, acc, [&](int r, int col, float& x0, float& x1) {
+    c1[r * 64 + col] = x0;
+    c1[r * 64 + col + 1] = x1;
+  });
+  float acc2[32] = {};
+  warpgroup_mma<64, 64>(MNMajorSwizzledTile<64>{k}, MNMajorSwizzledTile<64>{x}, 64, 0, acc2);
+  for_each_wgmma_pair<64>(0, 0, acc2, [&](int r, int col, float& x0, float& x1) {
+    c2[r * 64 + col] = x0;
+    c2[r * 64 + col + 1] = x1;
+  });
+  uint32_t frag[16];
+  load_swizzled_frag<64, 64>(x, 0, 64, frag);
+  int qi = 0;
+  for_each_wgmma_pair<64>(0, 64, acc, [&](int r, int col, float&, float&) {
+    std::memcpy(xf + r * 128 + col, &frag[qi++], 4);
+  });
+}
+
+TEST(EmulatedMbarrier, SwizzledBoxesAsWgmmaOperandsAndFragments) {
+  std::vector<bf16> x16[3];
+  std::vector<double> xd[3];
+  for (int t = 0; t < 3; ++t)
+    for (int i = 0; i < 64 * 128; ++i) {
+      float const v = static_cast<float>((i * (7 + 2 * t) + t) % 97) / 97.f - 0.5f;
+      x16[t].push_back(__float2bfloat16(v));
+      xd[t].push_back(__bfloat162float(x16[t].back()));
+    }
+  TensorMap maps[3];
+  for (int t = 0; t < 3; ++t)
+    cake::kernels::encode_tensor_map_3d(maps[t], x16[t].data(), 2, {128, 64, 1}, {256, 256 * 64},
+                                        {64, 64, 1}, true);
+  std::vector<float> c1 = poisoned<float>(64 * 64), c2 = poisoned<float>(64 * 64);
+  std::vector<bf16> xf = poisoned<bf16>(64 * 128);
+  cake::emu::launch(Dim3{1}, Dim3{128}, smem_raw,
+                    [&] { swizzled_kernel(maps, c1.data(), c2.data(), xf.data()); });
+  double e1 = 0, e2 = 0;
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double r1 = 0, r2 = 0;
+      for (int d = 0; d < 128; ++d) r1 += xd[0][i * 128 + d] * xd[1][j * 128 + d];
+      for (int t = 0; t < 64; ++t) r2 += xd[1][t * 128 + 64 + i] * xd[2][t * 128 + j];
+      e1 = std::max(e1, std::abs(c1[i * 64 + j] - r1));
+      e2 = std::max(e2, std::abs(c2[i * 64 + j] - r2));
+    }
+  EXPECT_LT(e1, 1e-4);
+  EXPECT_LT(e2, 1e-4);
+  for (int r = 0; r < 64; ++r)
+    for (int c = 64; c < 128; ++c)
+      EXPECT_EQ(__bfloat162float(xf[r * 128 + c]), xd[2][r * 128 + c]) << "(" << r << ", " << c << ")";
 }
 
 }  // namespace

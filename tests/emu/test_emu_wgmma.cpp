@@ -550,10 +550,10 @@ TEST(EmulatedWgmma, SwizzledDescriptorThrows) {
       float acc[32] = {};
       uint64_t const desc = wgmma_descriptor(smem_raw, 128, 1024);
       wgmma_fence();
-      wgmma_m64n64k16_bf16<0, 0>(acc, desc | uint64_t{1} << 62, desc);
+      wgmma_m64n64k16_bf16<0, 0>(acc, desc | uint64_t{2} << 62, desc);
     });
   });
-  EXPECT_NE(error.find("swizzle mode 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("swizzle mode 2"), std::string::npos) << error;
 }
 
 // Producer / consumer over two shared buffers of 128 floats, kRounds rounds: warp 0 fills buffer

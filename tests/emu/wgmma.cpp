@@ -26,26 +26,38 @@ constexpr int kThreads = 128;  // a warpgroup
 // (SBO).
 struct Descriptor {
   uint32_t start, lbo, sbo;
+  bool swizzle128;  // mode 1: 128-byte swizzle
 };
 
 // Bits 0-13 start >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 49-51 base offset, 62-63 swizzle mode.
 Descriptor decode(uint64_t desc) {
-  if (desc >> 62 != 0)
+  if (desc >> 62 > 1)
     throw std::runtime_error("emulator: wgmma descriptor with swizzle mode " +
                              std::to_string(desc >> 62) +
-                             " (bits 62-63): only the unswizzled layout is emulated");
+                             " (bits 62-63): only the unswizzled layout (0) and the 128-byte "
+                             "swizzle (1) are emulated");
   if ((desc >> 49 & 7) != 0)
     throw std::runtime_error(
         "emulator: wgmma descriptor with a base offset (bits 49-51), which only swizzled layouts "
         "use");
   auto const field = [desc](int bit) { return static_cast<uint32_t>(desc >> bit & 0x3fff) << 4; };
-  return {field(0), field(16), field(32)};
+  return {field(0), field(16), field(32), desc >> 62 == 1};
 }
 
 // Byte offset of element (mn, k) of an operand in the unswizzled canonical layouts: its core
 // matrix at (mn / 8) SBO + (k / 8) LBO from the start; a core matrix row (16 bytes) holds 8
 // consecutive k (K-major) or 8 consecutive mn (MN-major, the transposed operand).
+// With the 128-byte swizzle (CUTLASS's canonical layouts, mma_traits_sm90_gmma.hpp), 128-byte
+// rows in 1024-byte atoms of 8: K-major, element (mn, k) at start + (mn / 8) SBO + (mn % 8) 128 +
+// 2 k (the k of one product stay in one row); MN-major, at start + (mn / 64) LBO + (k / 8) SBO +
+// (k % 8) 128 + 2 (mn % 64); then the address's 16-byte chunk (bits 4-6) XOR its row in the atom
+// (bits 7-9), as the GPU swizzles shared addresses (atoms 1024-byte aligned, base offset 0).
 uint32_t element_offset(Descriptor const& d, bool mn_major, int mn, int k) {
+  if (d.swizzle128) {
+    uint32_t const a = mn_major ? d.start + mn / 64 * d.lbo + k / 8 * d.sbo + k % 8 * 128 + mn % 64 * 2
+                                : d.start + mn / 8 * d.sbo + mn % 8 * 128 + k * 2;
+    return a ^ ((a >> 7 & 7) << 4);
+  }
   uint32_t const core = d.start + mn / 8 * d.sbo + k / 8 * d.lbo;
   return mn_major ? core + k % 8 * 16 + mn % 8 * 2 : core + mn % 8 * 16 + k % 8 * 2;
 }

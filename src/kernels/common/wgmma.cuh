@@ -218,6 +218,43 @@ struct MNMajorStackedTile {
   static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * 128 / 16; }
 };
 
+// "Swizzled" tiles (the 128-byte swizzle): what TMA boxes of 64 columns x kRows rows write with
+// CU_TENSOR_MAP_SWIZZLE_128B. Columns in halves of 64, each kRows x 128 bytes (1024-byte
+// aligned); row r of a half at r x 128 bytes, its 16-byte chunk q at (q XOR r % 8) x 16. wgmma
+// reads them with the swizzle mode set, SBO 1024 (8 rows) and, M/N-major, LBO a half's bytes
+// (CUTLASS's canonical layouts, mma_traits_sm90_gmma.hpp). Offsets in elements.
+template <int kRows>
+__device__ __forceinline__ int swizzled_offset(int r, int c) {
+  return (c / 64) * kRows * 64 + r * 64 + ((c % 64 / 8) ^ (r % 8)) * 8 + c % 8;
+}
+__device__ __forceinline__ uint64_t wgmma_descriptor_sw128(void const* start, uint32_t lbo,
+                                                           uint32_t sbo) {
+  return wgmma_descriptor(start, lbo, sbo) | uint64_t{1} << 62;
+}
+// The operand at (mn0, k0), rows M (N) and columns K; its start unswizzled (the swizzle applies
+// to the addresses wgmma forms from it).
+template <int kRows>
+struct KMajorSwizzledTile {
+  static constexpr int kTrans = 0;
+  __nv_bfloat16 const* p;
+  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
+    return wgmma_descriptor_sw128(p + k0 / 64 * kRows * 64 + mn0 * 64 + k0 % 64, 16, 1024);
+  }
+  static constexpr uint64_t desc_step(int k0) {
+    return uint64_t(k0 / 64 * kRows * 64 + k0 % 64) * 2 / 16;
+  }
+};
+// Rows K, columns M (N); mn0 a multiple of 64.
+template <int kRows>
+struct MNMajorSwizzledTile {
+  static constexpr int kTrans = 1;
+  __nv_bfloat16 const* p;
+  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
+    return wgmma_descriptor_sw128(p + mn0 / 64 * kRows * 64 + k0 * 64, kRows * 128, 1024);
+  }
+  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0) * 128 / 16; }
+};
+
 // A warpgroup's [64 x kN] tile at rows m0.., columns n0.. of a blocked tile of kCols columns, as
 // bf16 pairs in registers in for_each_wgmma_pair's layout and order: frag[q] holds the pair that
 // for_each_wgmma_pair visits q-th (accumulators 2 q, 2 q + 1). One ldmatrix or stmatrix moves 4
@@ -286,6 +323,31 @@ __device__ __forceinline__ void store_stacked_frag(__nv_bfloat16* tile, int m0, 
     stmatrix_x4(at + 2 * jj * (kRows / 8) * 64, x);
   }
 }
+// load_blocked_frag / store_blocked_frag for a swizzled tile of kRows rows: an address per
+// instruction (the swizzle does not step by constants).
+template <int kRows, int kN>
+__device__ __forceinline__ void load_swizzled_frag(__nv_bfloat16 const* tile, int m0, int n0,
+                                                   uint32_t (&frag)[kN / 4]) {
+  int const lane = threadIdx.x % 32;
+  int const r = m0 + 16 * (threadIdx.x % 128 / 32) + lane / 8 % 2 * 8 + lane % 8;
+#pragma unroll
+  for (int jj = 0; jj < kN / 16; ++jj) {
+    uint32_t x[4];
+    ldmatrix_x4(x, tile + swizzled_offset<kRows>(r, n0 + 16 * jj + lane / 16 * 8));
+    for (int m = 0; m < 4; ++m) frag[4 * jj + m] = x[m];
+  }
+}
+template <int kRows, int kN>
+__device__ __forceinline__ void store_swizzled_frag(__nv_bfloat16* tile, int m0, int n0,
+                                                    uint32_t const (&frag)[kN / 4]) {
+  int const lane = threadIdx.x % 32;
+  int const r = m0 + 16 * (threadIdx.x % 128 / 32) + lane / 8 % 2 * 8 + lane % 8;
+#pragma unroll
+  for (int jj = 0; jj < kN / 16; ++jj) {
+    uint32_t const x[4] = {frag[4 * jj], frag[4 * jj + 1], frag[4 * jj + 2], frag[4 * jj + 3]};
+    stmatrix_x4(tile + swizzled_offset<kRows>(r, n0 + 16 * jj + lane / 16 * 8), x);
+  }
+}
 // A bf16 pair as the 32 bits ldmatrix / stmatrix move, and back.
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 x) {
   return *reinterpret_cast<uint32_t*>(&x);
@@ -302,6 +364,15 @@ __device__ __forceinline__ void store_blocked_acc(__nv_bfloat16* tile, int m0, i
   for (int q = 0; q < kN / 4; ++q)
     frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
   store_blocked_frag<kCols, kN>(tile, m0, n0, frag);
+}
+template <int kRows, int kN>
+__device__ __forceinline__ void store_swizzled_acc(__nv_bfloat16* tile, int m0, int n0,
+                                                   float const (&acc)[kN / 2]) {
+  uint32_t frag[kN / 4];
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q)
+    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
+  store_swizzled_frag<kRows, kN>(tile, m0, n0, frag);
 }
 template <int kRows, int kN>
 __device__ __forceinline__ void store_stacked_acc(__nv_bfloat16* tile, int m0, int n0,
