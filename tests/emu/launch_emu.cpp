@@ -68,7 +68,7 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 namespace cake::kernels::walk_a_fwd {
 alignas(16) char smem_raw[sizeof(SharedStorage)];
 namespace roles {
-alignas(128) char smem_raw[sizeof(SharedStorage)];
+alignas(1024) char smem_raw[sizeof(SharedStorage)];
 }  // namespace roles
 // launch.cu picks the walk as here
 cudaError_t launch(Params const& p, cudaStream_t) {
@@ -79,11 +79,12 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   else if (p.h != nullptr)
     emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true>(p); });
   else {
-    // the TMA maps of Q, K and A, in the emulator's encoding (launch.cu has the driver's)
+    // the TMA maps of Q, K, V and A, in the emulator's encoding (launch.cu has the driver's)
     roles::RolesParams rp{p, {}, {}, {}, {}};
     auto encode = [](TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
       roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
-      encode_tensor_map_3d(map, base, 2, m.dims, m.strides, m.box);
+      encode_tensor_map_3d(map, base, 2, {m.dims[0], m.dims[1], 1}, {m.stride, m.stride * m.dims[1]},
+                           {m.box[0], m.box[1], 1}, true);
     };
     encode(rp.q_map, p.q, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
     encode(rp.k_map, p.k, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);

@@ -25,13 +25,13 @@ cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, in
   }();
   if (encode == nullptr) return cudaErrorNotSupported;
   roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
-  cuuint64_t const dims[3] = {m.dims[0], m.dims[1], m.dims[2]};
-  cuuint64_t const strides[2] = {m.strides[0], m.strides[1]};
-  cuuint32_t const box[3] = {m.box[0], m.box[1], m.box[2]};
-  cuuint32_t const element_strides[3] = {1, 1, 1};
-  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+  cuuint64_t const dims[2] = {m.dims[0], m.dims[1]};
+  cuuint64_t const strides[1] = {m.stride};
+  cuuint32_t const box[2] = {m.box[0], m.box[1]};
+  cuuint32_t const element_strides[2] = {1, 1};
+  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
                             const_cast<void*>(base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }

@@ -56,32 +56,32 @@ static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65
               "the roles' registers exceed the SM's");
 
 // The kernel's parameters: the walk's, and the TMA maps of Q, K [BT, H, 128], V [BT, HV, 128] and
-// A [BT, HV, 64]
-// as 3-D tensors (8 columns, tokens, column blocks of all heads), a box being one chunk of one
-// head: a stacked tile (wgmma.cuh). tile_map_shape gives the maps' arguments (launch.cu encodes
-// them with the driver, the emulator with its own encoding).
+// A [BT, HV, 64] as 2-D tensors (all heads' columns, tokens), 128-byte swizzled boxes of 64
+// columns by one chunk's tokens: a head's tile is two boxes (one for A), a swizzled tile
+// (wgmma.cuh). tile_map_shape gives the maps' arguments (launch.cu encodes them with the driver,
+// the emulator with its own encoding).
 struct RolesParams {
   Params p;
   TensorMap q_map, k_map, v_map, a_map;
 };
 struct TileMapShape {
-  uint64_t dims[3];     // elements: 8 columns, tokens, column blocks
-  uint64_t strides[2];  // bytes: a token, a column block
-  uint32_t box[3];      // 8, a chunk's tokens, one head's column blocks
+  uint64_t dims[2];  // elements: all heads' columns, tokens
+  uint64_t stride;   // bytes: a token
+  uint32_t box[2];   // 64 columns (128 bytes: the swizzle's span), a chunk's tokens
 };
 inline TileMapShape tile_map_shape(int64_t tokens, int heads, int cols) {
-  return {{8, static_cast<uint64_t>(tokens), static_cast<uint64_t>(heads) * cols / 8},
-          {static_cast<uint64_t>(heads) * cols * 2, 16},
-          {8, kChunk, static_cast<uint32_t>(cols / 8)}};
+  return {{static_cast<uint64_t>(heads) * cols, static_cast<uint64_t>(tokens)},
+          static_cast<uint64_t>(heads) * cols * 2,
+          {64, kChunk}};
 }
 
-// One chunk's operands; two of them alternate. Q, K, V and A as TMA writes them (stacked tiles,
-// wgmma.cuh).
-struct ChunkTiles {
-  bf16 q[kChunk * kHeadDim];  // [64 x 128] stacked
-  bf16 k[kChunk * kHeadDim];  // [64 x 128] stacked
-  bf16 v[kChunk * kHeadDim];  // [64 x 128] stacked: V; then R, then bf16(e^{G_last - G} Delta)
-  bf16 a[kChunk * kChunk];    // [64 x 64]  A, stacked
+// One chunk's operands; two of them alternate. Q, K, V and A as TMA writes them (swizzled tiles,
+// wgmma.cuh: each 1024-byte aligned).
+struct alignas(1024) ChunkTiles {
+  bf16 q[kChunk * kHeadDim];  // [64 x 128] swizzled
+  bf16 k[kChunk * kHeadDim];  // [64 x 128] swizzled
+  bf16 v[kChunk * kHeadDim];  // [64 x 128] swizzled: V; then R, then bf16(e^{G_last - G} Delta)
+  bf16 a[kChunk * kChunk];    // [64 x 64]  A, swizzled
   float gcum[kChunk];         // G; rows past the end repeat G of the last token
   float beta[kChunk];         // beta; 0 past the end
 };
@@ -121,11 +121,11 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
   constexpr int kHalf = kChunk / 2;
   int const ow = tid / kRoleThreads;
   float qk[kHalf / 2] = {};
-  warpgroup_mma<kHalf, kHeadDim>(KMajorStackedTile<kChunk>{t.q}, KMajorStackedTile<kChunk>{t.k},
+  warpgroup_mma<kHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q}, KMajorSwizzledTile<kChunk>{t.k},
                                  0, kHalf * ow, qk);
   // pairs in for_each_wgmma_pair's order: pair q at row i_lo (+ 8 for odd q), columns jc, jc + 1
   uint32_t a[kHalf / 4];
-  load_stacked_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
+  load_swizzled_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
   int const i_lo = 16 * (tid % kRoleThreads / 32) + tid % 32 / 4;
   int const jc0 = kHalf * ow + 2 * (tid % 4);
 #pragma unroll
@@ -183,14 +183,14 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     // thread rewrites the elements it read; rows past the end: beta is zero there, so R is)
     {
       float kh[kStateHalf / 2] = {};
-      warpgroup_mma<kStateHalf, kHeadDim>(KMajorStackedTile<kChunk>{t.k},
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.k},
                                           MNMajorTile<kHeadDim>{s.hb}, 0, c0, kh);
       float const eg_lo = __expf(g_lo);
       float const eg_hi = __expf(g_hi);
       float const beta_lo = t.beta[row_lo];
       float const beta_hi = t.beta[row_hi];
       uint32_t v[kStateHalf / 4];  // pair q: row_lo (even q) or row_hi (odd q)
-      load_stacked_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
+      load_swizzled_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
 #pragma unroll
       for (int q = 0; q < kStateHalf / 4; ++q) {
         float const eg = q % 2 == 0 ? eg_lo : eg_hi;
@@ -199,7 +199,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
         v[q] = bf16x2_bits(
             __floats2bfloat162_rn(b * (vq.x - eg * kh[2 * q]), b * (vq.y - eg * kh[2 * q + 1])));
       }
-      store_stacked_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
+      store_swizzled_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
@@ -207,7 +207,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     // Delta = Ag R on this warpgroup's columns
     named_barrier_sync(kAgFull0 + parity, kThreads);
     float d[kStateHalf / 2] = {};
-    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]}, MNMajorStackedTile<kChunk>{t.v},
+    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]}, MNMajorSwizzledTile<kChunk>{t.v},
                                       0, c0, d);
     if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
     named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
@@ -224,15 +224,15 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
         d[2 * q] *= decay;
         d[2 * q + 1] *= decay;
       }
-      store_stacked_acc<kChunk, kStateHalf>(t.v, 0, c0, d);
+      store_swizzled_acc<kChunk, kStateHalf>(t.v, 0, c0, d);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
     named_barrier_arrive(kDeltaFull, kThreads);
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
-    decay_add_kt_x(h, __expf(g_last), MNMajorStackedTile<kChunk>{t.k},
-                   MNMajorStackedTile<kChunk>{t.v}, c0);
+    decay_add_kt_x(h, __expf(g_last), MNMajorSwizzledTile<kChunk>{t.k},
+                   MNMajorSwizzledTile<kChunk>{t.v}, c0);
     if (j + 2 < num_chunks) named_barrier_arrive(kTilesFree0 + parity, kThreads);
   }
 
@@ -263,10 +263,13 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     if (tid == 0) {
       mbarrier_arrive_expect_tx(&s.tiles_landed[jj % 2], kTmaBytes);
       int const row = static_cast<int>(t0);
-      tma_load_3d(t.q, &rp.q_map, 0, row, h * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
-      tma_load_3d(t.k, &rp.k_map, 0, row, h * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
-      tma_load_3d(t.v, &rp.v_map, 0, row, hv * (kHeadDim / 8), &s.tiles_landed[jj % 2]);
-      tma_load_3d(t.a, &rp.a_map, 0, row, hv * (kChunk / 8), &s.tiles_landed[jj % 2]);
+      uint64_t* const bar = &s.tiles_landed[jj % 2];
+      for (int half = 0; half < 2; ++half) {  // 64 columns each, kChunk x 64 elements apart
+        tma_load_2d(t.q + half * kChunk * 64, &rp.q_map, h * kHeadDim + 64 * half, row, bar);
+        tma_load_2d(t.k + half * kChunk * 64, &rp.k_map, h * kHeadDim + 64 * half, row, bar);
+        tma_load_2d(t.v + half * kChunk * 64, &rp.v_map, hv * kHeadDim + 64 * half, row, bar);
+      }
+      tma_load_2d(t.a, &rp.a_map, hv * kChunk, row, bar);
     }
     load_gcum_beta_async(t.gcum, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
     cp_async_commit();
@@ -279,10 +282,10 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
       int4 const zero = make_int4(0, 0, 0, 0);
       for (int i = tid; i < (kChunk - len) * 16; i += kOutputThreads) {
         int const r = len + i / 16;
-        *reinterpret_cast<int4*>(t.q + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        *reinterpret_cast<int4*>(t.k + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        *reinterpret_cast<int4*>(t.v + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        if (i % 16 < 8) *reinterpret_cast<int4*>(t.a + stacked_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        *reinterpret_cast<int4*>(t.q + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        *reinterpret_cast<int4*>(t.k + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        *reinterpret_cast<int4*>(t.v + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        if (i % 16 < 8) *reinterpret_cast<int4*>(t.a + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
       }
     }
     cp_async_wait<0>();
@@ -312,7 +315,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     named_barrier_sync(kHbFull, kThreads);
     fence_accumulators(o_acc);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorStackedTile<kChunk>{t.q},
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q},
                                               MNMajorTile<kHeadDim>{s.hb}, 0, oc0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
@@ -364,7 +367,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_fwd_roles_kernel(__grid_constant__ RolesParams const rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) char smem_raw[];
+  extern __shared__ __align__(1024) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   Params const& p = rp.p;
   if (threadIdx.x == 0) {
