@@ -242,7 +242,7 @@ inline void encode_tensor_map_3d(TensorMap& map, void const* base, int elem_byte
   std::memcpy(map.bytes, &m, sizeof m);
 }
 
-inline void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1, int c2, uint64_t* bar) {
+inline void tma_load_box(void* dst, TensorMap const* map, int c0, int c1, int c2, uint64_t* bar) {
   if (reinterpret_cast<uintptr_t>(dst) % 128 != 0)
     throw std::runtime_error("emulator: a tensor copy's destination must be 128-byte aligned");
   EmuTensorMap3d m;
@@ -271,7 +271,7 @@ inline void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1, int c2,
   emu::bulk_copy_issue(dst, box, bar);
 }
 inline void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1, uint64_t* bar) {
-  tma_load_3d(dst, map, c0, c1, 0, bar);
+  tma_load_box(dst, map, c0, c1, 0, bar);
 }
 
 template <int kTransA, int kTransB>

@@ -1,10 +1,9 @@
 // mbarriers and bulk copies (kernels/common/ptx.cuh) on the CPU emulator: a producer thread's
 // bulk copies complete a phase that consumer warps wait for, over several phases of two buffers;
-// a copy read before its phase completes reads poison; a 3-D tensor box lands dense, with zeros
-// outside the tensor, and in the layout wgmma's blocked tiles take with core matrices stacked by
-// rows; a wait that nothing completes is a deadlock naming the barrier; arrivals beyond the count
-// throw; 128-byte swizzled boxes read by wgmma through swizzled descriptors (both majors, K
-// across the two 64-column halves) and by ldmatrix.
+// a copy read before its phase completes reads poison; an unswizzled 2-D tensor box lands row by
+// row, with zeros outside the tensor; a wait that nothing completes is a deadlock naming the
+// barrier; arrivals beyond the count throw; 128-byte swizzled boxes read by wgmma through swizzled
+// descriptors (both majors, K across the two 64-column halves) and by ldmatrix.
 #include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 
 #include <gtest/gtest.h>
@@ -101,9 +100,8 @@ TEST(EmulatedMbarrier, ACopyReadBeforeItsPhaseCompletesIsPoison) {
   EXPECT_EQ(seen[1], 5);
 }
 
-// A [kRows x 128] bf16 tile of a [T x 128] tensor (rows t0 ..) as a 3-D box (8 columns, kRows
-// rows, 16 column blocks): element (r, c) lands at ((c / 8) kRows + r) 8 + c % 8, core matrix
-// (r / 8, c / 8) at ((c / 8) (kRows / 8) + r / 8) x 128 bytes; rows past T are zero.
+// A [kRows x 128] bf16 tile of a [T x 128] tensor (rows t0 ..) as two unswizzled 2-D boxes of 64
+// columns: element (r, c) lands at ((c / 64) kRows + r) 64 + c % 64; rows past T are zero.
 constexpr int kRows = 64;
 __global__ void __launch_bounds__(32) tensor_kernel(TensorMap const* map, int t0, bf16* out) {
   extern __shared__ __align__(128) char smem_raw[];
@@ -112,7 +110,8 @@ __global__ void __launch_bounds__(32) tensor_kernel(TensorMap const* map, int t0
   if (threadIdx.x == 0) {
     mbarrier_init(bar, 1);
     mbarrier_arrive_expect_tx(bar, kRows * 128 * 2);
-    tma_load_3d(tile, map, 0, t0, 0, bar);
+    for (int half = 0; half < 2; ++half)
+      tma_load_2d(tile + half * kRows * 64, map, 64 * half, t0, bar);
   }
   __syncwarp();
   mbarrier_wait(bar, 0);
@@ -125,16 +124,16 @@ TEST(EmulatedMbarrier, TensorBoxLandsDenseWithZerosPastTheEnd) {
   for (int t = 0; t < kT; ++t)
     for (int c = 0; c < kLd; ++c) x[t * kLd + c] = __float2bfloat16(float((t * 131 + c) % 251));
   TensorMap map;
-  // dims: 8 columns, T rows, 16 column blocks; strides: a row, a column block (16 bytes)
-  cake::kernels::encode_tensor_map_3d(map, x.data() + 128, 2, {8, kT, 16},
-                                      {uint64_t{kLd} * 2, 16}, {8, kRows, 16});
+  // dims: 128 columns, T rows; stride: a row
+  cake::kernels::encode_tensor_map_3d(map, x.data() + 128, 2, {128, kT, 1},
+                                      {uint64_t{kLd} * 2, uint64_t{kLd} * 2 * kT}, {64, kRows, 1});
   int const t0 = 37;
   std::vector<bf16> out = poisoned<bf16>(kRows * 128);
   cake::emu::launch(Dim3{1}, Dim3{32}, smem_raw, [&] { tensor_kernel(&map, t0, out.data()); });
   for (int r = 0; r < kRows; ++r)
     for (int c = 0; c < 128; ++c) {
       float const want = t0 + r < kT ? __bfloat162float(x[(t0 + r) * kLd + 128 + c]) : 0.f;
-      EXPECT_EQ(__bfloat162float(out[((c / 8) * kRows + r) * 8 + c % 8]), want)
+      EXPECT_EQ(__bfloat162float(out[((c / 64) * kRows + r) * 64 + c % 64]), want)
           << "(" << r << ", " << c << ")";
     }
 }

@@ -252,56 +252,6 @@ TEST(EmulatedWgmma, FragmentsStoreAndLoadTheAccumulatorLayout) {
   EXPECT_EQ(loaded, 128 * 32);
 }
 
-// Stacked tiles (wgmma.cuh, what a TMA box writes) as operands: Q, K [64 x 128] stacked, X
-// [64 x 128] blocked; c1 [64 x 64] = Q K^T (both K-major), c2 [64 x 64] = (K^T X)[64 .. 127, 0 ..
-// 63] (K^T: K's stacked tile read M-major, rows from 64).
-__global__ void __launch_bounds__(128) stacked_kernel(bf16 const* q, bf16 const* k, bf16 const* x,
-                                                      float* c1, float* c2) {
-  extern __shared__ __align__(128) char smem_raw[];
-  auto* const sq = reinterpret_cast<bf16*>(smem_raw);
-  bf16* const sk = sq + 64 * 128;
-  bf16* const sx = sk + 64 * 128;
-  for (int i = threadIdx.x; i < 64 * 128; i += 128) {
-    sq[stacked_offset<64>(i / 128, i % 128)] = q[i];
-    sk[stacked_offset<64>(i / 128, i % 128)] = k[i];
-    sx[blocked_offset<128>(i / 128, i % 128)] = x[i];
-  }
-  fence_proxy_async_shared();
-  __syncthreads();
-  float acc[32] = {};
-  warpgroup_mma<64, 128>(KMajorStackedTile<64>{sq}, KMajorStackedTile<64>{sk}, 0, 0, acc);
-  for_each_wgmma_pair<64>(0, 0, acc, [&](int r, int col, float& x0, float& x1) {
-    c1[r * 64 + col] = x0;
-    c1[r * 64 + col + 1] = x1;
-  });
-  float acc2[32] = {};
-  warpgroup_mma<64, 64>(MNMajorStackedTile<64>{sk}, MNMajorTile<128>{sx}, 64, 0, acc2);
-  for_each_wgmma_pair<64>(0, 0, acc2, [&](int r, int col, float& x0, float& x1) {
-    c2[r * 64 + col] = x0;
-    c2[r * 64 + col + 1] = x1;
-  });
-}
-
-TEST(EmulatedWgmma, StackedTilesAsOperands) {
-  std::mt19937 rng(std::random_device{}());
-  std::vector<double> q, k, x;
-  std::vector<bf16> const q16 = random_bf16(64 * 128, rng, q), k16 = random_bf16(64 * 128, rng, k),
-                          x16 = random_bf16(64 * 128, rng, x);
-  std::vector<float> c1 = poisoned<float>(64 * 64), c2 = poisoned<float>(64 * 64);
-  cake::emu::launch(Dim3{1}, Dim3{128}, smem_raw, [&] {
-    stacked_kernel(q16.data(), k16.data(), x16.data(), c1.data(), c2.data());
-  });
-  std::vector<double> r1(64 * 64, 0.0), r2(64 * 64, 0.0);
-  for (int i = 0; i < 64; ++i)
-    for (int j = 0; j < 64; ++j)
-      for (int d = 0; d < 128; ++d) r1[i * 64 + j] += q[i * 128 + d] * k[j * 128 + d];
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < 64; ++n)
-      for (int t = 0; t < 64; ++t) r2[m * 64 + n] += k[t * 128 + 64 + m] * x[t * 128 + n];
-  EXPECT_LT(relative_error(c1, r1), kTolerance);
-  EXPECT_LT(relative_error(c2, r2), kTolerance);
-}
-
 // Warp specialisation as the next kernels do it: warpgroup 0 (the producer, its register budget
 // lowered) loads A [64 x 64] K-major (stored [M][K]) and B [64 x 64] N-major (stored [K][N]) and
 // arrives at barrier 1; warpgroup 1 (the consumer, its budget raised) syncs on it and computes

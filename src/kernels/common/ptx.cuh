@@ -250,9 +250,9 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
 }
 
 // Bulk copies global -> shared through the async proxy, completing their bytes on bar. 1-D:
-// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned). 3-D tensor: the box
-// of `map` at element coordinates (c0, c1, c2) (innermost first), dense in shared memory
-// (128-byte aligned), elements outside the tensor zero.
+// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned). 2-D tensor: the box
+// of `map` at element coordinates (c0, c1) (innermost first), in shared memory as the map's swizzle
+// lays it (1024-byte aligned for the 128-byte swizzle), elements outside the tensor zero.
 __device__ __forceinline__ void bulk_copy(void* dst, void const* src, uint32_t bytes,
                                           uint64_t* bar) {
   asm volatile(
@@ -267,14 +267,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, TensorMap const* map, int
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
       "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
       "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
-      : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1,
-                                            int c2, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-      "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
       : "memory");
 }
 

@@ -147,7 +147,7 @@ __device__ __forceinline__ void store_state_half(StateHalf& st, float* dst, int 
 
 // The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles read through
 // the views kt (K^T: K read M-major) and x (N-major): MNMajorTile<128> for blocked tiles,
-// MNMajorStackedTile<64> for stacked ones; complete on return.
+// MNMajorSwizzledTile<kChunk> for 128-byte swizzled ones (wgmma.cuh); complete on return.
 template <class KT, class XT>
 __device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT const& kt,
                                                XT const& x, int c0) {

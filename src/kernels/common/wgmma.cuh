@@ -187,37 +187,6 @@ __device__ __forceinline__ void for_each_blocked_pair(int m0, int n0, float (&ac
   }
 }
 
-// "Stacked" tiles: the core matrices of a column block (8 columns) stacked by rows, column blocks
-// one after another: element (r, c) of a kRows-row tile at ((c / 8) (kRows / 8) + r / 8) x 64 +
-// (r % 8) x 8 + c % 8 elements. This is what a TMA copy writes for a 3-D box (8 columns, kRows
-// rows, column blocks; tensor_map.hpp), and wgmma reads it unswizzled with the strides between
-// core matrices swapped: 128 bytes along rows, (kRows / 8) x 128 along columns.
-template <int kRows>
-__device__ __forceinline__ int stacked_offset(int r, int c) {
-  static_assert(kRows % 8 == 0, "stacked tiles have whole core matrices");
-  return ((c / 8) * (kRows / 8) + r / 8) * 64 + (r % 8) * 8 + c % 8;
-}
-// KMajorStackedTile: rows are M (or N), columns are K; MNMajorStackedTile: rows are K, columns
-// M (or N). As KMajorTile and MNMajorTile.
-template <int kRows>
-struct KMajorStackedTile {
-  static constexpr int kTrans = 0;
-  __nv_bfloat16 const* p;
-  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
-    return wgmma_descriptor(p + stacked_offset<kRows>(mn0, k0), kRows / 8 * 128, 128);
-  }
-  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * (kRows / 8) * 128 / 16; }
-};
-template <int kRows>
-struct MNMajorStackedTile {
-  static constexpr int kTrans = 1;
-  __nv_bfloat16 const* p;
-  __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
-    return wgmma_descriptor(p + stacked_offset<kRows>(k0, mn0), 128, kRows / 8 * 128);
-  }
-  static constexpr uint64_t desc_step(int k0) { return uint64_t(k0 / 8) * 128 / 16; }
-};
-
 // "Swizzled" tiles (the 128-byte swizzle): what TMA boxes of 64 columns x kRows rows write with
 // CU_TENSOR_MAP_SWIZZLE_128B. Columns in halves of 64, each kRows x 128 bytes (1024-byte
 // aligned); row r of a half at r x 128 bytes, its 16-byte chunk q at (q XOR r % 8) x 16. wgmma
@@ -292,37 +261,6 @@ __device__ __forceinline__ void store_blocked_frag(__nv_bfloat16* tile, int m0, 
     stmatrix_x4(at + 2 * jj * kNext8Cols, x);
   }
 }
-// load_blocked_frag for a stacked tile of kRows rows.
-template <int kRows, int kN>
-__device__ __forceinline__ void load_stacked_frag(__nv_bfloat16 const* tile, int m0, int n0,
-                                                  uint32_t (&frag)[kN / 4]) {
-  static_assert(kN % 16 == 0, "whole 16-column steps");
-  int const lane = threadIdx.x % 32;
-  __nv_bfloat16 const* const at =
-      tile + stacked_offset<kRows>(m0 + 16 * (threadIdx.x % 128 / 32) + lane / 8 % 2 * 8 + lane % 8,
-                                   n0 + lane / 16 * 8);
-#pragma unroll
-  for (int jj = 0; jj < kN / 16; ++jj) {
-    uint32_t x[4];
-    ldmatrix_x4(x, at + 2 * jj * (kRows / 8) * 64);
-    for (int m = 0; m < 4; ++m) frag[4 * jj + m] = x[m];
-  }
-}
-// store_blocked_frag for a stacked tile of kRows rows.
-template <int kRows, int kN>
-__device__ __forceinline__ void store_stacked_frag(__nv_bfloat16* tile, int m0, int n0,
-                                                   uint32_t const (&frag)[kN / 4]) {
-  static_assert(kN % 16 == 0, "whole 16-column steps");
-  int const lane = threadIdx.x % 32;
-  __nv_bfloat16* const at =
-      tile + stacked_offset<kRows>(m0 + 16 * (threadIdx.x % 128 / 32) + lane / 8 % 2 * 8 + lane % 8,
-                                   n0 + lane / 16 * 8);
-#pragma unroll
-  for (int jj = 0; jj < kN / 16; ++jj) {
-    uint32_t const x[4] = {frag[4 * jj], frag[4 * jj + 1], frag[4 * jj + 2], frag[4 * jj + 3]};
-    stmatrix_x4(at + 2 * jj * (kRows / 8) * 64, x);
-  }
-}
 // load_blocked_frag / store_blocked_frag for a swizzled tile of kRows rows: an address per
 // instruction (the swizzle does not step by constants).
 template <int kRows, int kN>
@@ -373,15 +311,6 @@ __device__ __forceinline__ void store_swizzled_acc(__nv_bfloat16* tile, int m0, 
   for (int q = 0; q < kN / 4; ++q)
     frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
   store_swizzled_frag<kRows, kN>(tile, m0, n0, frag);
-}
-template <int kRows, int kN>
-__device__ __forceinline__ void store_stacked_acc(__nv_bfloat16* tile, int m0, int n0,
-                                                  float const (&acc)[kN / 2]) {
-  uint32_t frag[kN / 4];
-#pragma unroll
-  for (int q = 0; q < kN / 4; ++q)
-    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
-  store_stacked_frag<kRows, kN>(tile, m0, n0, frag);
 }
 
 // acc -> this thread's rows r_lo and r_lo + 8 (for_each_wgmma_pair's layout) of a row-major
