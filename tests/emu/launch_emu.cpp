@@ -14,7 +14,6 @@
 #include "kernels/qk_norm/launch.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
-#include "kernels/walk_a_fwd/kernel.cuh"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
 
@@ -66,33 +65,36 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::qk_grad
 
 namespace cake::kernels::walk_a_fwd {
-alignas(16) char smem_raw[sizeof(SharedStorage)];
 namespace roles {
 alignas(1024) char smem_raw[sizeof(SharedStorage)];
 }  // namespace roles
-// launch.cu picks the walk as here
+// launch.cu checks and launches as here, with the maps in the emulator's encoding (launch.cu has
+// the driver's)
 cudaError_t launch(Params const& p, cudaStream_t) {
   if (p.walk_done != nullptr && p.o != nullptr) return cudaErrorInvalidValue;
-  Dim3 const grid{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)};
-  if (p.o == nullptr)
-    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<false>(p); });
-  else if (p.h != nullptr)
-    emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { walk_a_fwd_kernel<true>(p); });
-  else {
-    // the TMA maps of Q, K, V and A, in the emulator's encoding (launch.cu has the driver's)
-    roles::RolesParams rp{p, {}, {}, {}, {}};
-    auto encode = [](TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
-      roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
-      encode_tensor_map_3d(map, base, 2, {m.dims[0], m.dims[1], 1}, {m.stride, m.stride * m.dims[1]},
-                           {m.box[0], m.box[1], 1}, true);
-    };
-    encode(rp.q_map, p.q, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
-    encode(rp.k_map, p.k, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
-    encode(rp.v_map, p.v, p.problem.num_tokens, p.problem.num_v_heads, kHeadDim);
-    encode(rp.a_map, p.a, p.problem.num_tokens, p.problem.num_v_heads, kChunk);
-    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
-                [&] { roles::walk_a_fwd_roles_kernel(rp); });
+  if (p.o == nullptr && p.h == nullptr) return cudaErrorInvalidValue;
+  roles::RolesParams rp{p, {}, {}, {}, {}, {}};
+  auto encode = [](TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
+    roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
+    encode_tensor_map_3d(map, base, 2, {m.dims[0], m.dims[1], 1}, {m.stride, m.stride * m.dims[1]},
+                         {m.box[0], m.box[1], 1}, true);
+  };
+  encode(rp.q_map, p.q, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
+  encode(rp.k_map, p.k, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
+  encode(rp.v_map, p.v, p.problem.num_tokens, p.problem.num_v_heads, kHeadDim);
+  encode(rp.a_map, p.a, p.problem.num_tokens, p.problem.num_v_heads, kChunk);
+  if (p.h != nullptr) {
+    roles::HMapShape const m = roles::h_map_shape(p.problem.num_slots, p.problem.num_v_heads);
+    encode_tensor_map_3d(rp.h_map, p.h, 2, {m.dims[0], m.dims[1], m.dims[2]},
+                         {m.strides[0], m.strides[1]}, {m.box[0], m.box[1], m.box[2]}, true);
   }
+  Dim3 const grid{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)};
+  if (p.o != nullptr)
+    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
+                [&] { roles::walk_a_fwd_roles_kernel<true>(rp); });
+  else
+    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
+                [&] { roles::walk_a_fwd_roles_kernel<false>(rp); });
   return cudaSuccess;
 }
 }  // namespace cake::kernels::walk_a_fwd

@@ -274,6 +274,50 @@ inline void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1, uint64_
   tma_load_box(dst, map, c0, c1, 0, bar);
 }
 
+// The box of `map` at (c0, c1, c2) from shared memory at src (laid out as a load of the box lands
+// it), into the tensor's elements inside its dims: performed at the wait of its group
+// (emu::bulk_store_issue), reading src then.
+inline void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1, int c2) {
+  emu::shared_address(src);  // throws unless the source is in the block's shared memory
+  EmuTensorMap3d m;
+  std::memcpy(&m, map->bytes, sizeof m);
+  if (reinterpret_cast<uintptr_t>(src) % (m.swizzle128 ? 1024 : 128) != 0)
+    throw std::runtime_error("emulator: a tensor store's source is 128-byte (swizzled: 1024) aligned");
+  emu::bulk_store_issue([m, src, c0, c1, c2] {
+    size_t const bytes = size_t{m.box[0]} * m.box[1] * m.box[2] * m.elem_bytes;
+    std::vector<char> box(static_cast<char const*>(src), static_cast<char const*>(src) + bytes);
+    if (m.swizzle128) {
+      std::vector<char> plain(bytes);
+      for (size_t o = 0; o < bytes; o += 16)
+        std::memcpy(plain.data() + o, box.data() + (o ^ ((o >> 7 & 7) << 4)), 16);
+      box.swap(plain);
+    }
+    int const c[3] = {c0, c1, c2};
+    char const* in = box.data();
+    for (uint32_t i2 = 0; i2 < m.box[2]; ++i2)
+      for (uint32_t i1 = 0; i1 < m.box[1]; ++i1)
+        for (uint32_t i0 = 0; i0 < m.box[0]; ++i0, in += m.elem_bytes) {
+          int64_t const x[3] = {int64_t{c[0]} + i0, int64_t{c[1]} + i1, int64_t{c[2]} + i2};
+          bool inside = true;
+          for (int d = 0; d < 3; ++d) inside = inside && x[d] >= 0 && x[d] < int64_t(m.dims[d]);
+          if (inside)
+            std::memcpy(const_cast<char*>(m.base) + x[0] * m.strides[0] + x[1] * m.strides[1] +
+                            x[2] * m.strides[2],
+                        in, m.elem_bytes);
+        }
+  });
+}
+inline void bulk_commit_group() { emu::bulk_store_commit_group(); }
+template <int kPending>
+void bulk_wait_group_read() {
+  emu::bulk_store_wait_group(kPending);
+}
+template <int kPending>
+void bulk_wait_group() {
+  emu::bulk_store_wait_group(kPending);
+}
+inline void fence_proxy_async_global() {}
+
 template <int kTransA, int kTransB>
 void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
   emu::wgmma_issue(32, kTransA != 0, kTransB != 0, d, desc_a, desc_b);

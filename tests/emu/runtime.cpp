@@ -85,6 +85,9 @@ struct Fiber {
   // groups not yet waited for, oldest first
   std::vector<CpAsyncCopy> open_copies;
   std::deque<std::vector<CpAsyncCopy>> copy_groups;
+  // bulk stores (bulk_store_issue): the same, each store performed at the wait of its group
+  std::vector<std::function<void()>> open_stores;
+  std::deque<std::vector<std::function<void()>>> store_groups;
 };
 
 // A collective of `threads` threads (a warp or a warpgroup): each contributes its input at
@@ -357,6 +360,7 @@ int current_tid() { return static_cast<int>(g_block->current - g_block->fibers.d
 void switch_out() { cake_emu_switch(&g_block->current->sp, g_block->scheduler_sp); }
 
 void maybe_release_block();
+std::string block_name(Block const& b);
 
 // Exceptions cannot unwind across contexts: a fiber's is kept and rethrown by the scheduler.
 void fiber_entry() {
@@ -365,7 +369,12 @@ void fiber_entry() {
   } catch (...) {
     g_block->error = std::current_exception();
   }
-  g_block->current->done = true;
+  Fiber& f = *g_block->current;
+  if ((!f.open_stores.empty() || !f.store_groups.empty()) && !g_block->error)
+    g_block->error = std::make_exception_ptr(std::runtime_error(
+        "emulator: a thread of " + block_name(*g_block) +
+        " exited with bulk stores not waited for (bulk_wait_group)"));
+  f.done = true;
   ++g_block->done;
   maybe_release_block();  // its exit may complete the barrier the others wait at
   switch_out();           // never switched back to
@@ -441,6 +450,8 @@ void run_block() {
     f.points = 0;
     f.open_copies.clear();
     f.copy_groups.clear();
+    f.open_stores.clear();
+    f.store_groups.clear();
     f.thread_idx = Dim3{t % b.block_dim.x, t / b.block_dim.x % b.block_dim.y,
                         t / (b.block_dim.x * b.block_dim.y)};
     f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes - t % kStaggers * kStaggerBytes);
@@ -765,6 +776,25 @@ void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar) {
   m.copies.push_back(BulkCopy{static_cast<char*>(dst), std::vector<char>(bytes.begin(), bytes.end())});
   std::memset(dst, 0xff, bytes.size());
   if (!m.waiting.empty()) land_copies(m);
+}
+
+void bulk_store_issue(std::function<void()> perform) {
+  g_block->current->open_stores.push_back(std::move(perform));
+}
+
+void bulk_store_commit_group() {
+  Fiber& f = *g_block->current;
+  f.store_groups.push_back(std::move(f.open_stores));
+  f.open_stores.clear();
+}
+
+void bulk_store_wait_group(int pending) {
+  Fiber& f = *g_block->current;
+  while (f.store_groups.size() > static_cast<size_t>(pending)) {
+    for (auto const& perform : f.store_groups.front()) perform();
+    f.store_groups.pop_front();
+  }
+  preemption_point();
 }
 
 std::shared_ptr<void>& warpgroup_async_state() { return g_block->async_state[current_tid() / 128]; }

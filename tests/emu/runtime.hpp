@@ -157,6 +157,18 @@ void mbarrier_arrive(void* bar, uint32_t tx_bytes);
 void mbarrier_wait(void* bar, int parity);
 void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar);
 
+// Bulk stores (cp.async.bulk.tensor, shared -> global): bulk_store_issue(perform) records a store
+// the calling thread issued; `perform` reads its shared source and writes global memory, and runs
+// when a wait completes the store's group: as late as the GPU may read the source, so that a
+// thread that rewrites the source before its wait (and barrier) stores the new bytes (wrong
+// results). Groups are the calling thread's: commit closes the open group, wait(pending) performs
+// every committed group but the `pending` newest (wait_group and wait_group.read alike) and is a
+// preemption point. A thread that exits with a store not waited for throws: its block's shared
+// memory, the store's source, is gone then.
+void bulk_store_issue(std::function<void()> perform);
+void bulk_store_commit_group();
+void bulk_store_wait_group(int pending);
+
 // Shared memory: the buffer given to launch() is the block's shared window, its first byte at
 // shared address 0, as `extern __shared__` buffers are in the emulated kernels (launch_emu.cpp).
 // shared_address(p) is __cvta_generic_to_shared (throws unless p is in the buffer), so that the

@@ -270,6 +270,37 @@ __device__ __forceinline__ void tma_load_2d(void* dst, TensorMap const* map, int
       : "memory");
 }
 
+// Bulk tensor stores shared -> global through the async proxy: the box of `map` at element
+// coordinates (c0, c1, c2) (innermost first) from shared memory laid out as the map's swizzle
+// lays it (the layout a load of that box writes). Per thread, as cp.async: commit closes the
+// thread's open group; wait_read<n> returns once every group but the n newest has read its
+// source (the shared memory may then be rewritten); wait<n> once their writes are complete. The
+// shared memory written by the generic proxy is made visible to the store by
+// fence_proxy_async_shared first; fence_proxy_async_global orders the completed writes before
+// this thread's later generic ones (a flag another block reads).
+__device__ __forceinline__ void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1,
+                                             int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          map),
+      "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // Named barriers (warp specialisation): barrier `id` (0 .. 15; 0 is __syncthreads's) completes
 // once `num_threads` threads have arrived, counted by whole warps (a multiple of 32; every lane of
 // a warp executes the same barrier instruction). sync arrives and waits for completion; arrive

@@ -1,7 +1,6 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include "kernels/walk_a_fwd/kernel.cuh"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
 
@@ -11,9 +10,9 @@ namespace {
 
 static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) == alignof(CUtensorMap));
 
-// A map of tile_map_shape(tokens, heads, cols) over the bf16 tensor at base, encoded by the
-// driver's cuTensorMapEncodeTiled (through the runtime's entry point: no link to libcuda).
-cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
+// The driver's cuTensorMapEncodeTiled, through the runtime's entry point (no link to libcuda), or
+// nullptr.
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static PFN_cuTensorMapEncodeTiled_v12000 const encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -23,6 +22,12 @@ cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, in
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+// A map of tile_map_shape(tokens, heads, cols) over the bf16 tensor at base.
+cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
+  PFN_cuTensorMapEncodeTiled_v12000 const encode = encode_tiled();
   if (encode == nullptr) return cudaErrorNotSupported;
   roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
   cuuint64_t const dims[2] = {m.dims[0], m.dims[1]};
@@ -36,40 +41,49 @@ cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, in
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class Kernel, class KernelParams>
-cudaError_t launch_walk(Kernel kernel, int smem, int threads, KernelParams const& kernel_params,
-                        Params const& params, cudaStream_t stream) {
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
-  // 1-D: walk_of_block maps each block to its (document, value head)
-  dim3 const grid(
-      static_cast<unsigned>(int64_t{params.problem.num_seqs} * params.problem.num_v_heads));
-  kernel<<<grid, threads, smem, stream>>>(kernel_params);
-  return cudaGetLastError();
+// The map of h_map_shape(num_slots, HV) over h (bf16 [num_slots, HV, 128, 128]).
+cudaError_t encode_h_map(TensorMap& map, void* h, int64_t num_slots, int HV) {
+  PFN_cuTensorMapEncodeTiled_v12000 const encode = encode_tiled();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  roles::HMapShape const m = roles::h_map_shape(num_slots, HV);
+  cuuint64_t const dims[3] = {m.dims[0], m.dims[1], m.dims[2]};
+  cuuint64_t const strides[2] = {m.strides[0], m.strides[1]};
+  cuuint32_t const box[3] = {m.box[0], m.box[1], m.box[2]};
+  cuuint32_t const element_strides[3] = {1, 1, 1};
+  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+                            h, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
+
 
 }  // namespace
 
 cudaError_t launch(Params const& params, cudaStream_t stream) {
-  // The flags are the h-walk's alone (params.hpp)
+  // The flags are the h-walk's alone, and the h-walk is its h (params.hpp)
   if (params.walk_done != nullptr && params.o != nullptr) return cudaErrorInvalidValue;
-  // o without h (recompute mode's forward): the warpgroup-role walk (roles.cuh says why only
-  // there); saved mode's forward (o and h) and the h-walk (o == nullptr): kernel.cuh's.
-  if (params.o != nullptr && params.h == nullptr) {
-    Problem const& pr = params.problem;
-    roles::RolesParams rp{params, {}, {}, {}, {}};
-    for (cudaError_t err :
-         {encode_tile_map(rp.q_map, params.q, pr.num_tokens, pr.num_qk_heads, kHeadDim),
-          encode_tile_map(rp.k_map, params.k, pr.num_tokens, pr.num_qk_heads, kHeadDim),
-          encode_tile_map(rp.v_map, params.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
-          encode_tile_map(rp.a_map, params.a, pr.num_tokens, pr.num_v_heads, kChunk)})
-      if (err != cudaSuccess) return err;
-    return launch_walk(roles::walk_a_fwd_roles_kernel, sizeof(roles::SharedStorage),
-                       roles::kThreads, rp, params, stream);
-  }
-  auto const kernel =
-      params.o == nullptr ? walk_a_fwd_kernel<false> : walk_a_fwd_kernel<true>;
-  return launch_walk(kernel, sizeof(SharedStorage), kThreads, params, params, stream);
+  if (params.o == nullptr && params.h == nullptr) return cudaErrorInvalidValue;
+  Problem const& pr = params.problem;
+  roles::RolesParams rp{params, {}, {}, {}, {}, {}};
+  for (cudaError_t err :
+       {encode_tile_map(rp.q_map, params.q, pr.num_tokens, pr.num_qk_heads, kHeadDim),
+        encode_tile_map(rp.k_map, params.k, pr.num_tokens, pr.num_qk_heads, kHeadDim),
+        encode_tile_map(rp.v_map, params.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        encode_tile_map(rp.a_map, params.a, pr.num_tokens, pr.num_v_heads, kChunk),
+        params.h != nullptr ? encode_h_map(rp.h_map, params.h, pr.num_slots, pr.num_v_heads)
+                            : cudaSuccess})
+    if (err != cudaSuccess) return err;
+  auto const kernel = params.o != nullptr ? roles::walk_a_fwd_roles_kernel<true>
+                                          : roles::walk_a_fwd_roles_kernel<false>;
+  int const smem = sizeof(roles::SharedStorage);
+  cudaError_t const err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  // 1-D: walk_of_block maps each block to its (document, value head)
+  dim3 const grid(static_cast<unsigned>(int64_t{pr.num_seqs} * pr.num_v_heads));
+  kernel<<<grid, roles::kThreads, smem, stream>>>(rp);
+  return cudaGetLastError();
 }
 
 }  // namespace cake::kernels::walk_a_fwd

@@ -1,7 +1,8 @@
-// The forward walk of recompute mode (o and the final state, no h per chunk) on warpgroup roles:
-// the same maths as kernel.cuh (F5 and F6 of fla_reference.md §2.2), one CTA per (document, value
-// head), the whole [128 x 128] fp32 state h (the chunk's start state) in registers. With
-// Gamma_ij = e^{G_i - G_j}, Delta = U - W h = (Gamma o A) (diag(beta) (V - e^G (K h))). Per chunk:
+// The forward walk on warpgroup roles (F5 and F6 of fla_reference.md §2.2; step 2 of
+// docs/design/gdn-hopper-v8-plan.md): one CTA per (document, value head), walking the document's
+// chunks in order with the whole [128 x 128] fp32 state h (the chunk's start state) in registers,
+// Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1. With Gamma_ij = e^{G_i - G_j},
+// T = Gamma o A, so Delta = U - W h = T diag(beta) (V - e^G (K h)). Per chunk:
 //   K h                                      [64 x 128]
 //   R     = beta_i (V - e^{G_i} (K h)_i)     [64 x 128] bf16
 //   Ag    = causal(A_ij e^{G_i - G_j})       [64 x 64] bf16 (i >= j)
@@ -9,26 +10,29 @@
 //   h     = e^{G_last} h + (K e^{G_last - G})^T Delta
 //   P     = causal(scale (Q K^T)_ij e^{G_i - G_j})
 //   O     = scale e^G (Q h) + P Delta         -> o (bf16)
-//
-// Why two forward walks: at workload A on the H200 (docs/perf-notes.md, 2026-11-30) this one
-// takes the forward from 14.86 to 13.75 ms, but with h stored per chunk it was slower than
-// kernel.cuh's mma.sync walk (saved-mode forward 17.2 vs 16.0 ms, the backward's h-walk +2.7 ms):
-// the copy of h holds hb, which the state roles wait on. So saved mode and the h-walk keep
-// kernel.cuh; this one runs when o is wanted and h is not (launch.cu).
+// Three uses (launch.cu): recompute and inverse modes' forward (o, no h per chunk), saved mode's
+// forward (o, and bf16 h per chunk for the backward) and the backward's h-walk (h per chunk, no o:
+// kWithO false, so no Q h, P or P Delta). h is the same bitwise in all three (the same products
+// in the same order). h per chunk is bf16(h) as the state roles write it for K h, stored from
+// shared memory by TMA (one store per state warpgroup and chunk): a copy by the threads held hb,
+// which the state roles wait on (saved-mode forward 17.2 against 16.0 ms for an mma.sync walk,
+// v11), where the TMA store reads it while the step goes on.
 //
 // Warpgroup roles, every product a wgmma from shared memory:
 // - two state warpgroups, each owning 64 of h's 128 columns (h's columns are independent: K h,
-//   R, Delta and the update of a column block need only that block): per chunk bf16(h) -> hb,
-//   K h, R, Delta = Ag R, h += K^T (ebar Delta).
-// - two output warpgroups, each with half of the work off the chain: the loads (cp.async, the
-//   next chunk's while this one is walked), Ag and P of the next chunk (half of the columns each,
-//   one exponential per element for both), and this chunk's O = scale e^G (Q h) + P Delta (half
-//   of O's columns each). With one output warpgroup that role set the pace (the state roles
-//   spent a third of their time waiting for it to free hb).
+//   R, Delta and the update of a column block need only that block): per chunk bf16(h) -> hb
+//   (and, by TMA, to h per chunk), K h, R, Delta = Ag R, h += K^T (ebar Delta).
+// - two output warpgroups, each with half of the work off the chain: the loads (Q, K, V and A by
+//   TMA, G and beta by cp.async; the next chunk's while this one is walked), Ag and P of the next
+//   chunk (half of the columns each, one exponential per element for both; Ag alone without o),
+//   and this chunk's O = scale e^G (Q h) + P Delta (half of O's columns each). With one output
+//   warpgroup that role set the pace (the state roles spent a third of their time waiting for it
+//   to free hb).
 // The roles meet at named barriers, one per hand-over (ptx.cuh; ids below), each a producer's
-// bar.arrive and a consumer's bar.sync over all 512 threads. Tiles are blocked 8 x 8 core
-// matrices (wgmma.cuh). Measured and not kept (perf-notes): o staged in shared memory for
-// 16-byte stores (+0.7 ms at A), Ag handed over before P is formed (+3.1 ms).
+// bar.arrive and a consumer's bar.sync over all 512 threads. Q, K, V, A and hb are 128-byte
+// swizzled tiles (TMA's layout), Ag, P and Delta blocked 8 x 8 core matrices (wgmma.cuh).
+// Measured and not kept (perf-notes): o staged in shared memory for 16-byte stores (+0.7 ms at
+// A), Ag handed over before P is formed (+3.1 ms).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,10 +63,11 @@ static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65
 // A [BT, HV, 64] as 2-D tensors (all heads' columns, tokens), 128-byte swizzled boxes of 64
 // columns by one chunk's tokens: a head's tile is two boxes (one for A), a swizzled tile
 // (wgmma.cuh). tile_map_shape gives the maps' arguments (launch.cu encodes them with the driver,
-// the emulator with its own encoding).
+// the emulator with its own encoding). h_map (when p.h is given): h [num_slots, HV, 128, 128] as
+// a 3-D tensor (columns, rows, slot x HV + hv), boxes of 64 columns by 128 rows (h_map_shape).
 struct RolesParams {
   Params p;
-  TensorMap q_map, k_map, v_map, a_map;
+  TensorMap q_map, k_map, v_map, a_map, h_map;
 };
 struct TileMapShape {
   uint64_t dims[2];  // elements: all heads' columns, tokens
@@ -73,6 +78,16 @@ inline TileMapShape tile_map_shape(int64_t tokens, int heads, int cols) {
   return {{static_cast<uint64_t>(heads) * cols, static_cast<uint64_t>(tokens)},
           static_cast<uint64_t>(heads) * cols * 2,
           {64, kChunk}};
+}
+struct HMapShape {
+  uint64_t dims[3];     // elements: columns, rows, slots x HV
+  uint64_t strides[2];  // bytes: a row, a state
+  uint32_t box[3];      // 64 columns (128 bytes), 128 rows, one state
+};
+inline HMapShape h_map_shape(int64_t num_slots, int HV) {
+  return {{kHeadDim, kHeadDim, static_cast<uint64_t>(num_slots) * HV},
+          {kHeadDim * 2, kHeadDim * kHeadDim * 2},
+          {64, kHeadDim, 1}};
 }
 
 // One chunk's operands; two of them alternate. Q, K, V and A as TMA writes them (swizzled tiles,
@@ -91,7 +106,8 @@ inline constexpr uint32_t kTmaBytes = (3 * kChunk * kHeadDim + kChunk * kChunk) 
 // About 193 KB: one CTA per SM.
 struct SharedStorage {
   ChunkTiles tiles[2];
-  bf16 hb[kHeadDim * kHeadDim];   // [128 x 128] bf16(h), operand of K h and Q h
+  bf16 hb[kHeadDim * kHeadDim];   // [128 x 128] bf16(h), swizzled: operand of K h and Q h, and
+                                  // the source of h's TMA stores
   bf16 delta[kChunk * kHeadDim];  // [64 x 128]  bf16(Delta), operand of P Delta
   bf16 ag[2][kChunk * kChunk];    // [64 x 64]   bf16(Ag), by chunk parity
   bf16 p[2][kChunk * kChunk];     // [64 x 64]   bf16(P), by chunk parity
@@ -114,15 +130,17 @@ enum Barrier : int {
 };
 
 // An output warpgroup's share of one chunk's gates (columns 32 ow .. 32 ow + 31 of output
-// warpgroup ow): Ag = causal(A o Gamma) -> ag and P = causal(scale (Q K^T) o Gamma) -> p, one
-// exponential per element for both. tid: the thread's index in the two output warpgroups.
+// warpgroup ow): Ag = causal(A o Gamma) -> ag and, kWithP, P = causal(scale (Q K^T) o Gamma) -> p,
+// one exponential per element for both. tid: the thread's index in the two output warpgroups.
+template <bool kWithP>
 __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16* p, float scale,
                                             int tid) {
   constexpr int kHalf = kChunk / 2;
   int const ow = tid / kRoleThreads;
   float qk[kHalf / 2] = {};
-  warpgroup_mma<kHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q}, KMajorSwizzledTile<kChunk>{t.k},
-                                 0, kHalf * ow, qk);
+  if constexpr (kWithP)
+    warpgroup_mma<kHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q},
+                                   KMajorSwizzledTile<kChunk>{t.k}, 0, kHalf * ow, qk);
   // pairs in for_each_wgmma_pair's order: pair q at row i_lo (+ 8 for odd q), columns jc, jc + 1
   uint32_t a[kHalf / 4];
   load_swizzled_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
@@ -138,15 +156,19 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
     qk[2 * q + 1] = scale * qk[2 * q + 1] * gate.y;
   }
   store_blocked_frag<kChunk, kHalf>(ag, 0, kHalf * ow, a);
-  store_blocked_acc<kChunk, kHalf>(p, 0, kHalf * ow, qk);
+  if constexpr (kWithP) store_blocked_acc<kChunk, kHalf>(p, 0, kHalf * ow, qk);
   fence_proxy_async_shared();  // ag, p are wgmma operands
 }
 
 // A state warpgroup (wg 0 or 1) of document n: h's columns c0 .. c0 + 63 as two [64 x 64]
-// accumulators (rows 0 .. 63 and 64 .. 127 of K), walked over the document's chunks.
-__device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, WalkSpan const& span,
-                                           int n, int hv, int wg) {
+// accumulators (rows 0 .. 63 and 64 .. 127 of K), walked over the document's chunks; with p.h,
+// its thread 0 stores bf16(h)'s columns c0 .. c0 + 63 per chunk from hb by TMA.
+template <bool kWithO>
+__device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& rp,
+                                           WalkSpan const& span, int n, int hv, int wg) {
+  Params const& p = rp.p;
   int const HV = p.problem.num_v_heads;
+  bool const stores_h = p.h != nullptr && threadIdx.x % kRoleThreads == 0;
   int const c0 = kStateHalf * wg;
   int const group = kStateGroup0 + wg;
   int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
@@ -162,13 +184,20 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     int const parity = static_cast<int>(j % 2);
     int const len = span.chunk_len(j);
 
-    // bf16(h) -> hb (this warpgroup's columns); the output roles read it (Q h)
-    if (j >= 1) named_barrier_sync(kHbFree, kThreads);
-    store_blocked_acc<kHeadDim, kStateHalf>(s.hb, 0, c0, h.lo);
-    store_blocked_acc<kHeadDim, kStateHalf>(s.hb, kStateHalf, c0, h.hi);
+    // bf16(h) -> hb (this warpgroup's columns: one 64-column half of the swizzled tile); the
+    // output roles read it (Q h), and its TMA store to h[slot0 + j] (the previous chunk's store
+    // has read it: its wait comes before this warpgroup's barrier after R)
+    if (kWithO && j >= 1) named_barrier_sync(kHbFree, kThreads);
+    store_swizzled_acc<kHeadDim, kStateHalf>(s.hb, 0, c0, h.lo);
+    store_swizzled_acc<kHeadDim, kStateHalf>(s.hb, kStateHalf, c0, h.hi);
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
-    named_barrier_arrive(kHbFull, kThreads);
+    if (stores_h) {
+      tma_store_3d(&rp.h_map, s.hb + swizzled_offset<kHeadDim>(0, c0), c0, 0,
+                   static_cast<int>((span.slot0 + j) * HV + hv));
+      bulk_commit_group();
+    }
+    if constexpr (kWithO) named_barrier_arrive(kHbFull, kThreads);
 
     named_barrier_sync(kTilesFull0 + parity, kThreads);
     // K and V came by TMA: their writes are this role's to see through the mbarrier's phase
@@ -184,7 +213,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     {
       float kh[kStateHalf / 2] = {};
       warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.k},
-                                          MNMajorTile<kHeadDim>{s.hb}, 0, c0, kh);
+                                          MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, c0, kh);
       float const eg_lo = __expf(g_lo);
       float const eg_hi = __expf(g_hi);
       float const beta_lo = t.beta[row_lo];
@@ -202,6 +231,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
       store_swizzled_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
     }
     fence_proxy_async_shared();
+    if (stores_h) bulk_wait_group_read<0>();  // hb may be rewritten after this barrier
     named_barrier_sync(group, kRoleThreads);
 
     // Delta = Ag R on this warpgroup's columns
@@ -213,11 +243,11 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
 
     // delta <- bf16(Delta) (for P Delta), t.v <- bf16(e^{G_last - G} Delta) (for the update)
-    if (j >= 1) named_barrier_sync(kDeltaFree, kThreads);
+    if (kWithO && j >= 1) named_barrier_sync(kDeltaFree, kThreads);
     {
       float const decay_lo = row_lo < len ? __expf(g_last - g_lo) : 0.f;
       float const decay_hi = row_hi < len ? __expf(g_last - g_hi) : 0.f;
-      store_blocked_acc<kHeadDim, kStateHalf>(s.delta, 0, c0, d);
+      if constexpr (kWithO) store_blocked_acc<kHeadDim, kStateHalf>(s.delta, 0, c0, d);
 #pragma unroll
       for (int q = 0; q < kStateHalf / 4; ++q) {
         float const decay = q % 2 == 0 ? decay_lo : decay_hi;
@@ -228,7 +258,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
-    named_barrier_arrive(kDeltaFull, kThreads);
+    if constexpr (kWithO) named_barrier_arrive(kDeltaFull, kThreads);
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
     decay_add_kt_x(h, __expf(g_last), MNMajorSwizzledTile<kChunk>{t.k},
@@ -237,10 +267,15 @@ __device__ __forceinline__ void state_role(SharedStorage& s, Params const& p, Wa
   }
 
   if (p.ht != nullptr) store_state_half(h, p.ht + state_offset, c0);
+  if (stores_h) {  // complete before the flag that lets the reverse walk read them (the kernel)
+    bulk_wait_group<0>();
+    fence_proxy_async_global();
+  }
 }
 
-// The two output warpgroups: the loads, the gates and O = scale e^G (Q h) + P Delta per chunk,
-// each warpgroup half of the copies and of P's and O's columns.
+// The two output warpgroups: the loads, the gates and (kWithO) O = scale e^G (Q h) + P Delta per
+// chunk, each warpgroup half of the copies and of P's and O's columns.
+template <bool kWithO>
 __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const& rp,
                                             WalkSpan const& span, int h, int hv) {
   Params const& p = rp.p;
@@ -294,12 +329,30 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     named_barrier_arrive(kTilesFull0 + static_cast<int>(jj % 2), kThreads);
   };
 
+  // Chunk jj's gates, handed over
+  auto gates_chunk = [&](int64_t jj) {
+    int const parity = static_cast<int>(jj % 2);
+    chunk_gates<kWithO>(s.tiles[parity], s.ag[parity], s.p[parity], scale, tid);
+    named_barrier_sync(kOutputGroup, kOutputThreads);
+    named_barrier_arrive(kAgFull0 + parity, kThreads);
+  };
+
   // Chunk 0's tiles and gates
   load_chunk(0);
   hand_over_chunk(0);
-  chunk_gates(s.tiles[0], s.ag[0], s.p[0], scale, tid);
-  named_barrier_sync(kOutputGroup, kOutputThreads);
-  named_barrier_arrive(kAgFull0, kThreads);
+  gates_chunk(0);
+
+  if constexpr (!kWithO) {  // the h-walk: the next chunk's tiles and gates as soon as they are free
+    for (int64_t j = 0; j + 1 < num_chunks; ++j) {
+      int const next = 1 - static_cast<int>(j % 2);
+      if (j >= 1) named_barrier_sync(kTilesFree0 + next, kThreads);
+      load_chunk(j + 1);
+      hand_over_chunk(j + 1);
+      if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
+      gates_chunk(j + 1);
+    }
+    return;
+  }
 
   int const row_lo = 16 * (tid % kRoleThreads / 32) + tid % 32 / 4;
   for (int64_t j = 0; j < num_chunks; ++j) {
@@ -316,7 +369,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     fence_accumulators(o_acc);
     wgmma_fence();
     warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q},
-                                              MNMajorTile<kHeadDim>{s.hb}, 0, oc0, o_acc);
+                                              MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, oc0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o_acc);
@@ -357,19 +410,24 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     if (has_next) {
       hand_over_chunk(j + 1);
       if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
-      chunk_gates(s.tiles[next], s.ag[next], s.p[next], scale, tid);
-      named_barrier_sync(kOutputGroup, kOutputThreads);
-      named_barrier_arrive(kAgFull0 + next, kThreads);
+      gates_chunk(j + 1);
     }
   }
 }
 
+// kWithO: o (the forward, h per chunk too where p.h is given) or not (the backward's h-walk). A
+// template parameter, not a branch: the roles' registers are tight.
+template <bool kWithO>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_fwd_roles_kernel(__grid_constant__ RolesParams const rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   Params const& p = rp.p;
+  // Every block of the h-walk is resident once it gets here (one per SM), so the reverse walk's
+  // blocks, which wait on these blocks' flags, can take the SMs this grid leaves idle without a
+  // deadlock.
+  if (!kWithO && p.walk_done != nullptr) launch_dependents();
   if (threadIdx.x == 0) {
     mbarrier_init(&s.tiles_landed[0], 1);
     mbarrier_init(&s.tiles_landed[1], 1);
@@ -379,8 +437,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   WalkSpan const span = walk_span(p.problem, walk);
   run_roles<kStateRegs, kOutputRegs>(
-      [&](int wg) { state_role(s, p, span, walk.n, walk.hv, wg); },
-      [&] { output_role(s, rp, span, walk.hv / p.problem.group_size(), walk.hv); });
+      [&](int wg) { state_role<kWithO>(s, rp, span, walk.n, walk.hv, wg); },
+      [&] { output_role<kWithO>(s, rp, span, walk.hv / p.problem.group_size(), walk.hv); });
+  if (!kWithO && p.walk_done != nullptr)
+    signal_flag(p.walk_done + int64_t{walk.n} * p.problem.num_v_heads + walk.hv);
 #endif
 }
 
