@@ -248,8 +248,8 @@ TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
       << "an absent gradient's buffer was written";
 }
 
-// Documents do not see each other: Inf in one document's q, k and v (a diverged sequence in a
-// pack) leaves every output and gradient of the others bitwise as they were. The tiles of a
+// Documents do not see each other: Inf in one document's q, k, v and dO (a diverged sequence in
+// a pack) leaves every output and gradient of the others bitwise as they were. The tiles of a
 // document's last chunk hold the next document's rows unless a stage zeroes them (TMA copies
 // whole boxes), and 0 x Inf is NaN.
 TEST(EmulatedOp, DocumentsAreIsolated) {
@@ -265,6 +265,7 @@ TEST(EmulatedOp, DocumentsAreIsolated) {
   fill_doc1(bad.q16, pr.H);
   fill_doc1(bad.k16, pr.H);
   fill_doc1(bad.v16, pr.HV);
+  fill_doc1(bad.dout16, pr.HV);
   for (int mode : {0, 2}) {
     OpRun const clean = run_op(pr, mode, true, true);
     OpRun const dirty = run_op(bad, mode, true, true);
