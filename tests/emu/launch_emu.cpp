@@ -24,7 +24,9 @@ namespace {
 unsigned u(int64_t x) { return static_cast<unsigned>(x); }
 
 // Blocks of one warp per row (qk_norm, qk_grad).
-unsigned row_blocks(int64_t rows, int threads) { return u((rows + threads / 32 - 1) / (threads / 32)); }
+unsigned row_blocks(int64_t rows, int threads) {
+  return u((rows + threads / 32 - 1) / (threads / 32));
+}
 
 }  // namespace
 

@@ -148,8 +148,8 @@ inline void mma_m16n8k16_bf16(float (&d)[4], uint32_t const (&a)[4], uint32_t co
   std::memcpy(in.a, a, sizeof in.a);
   std::memcpy(in.b, b, sizeof in.b);
   std::memcpy(in.c, d, sizeof in.c);
-  auto const out =
-      emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(in, &emu_detail::mma_bf16_op, "mma.bf16");
+  auto const out = emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(
+      in, &emu_detail::mma_bf16_op, "mma.bf16");
   std::memcpy(d, out.d, sizeof out.d);
 }
 
@@ -158,8 +158,8 @@ inline void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (&a)[4], uint32_t con
   std::memcpy(in.a, a, sizeof in.a);
   std::memcpy(in.b, b, sizeof in.b);
   std::memcpy(in.c, d, sizeof in.c);
-  auto const out =
-      emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(in, &emu_detail::mma_tf32_op, "mma.tf32");
+  auto const out = emu::warp_meet<emu_detail::MmaIn, emu_detail::MmaOut>(
+      in, &emu_detail::mma_tf32_op, "mma.tf32");
   std::memcpy(d, out.d, sizeof out.d);
 }
 
@@ -282,7 +282,8 @@ inline void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1, 
   EmuTensorMap3d m;
   std::memcpy(&m, map->bytes, sizeof m);
   if (reinterpret_cast<uintptr_t>(src) % (m.swizzle128 ? 1024 : 128) != 0)
-    throw std::runtime_error("emulator: a tensor store's source is 128-byte (swizzled: 1024) aligned");
+    throw std::runtime_error(
+        "emulator: a tensor store's source is 128-byte (swizzled: 1024) aligned");
   emu::bulk_store_issue([m, src, c0, c1, c2] {
     size_t const bytes = size_t{m.box[0]} * m.box[1] * m.box[2] * m.elem_bytes;
     std::vector<char> box(static_cast<char const*>(src), static_cast<char const*>(src) + bytes);

@@ -773,7 +773,8 @@ void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar) {
   shared_address(dst);  // throws unless the destination is in the block's shared memory
   shared_address(static_cast<char*>(dst) + bytes.size() - 1);
   Mbarrier& m = mbarrier_at(bar);
-  m.copies.push_back(BulkCopy{static_cast<char*>(dst), std::vector<char>(bytes.begin(), bytes.end())});
+  m.copies.push_back(
+      BulkCopy{static_cast<char*>(dst), std::vector<char>(bytes.begin(), bytes.end())});
   std::memset(dst, 0xff, bytes.size());
   if (!m.waiting.empty()) land_copies(m);
 }

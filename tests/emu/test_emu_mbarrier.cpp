@@ -242,7 +242,8 @@ TEST(EmulatedMbarrier, SwizzledBoxesAsWgmmaOperandsAndFragments) {
   EXPECT_LT(e2, 1e-4);
   for (int r = 0; r < 64; ++r)
     for (int c = 64; c < 128; ++c)
-      EXPECT_EQ(__bfloat162float(xf[r * 128 + c]), xd[2][r * 128 + c]) << "(" << r << ", " << c << ")";
+      EXPECT_EQ(__bfloat162float(xf[r * 128 + c]), xd[2][r * 128 + c])
+          << "(" << r << ", " << c << ")";
 }
 
 }  // namespace

@@ -54,8 +54,9 @@ Descriptor decode(uint64_t desc) {
 // (bits 7-9), as the GPU swizzles shared addresses (atoms 1024-byte aligned, base offset 0).
 uint32_t element_offset(Descriptor const& d, bool mn_major, int mn, int k) {
   if (d.swizzle128) {
-    uint32_t const a = mn_major ? d.start + mn / 64 * d.lbo + k / 8 * d.sbo + k % 8 * 128 + mn % 64 * 2
-                                : d.start + mn / 8 * d.sbo + mn % 8 * 128 + k * 2;
+    uint32_t const a = mn_major
+                           ? d.start + mn / 64 * d.lbo + k / 8 * d.sbo + k % 8 * 128 + mn % 64 * 2
+                           : d.start + mn / 8 * d.sbo + mn % 8 * 128 + k * 2;
     return a ^ ((a >> 7 & 7) << 4);
   }
   uint32_t const core = d.start + mn / 8 * d.sbo + k / 8 * d.lbo;

@@ -114,36 +114,6 @@ __device__ __forceinline__ void warp_tile_mma(A const& a, B const& b, int m0, in
   }
 }
 
-// acc1 += A1 B and acc2 += A2 B on the same warp tile: B's fragments are read from shared memory
-// once for both products (two A operands against one shared B, e.g. Q h and W h in a walk).
-template <int kKd, int kMi, int kNi, class A1, class A2, class B>
-__device__ __forceinline__ void warp_tile_mma_shared_b(A1 const& a1, A2 const& a2, B const& b,
-                                                       int m0, int n0, float (&acc1)[kMi][kNi][4],
-                                                       float (&acc2)[kMi][kNi][4]) {
-  static_assert(kNi % 2 == 0, "B fragments are loaded for pairs of 8-column tiles");
-  static_assert(kKd % 16 == 0, "the reduction length must be a multiple of 16");
-#pragma unroll 2
-  for (int k0 = 0; k0 < kKd; k0 += 16) {
-    uint32_t af1[kMi][4];
-    uint32_t af2[kMi][4];
-    uint32_t bf[kNi / 2][2][2];
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      load_a_frag(a1, m0 + 16 * mi, k0, af1[mi]);
-      load_a_frag(a2, m0 + 16 * mi, k0, af2[mi]);
-    }
-#pragma unroll
-    for (int np = 0; np < kNi / 2; ++np) load_b_frag2(b, k0, n0 + 16 * np, bf[np]);
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < kNi; ++ni) {
-        mma_m16n8k16_bf16(acc1[mi][ni], af1[mi], bf[ni / 2][ni % 2]);
-        mma_m16n8k16_bf16(acc2[mi][ni], af2[mi], bf[ni / 2][ni % 2]);
-      }
-  }
-}
-
 // Row sums without atomics. Bitwise determinism is a product promise (the same inputs give the
 // same bits on every run and stream), so no floating-point sum may depend on warp scheduling: a
 // sum spread over warps is written as one partial per slot (each slot by exactly one thread),
@@ -192,34 +162,6 @@ __device__ __forceinline__ void block_gemm(A const& a, B const& b, Epi const& ep
         epi(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
       }
   }
-}
-
-// A warp's accumulator tile of 16 kMi rows x 8 kNi columns at (m0, n0), in the mma fragment
-// layout (acc[mi][ni][0..1]: row m0 + 16 mi + group, columns n0 + 8 ni + 2 quad + {0, 1};
-// acc[mi][ni][2..3]: the same columns of row + 8). Operations on tiles that stay in registers
-// across a loop (a state walk's fp32 state).
-template <int kMi, int kNi, class F>
-__device__ __forceinline__ void for_each_acc_pair(int m0, int n0, float (&acc)[kMi][kNi][4],
-                                                  F const& f) {
-  int const lane = threadIdx.x % 32;
-#pragma unroll
-  for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < kNi; ++ni) {
-      int const r = m0 + 16 * mi + lane / 4;
-      int const c = n0 + 8 * ni + 2 * (lane % 4);
-      f(r, c, acc[mi][ni][0], acc[mi][ni][1]);
-      f(r + 8, c, acc[mi][ni][2], acc[mi][ni][3]);
-    }
-}
-
-// dst[r * ld + c] = bf16(acc) for every element of the tile (bf16x2 stores).
-template <int kMi, int kNi>
-__device__ __forceinline__ void store_acc_bf16(int m0, int n0, float (&acc)[kMi][kNi][4],
-                                               __nv_bfloat16* dst, int ld) {
-  for_each_acc_pair<kMi, kNi>(m0, n0, acc, [&](int r, int c, float& c0, float& c1) {
-    *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + c) = __floats2bfloat162_rn(c0, c1);
-  });
 }
 
 }  // namespace cake::kernels

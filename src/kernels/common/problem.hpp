@@ -71,8 +71,8 @@ CAKE_HD bool chunk_in_document(int32_t n, int64_t begin, int64_t end, int64_t sl
 // 0..N, all at once), and the warp's ballot of slot_base(i) <= slot gives the document (slot_base
 // increases with n, so the lanes that pass are a prefix). One round of loads where the binary
 // search waits for log2(N) + 2 dependent ones (~2 us at the start of every CTA of the chunk
-// kernels; Nsight put 12 % of one such kernel's stall samples there). Every lane of the warp calls it with
-// the same slot.
+// kernels; Nsight put 12 % of one such kernel's stall samples there). Every lane of the warp calls
+// it with the same slot.
 __device__ __forceinline__ bool find_chunk_in_warp(Problem const& p, int64_t slot, ChunkRef& c) {
   int const lane = threadIdx.x % 32;
   int32_t const N = p.num_seqs;

@@ -281,8 +281,8 @@ __device__ __forceinline__ void tma_load_2d(void* dst, TensorMap const* map, int
 __device__ __forceinline__ void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1,
                                              int c2) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
-          map),
+      "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::
+          "l"(map),
       "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }

@@ -1,14 +1,13 @@
 // What the state walks (walk_a_fwd, walk_a_bwd) share: which (document, value head) a walk's CTA
-// takes and in what order, the span of its document, a chunk's loads (blocked tiles for the
-// role-based forward walk, walk_a_fwd/roles.cuh; padded rows for the mma.sync walks), the causal
-// gates, and the state in registers (a state warpgroup's half of the columns, or a warp's rows).
+// takes and in what order, the span of its document, the roles' split of the registers, a chunk's
+// G and beta loads, the causal gates, and the state in registers (a state warpgroup's half of the
+// columns).
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/common/gemm.cuh"
 #include "kernels/common/problem.hpp"
-#include "kernels/common/tile.cuh"
+#include "kernels/common/ptx.cuh"
 #include "kernels/common/wgmma.cuh"
 
 namespace cake::kernels {
@@ -171,68 +170,6 @@ __device__ __forceinline__ float2 causal_gates(float const* gcum, int i, int j) 
   float const gi = gcum[i];
   return make_float2(i >= j ? __expf(gi - gcum[j]) : 0.f,
                      i >= j + 1 ? __expf(gi - gcum[j + 1]) : 0.f);
-}
-
-// Where a walk keeps one chunk's inputs in shared memory: Q, K, V [64 x 128] (rows of kLdBf16),
-// A [64 x 64] (rows of lda), G and beta [64].
-struct WalkTiles {
-  __nv_bfloat16* q;
-  __nv_bfloat16* k;
-  __nv_bfloat16* v;
-  __nv_bfloat16* a;
-  int lda;
-  float* gcum;
-  float* beta;
-};
-
-// The chunk inputs both walks read (Q, K of q/k head h; V, A, G, beta of value head hv; tokens
-// t0 .. t0 + len), from a walk's Params p (fields q, k, v, a, gcum, beta, problem): cp.async
-// copies, the caller commits them. Rows past the end are zero, except G's, which repeat the last
-// token's (load_gcum_beta_async: G by threads 0 .. 63, beta by 64 .. 127).
-template <int kThreads, class P>
-__device__ __forceinline__ void load_walk_inputs_async(WalkTiles const& dst, P const& p, int64_t t0,
-                                                       int len, int h, int hv) {
-  int const H = p.problem.num_qk_heads;
-  int const HV = p.problem.num_v_heads;
-  int64_t const qk_stride = int64_t{H} * kHeadDim;
-  int64_t const v_stride = int64_t{HV} * kHeadDim;
-  load_tile_async<kChunk, kHeadDim, kThreads>(dst.q, kLdBf16, p.q + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(dst.k, kLdBf16, p.k + (t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(dst.v, kLdBf16, p.v + (t0 * HV + hv) * kHeadDim,
-                                              v_stride, len);
-  load_tile_async<kChunk, kChunk, kThreads>(dst.a, dst.lda, p.a + (t0 * HV + hv) * kChunk,
-                                            int64_t{HV} * kChunk, len);
-  load_gcum_beta_async(dst.gcum, dst.beta, p.gcum, p.beta, t0, len, HV, hv, threadIdx.x);
-}
-
-// The state slice of a walk in registers: warp w owns rows 16 w .. 16 w + 15 and all kCols
-// columns, in the mma accumulator layout (gemm.cuh), so that a warp product accumulates onto it.
-template <int kCols>
-using StateRows = float[1][kCols / 8][4];
-
-// rows <- the fp32 [K, V] state slice at states + offset (element (0, 0) of the slice), or zeros
-// when states is nullptr; row0 = 16 x this warp's index.
-template <int kCols>
-__device__ __forceinline__ void load_state_rows(StateRows<kCols>& rows, int row0,
-                                                float const* states, int64_t offset) {
-  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
-    float2 const x = states != nullptr
-                         ? *reinterpret_cast<float2 const*>(states + offset + r * kHeadDim + c)
-                         : make_float2(0.f, 0.f);
-    c0 = x.x;
-    c1 = x.y;
-  });
-}
-
-// The fp32 [K, V] state slice at states + offset <- rows.
-template <int kCols>
-__device__ __forceinline__ void store_state_rows(StateRows<kCols>& rows, int row0, float* states,
-                                                 int64_t offset) {
-  for_each_acc_pair<1, kCols / 8>(row0, 0, rows, [&](int r, int c, float& c0, float& c1) {
-    *reinterpret_cast<float2*>(states + offset + r * kHeadDim + c) = make_float2(c0, c1);
-  });
 }
 
 }  // namespace cake::kernels

@@ -8,7 +8,8 @@ namespace cake::kernels::walk_a_fwd {
 
 namespace {
 
-static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) && alignof(TensorMap) == alignof(CUtensorMap));
+static_assert(sizeof(TensorMap) == sizeof(CUtensorMap) &&
+              alignof(TensorMap) == alignof(CUtensorMap));
 
 // The driver's cuTensorMapEncodeTiled, through the runtime's entry point (no link to libcuda), or
 // nullptr.
@@ -34,7 +35,8 @@ cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, in
   cuuint64_t const strides[1] = {m.stride};
   cuuint32_t const box[2] = {m.box[0], m.box[1]};
   cuuint32_t const element_strides[2] = {1, 1};
-  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map),
+                            CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
                             const_cast<void*>(base), dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -50,7 +52,8 @@ cudaError_t encode_h_map(TensorMap& map, void* h, int64_t num_slots, int HV) {
   cuuint64_t const strides[2] = {m.strides[0], m.strides[1]};
   cuuint32_t const box[3] = {m.box[0], m.box[1], m.box[2]};
   cuuint32_t const element_strides[3] = {1, 1, 1};
-  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
+  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map),
+                            CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
                             h, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

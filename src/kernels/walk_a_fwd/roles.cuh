@@ -237,8 +237,8 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
     // Delta = Ag R on this warpgroup's columns
     named_barrier_sync(kAgFull0 + parity, kThreads);
     float d[kStateHalf / 2] = {};
-    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]}, MNMajorSwizzledTile<kChunk>{t.v},
-                                      0, c0, d);
+    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]},
+                                      MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
     if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
     named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
 
@@ -320,7 +320,8 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
         *reinterpret_cast<int4*>(t.q + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
         *reinterpret_cast<int4*>(t.k + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
         *reinterpret_cast<int4*>(t.v + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        if (i % 16 < 8) *reinterpret_cast<int4*>(t.a + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        if (i % 16 < 8)
+          *reinterpret_cast<int4*>(t.a + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
       }
     }
     cp_async_wait<0>();
