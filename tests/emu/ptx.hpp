@@ -242,24 +242,34 @@ inline void encode_tensor_map_3d(TensorMap& map, void const* base, int elem_byte
   std::memcpy(map.bytes, &m, sizeof m);
 }
 
+// For each element of the box of m at (c0, c1, c2), in the box's dense order (innermost first):
+// f(at, inside) with at its address in the tensor, inside whether it lies within the dims.
+template <class F>
+void for_each_box_element(EmuTensorMap3d const& m, int c0, int c1, int c2, F const& f) {
+  int const c[3] = {c0, c1, c2};
+  for (uint32_t i2 = 0; i2 < m.box[2]; ++i2)
+    for (uint32_t i1 = 0; i1 < m.box[1]; ++i1)
+      for (uint32_t i0 = 0; i0 < m.box[0]; ++i0) {
+        int64_t const x[3] = {int64_t{c[0]} + i0, int64_t{c[1]} + i1, int64_t{c[2]} + i2};
+        bool inside = true;
+        for (int d = 0; d < 3; ++d) inside = inside && x[d] >= 0 && x[d] < int64_t(m.dims[d]);
+        f(const_cast<char*>(m.base) + x[0] * m.strides[0] + x[1] * m.strides[1] +
+              x[2] * m.strides[2],
+          inside);
+      }
+}
+
 inline void tma_load_box(void* dst, TensorMap const* map, int c0, int c1, int c2, uint64_t* bar) {
   if (reinterpret_cast<uintptr_t>(dst) % 128 != 0)
     throw std::runtime_error("emulator: a tensor copy's destination must be 128-byte aligned");
   EmuTensorMap3d m;
   std::memcpy(&m, map->bytes, sizeof m);
-  int const c[3] = {c0, c1, c2};
   std::vector<char> box(size_t{m.box[0]} * m.box[1] * m.box[2] * m.elem_bytes, 0);
   char* out = box.data();
-  for (uint32_t i2 = 0; i2 < m.box[2]; ++i2)
-    for (uint32_t i1 = 0; i1 < m.box[1]; ++i1)
-      for (uint32_t i0 = 0; i0 < m.box[0]; ++i0, out += m.elem_bytes) {
-        int64_t const x[3] = {int64_t{c[0]} + i0, int64_t{c[1]} + i1, int64_t{c[2]} + i2};
-        bool inside = true;
-        for (int d = 0; d < 3; ++d) inside = inside && x[d] >= 0 && x[d] < int64_t(m.dims[d]);
-        if (inside)
-          std::memcpy(out, m.base + x[0] * m.strides[0] + x[1] * m.strides[1] + x[2] * m.strides[2],
-                      m.elem_bytes);
-      }
+  for_each_box_element(m, c0, c1, c2, [&](char const* at, bool inside) {
+    if (inside) std::memcpy(out, at, m.elem_bytes);
+    out += m.elem_bytes;
+  });
   if (m.swizzle128) {
     if (reinterpret_cast<uintptr_t>(dst) % 1024 != 0)
       throw std::runtime_error("emulator: a 128-byte swizzled box lands 1024-byte aligned");
@@ -293,19 +303,11 @@ inline void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1, 
         std::memcpy(plain.data() + o, box.data() + (o ^ ((o >> 7 & 7) << 4)), 16);
       box.swap(plain);
     }
-    int const c[3] = {c0, c1, c2};
     char const* in = box.data();
-    for (uint32_t i2 = 0; i2 < m.box[2]; ++i2)
-      for (uint32_t i1 = 0; i1 < m.box[1]; ++i1)
-        for (uint32_t i0 = 0; i0 < m.box[0]; ++i0, in += m.elem_bytes) {
-          int64_t const x[3] = {int64_t{c[0]} + i0, int64_t{c[1]} + i1, int64_t{c[2]} + i2};
-          bool inside = true;
-          for (int d = 0; d < 3; ++d) inside = inside && x[d] >= 0 && x[d] < int64_t(m.dims[d]);
-          if (inside)
-            std::memcpy(const_cast<char*>(m.base) + x[0] * m.strides[0] + x[1] * m.strides[1] +
-                            x[2] * m.strides[2],
-                        in, m.elem_bytes);
-        }
+    for_each_box_element(m, c0, c1, c2, [&](char* at, bool inside) {
+      if (inside) std::memcpy(at, in, m.elem_bytes);
+      in += m.elem_bytes;
+    });
   });
 }
 inline void bulk_commit_group() { emu::bulk_store_commit_group(); }

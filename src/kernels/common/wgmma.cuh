@@ -293,23 +293,27 @@ __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 x) {
 __device__ __forceinline__ float2 bits_float2(uint32_t x) {
   return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&x));
 }
-// The accumulator acc (kN / 2 floats, for_each_wgmma_pair's layout) -> the tile as bf16.
+// The accumulator acc (kN / 2 floats, for_each_wgmma_pair's layout) as bf16 pairs, the fragment
+// that store_blocked_frag / store_swizzled_frag take.
+template <int kN>
+__device__ __forceinline__ void bf16_frag_of(float const (&acc)[kN / 2], uint32_t (&frag)[kN / 4]) {
+#pragma unroll
+  for (int q = 0; q < kN / 4; ++q)
+    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
+}
+// The accumulator acc -> the tile as bf16.
 template <int kCols, int kN>
 __device__ __forceinline__ void store_blocked_acc(__nv_bfloat16* tile, int m0, int n0,
                                                   float const (&acc)[kN / 2]) {
   uint32_t frag[kN / 4];
-#pragma unroll
-  for (int q = 0; q < kN / 4; ++q)
-    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
+  bf16_frag_of<kN>(acc, frag);
   store_blocked_frag<kCols, kN>(tile, m0, n0, frag);
 }
 template <int kRows, int kN>
 __device__ __forceinline__ void store_swizzled_acc(__nv_bfloat16* tile, int m0, int n0,
                                                    float const (&acc)[kN / 2]) {
   uint32_t frag[kN / 4];
-#pragma unroll
-  for (int q = 0; q < kN / 4; ++q)
-    frag[q] = bf16x2_bits(__floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]));
+  bf16_frag_of<kN>(acc, frag);
   store_swizzled_frag<kRows, kN>(tile, m0, n0, frag);
 }
 
