@@ -68,6 +68,11 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   if (params.walk_done != nullptr && params.o != nullptr) return cudaErrorInvalidValue;
   if (params.o == nullptr && params.h == nullptr) return cudaErrorInvalidValue;
   Problem const& pr = params.problem;
+  // TMA coordinates are int32 (a box's first token; a state, slot x HV + hv): an out-of-range box
+  // would be dropped (a store) or read as zeros (a load) without an error. Memory makes such
+  // problems unreachable (2^31 tokens of one bf16 [HV, 128] tensor is 0.5 TB per head).
+  if (pr.num_tokens > INT32_MAX - kChunk || pr.num_slots * pr.num_v_heads > INT32_MAX)
+    return cudaErrorInvalidValue;
   roles::RolesParams rp{params, {}, {}, {}, {}, {}};
   for (cudaError_t err :
        {encode_tile_map(rp.q_map, params.q, pr.num_tokens, pr.num_qk_heads, kHeadDim),
