@@ -203,15 +203,8 @@ inline void mbarrier_init_fence() {}
 inline void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
   emu::mbarrier_arrive(bar, tx_bytes);
 }
-inline void mbarrier_arrive(uint64_t* bar) { emu::mbarrier_arrive(bar, 0); }
 inline void mbarrier_wait(uint64_t* bar, int parity) { emu::mbarrier_wait(bar, parity); }
 
-inline void bulk_copy(void* dst, void const* src, uint32_t bytes, uint64_t* bar) {
-  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(src) % 16 != 0)
-    throw std::runtime_error("emulator: cp.async.bulk needs 16-byte multiples and alignment");
-  emu::bulk_copy_issue(dst, {static_cast<char const*>(src), bytes}, bar);
-}
 
 // The emulator's tensor map (emu::encode_tensor_map_3d writes it into TensorMap's bytes).
 struct EmuTensorMap3d {

@@ -1,4 +1,6 @@
-// mbarriers and bulk copies (kernels/common/ptx.cuh) on the CPU emulator: a producer thread's
+// mbarriers and bulk copies on the CPU emulator (emu/runtime.hpp, which kernels/common/ptx.cuh's
+// instructions call under CAKE_EMULATE; the 1-D copies and plain arrivals no kernel issues are
+// called there directly): a producer thread's
 // bulk copies complete a phase that consumer warps wait for, over several phases of two buffers;
 // a copy read before its phase completes reads poison; an unswizzled 2-D tensor box lands row by
 // row, with zeros outside the tensor; a wait that nothing completes is a deadlock naming the
@@ -52,7 +54,7 @@ __global__ void __launch_bounds__(128) rounds_kernel(char const* src, char* dst)
       int const b = r % 2;
       if (r >= 2) mbarrier_wait(&bars[2 + b], (r / 2 - 1) % 2);
       mbarrier_arrive_expect_tx(&bars[b], kBytes);
-      bulk_copy(buf + b * kBytes, src + r * kBytes, kBytes, &bars[b]);
+      cake::emu::bulk_copy_issue(buf + b * kBytes, {src + r * kBytes, kBytes}, &bars[b]);
     }
     return;
   }
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(128) rounds_kernel(char const* src, char* dst)
     int const b = r % 2;
     mbarrier_wait(&bars[b], (r / 2) % 2);
     for (int i = t; i < kBytes; i += 96) dst[r * kBytes + i] = buf[b * kBytes + i];
-    mbarrier_arrive(&bars[2 + b]);
+    cake::emu::mbarrier_arrive(&bars[2 + b], 0);
   }
 }
 
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(32) early_read_kernel(char const* src, unsigne
   if (threadIdx.x == 0) {
     mbarrier_init(bar, 1);
     mbarrier_arrive_expect_tx(bar, 64);
-    bulk_copy(buf, src, 64, bar);
+    cake::emu::bulk_copy_issue(buf, {src, 64}, bar);
     seen[0] = static_cast<unsigned char>(buf[5]);
     mbarrier_wait(bar, 0);
     seen[1] = static_cast<unsigned char>(buf[5]);
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(32) extra_arrival_kernel() {
   if (threadIdx.x == 0) {
     mbarrier_init(bar, 1);
     mbarrier_arrive_expect_tx(bar, 16);  // the phase waits for 16 bytes that never come
-    mbarrier_arrive(bar);
+    cake::emu::mbarrier_arrive(bar, 0);
   }
 }
 

@@ -234,9 +234,6 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                "r"(tx_bytes)
                : "memory");
 }
-__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
   asm volatile(
       "{\n"
@@ -249,18 +246,10 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
       : "memory");
 }
 
-// Bulk copies global -> shared through the async proxy, completing their bytes on bar. 1-D:
-// `bytes` contiguous bytes (a multiple of 16; both addresses 16-byte aligned). 2-D tensor: the box
-// of `map` at element coordinates (c0, c1) (innermost first), in shared memory as the map's swizzle
-// lays it (1024-byte aligned for the 128-byte swizzle), elements outside the tensor zero.
-__device__ __forceinline__ void bulk_copy(void* dst, void const* src, uint32_t bytes,
-                                          uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(smem_u32(dst)),
-      "l"(src), "r"(bytes), "r"(smem_u32(bar))
-      : "memory");
-}
+// Bulk tensor copies global -> shared through the async proxy, completing their bytes on bar:
+// the box of `map` at element coordinates (c0, c1) (innermost first), in shared memory as the
+// map's swizzle lays it (1024-byte aligned for the 128-byte swizzle), elements outside the tensor
+// zero.
 __device__ __forceinline__ void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1,
                                             uint64_t* bar) {
   asm volatile(
