@@ -26,40 +26,38 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return encode;
 }
 
-// A map of tile_map_shape(tokens, heads, cols) over the bf16 tensor at base.
-cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
+// A bf16 map of `rank` dimensions (innermost first; strides of dims 1 .. rank - 1 in bytes) over
+// the tensor at base, boxes of `box` elements, 128-byte swizzled, zeros outside.
+cudaError_t encode_swizzled_map(TensorMap& map, void const* base, cuuint32_t rank,
+                                cuuint64_t const* dims, cuuint64_t const* strides,
+                                cuuint32_t const* box) {
   PFN_cuTensorMapEncodeTiled_v12000 const encode = encode_tiled();
   if (encode == nullptr) return cudaErrorNotSupported;
-  roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
-  cuuint64_t const dims[2] = {m.dims[0], m.dims[1]};
-  cuuint64_t const strides[1] = {m.stride};
-  cuuint32_t const box[2] = {m.box[0], m.box[1]};
-  cuuint32_t const element_strides[2] = {1, 1};
-  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map),
-                            CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
-                            const_cast<void*>(base), dims, strides, box, element_strides,
+  cuuint32_t const element_strides[3] = {1, 1, 1};
+  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            rank, const_cast<void*>(base), dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// A map of tile_map_shape(tokens, heads, cols) over the bf16 tensor at base.
+cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
+  roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
+  cuuint64_t const dims[2] = {m.dims[0], m.dims[1]};
+  cuuint64_t const strides[1] = {m.stride};
+  cuuint32_t const box[2] = {m.box[0], m.box[1]};
+  return encode_swizzled_map(map, base, 2, dims, strides, box);
+}
+
 // The map of h_map_shape(num_slots, HV) over h (bf16 [num_slots, HV, 128, 128]).
 cudaError_t encode_h_map(TensorMap& map, void* h, int64_t num_slots, int HV) {
-  PFN_cuTensorMapEncodeTiled_v12000 const encode = encode_tiled();
-  if (encode == nullptr) return cudaErrorNotSupported;
   roles::HMapShape const m = roles::h_map_shape(num_slots, HV);
   cuuint64_t const dims[3] = {m.dims[0], m.dims[1], m.dims[2]};
   cuuint64_t const strides[2] = {m.strides[0], m.strides[1]};
   cuuint32_t const box[3] = {m.box[0], m.box[1], m.box[2]};
-  cuuint32_t const element_strides[3] = {1, 1, 1};
-  CUresult const r = encode(reinterpret_cast<CUtensorMap*>(&map),
-                            CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
-                            h, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+  return encode_swizzled_map(map, h, 3, dims, strides, box);
 }
-
 
 }  // namespace
 

@@ -152,7 +152,7 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
     float2 const gate = causal_gates(t.gcum, i, jc0 + 8 * (q / 2));
     float2 const aq = bits_float2(a[q]);
     a[q] = bf16x2_bits(__floats2bfloat162_rn(aq.x * gate.x, aq.y * gate.y));
-    qk[2 * q] = scale * qk[2 * q] * gate.x;  // this order: P bitwise as kernel.cuh forms it
+    qk[2 * q] = scale * qk[2 * q] * gate.x;  // P = (scale QK) gate
     qk[2 * q + 1] = scale * qk[2 * q + 1] * gate.y;
   }
   store_blocked_frag<kChunk, kHalf>(ag, 0, kHalf * ow, a);
@@ -288,7 +288,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
   int64_t const num_chunks = span.num_chunks();
   if (num_chunks == 0) return;
 
-  // Chunk jj's Q, K and A by TMA (one thread) and its G and beta by cp.async (128 threads), into
+  // Chunk jj's Q, K, V and A by TMA (one thread) and its G and beta by cp.async (128 threads), into
   // tiles[jj % 2]; then, once landed, rows past a document's end zeroed (a box reads on into the
   // next document, whose values, a NaN included, must not reach this one's products) and the
   // tiles handed over.
