@@ -278,8 +278,8 @@ inline void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1, uint64_
 }
 
 // The box of `map` at (c0, c1, c2) from shared memory at src (laid out as a load of the box lands
-// it), into the tensor's elements inside its dims: performed at the wait of its group
-// (emu::bulk_store_issue), reading src then.
+// it), into the tensor's elements inside its dims: src read and the tensor written at the waits
+// emu::bulk_store_issue describes.
 inline void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1, int c2) {
   emu::shared_address(src);  // throws unless the source is in the block's shared memory
   EmuTensorMap3d m;
@@ -287,7 +287,7 @@ inline void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1, 
   if (reinterpret_cast<uintptr_t>(src) % (m.swizzle128 ? 1024 : 128) != 0)
     throw std::runtime_error(
         "emulator: a tensor store's source is 128-byte (swizzled: 1024) aligned");
-  emu::bulk_store_issue([m, src, c0, c1, c2] {
+  emu::bulk_store_issue([m, src, c0, c1, c2]() -> emu::BulkStoreWrite {
     size_t const bytes = size_t{m.box[0]} * m.box[1] * m.box[2] * m.elem_bytes;
     std::vector<char> box(static_cast<char const*>(src), static_cast<char const*>(src) + bytes);
     if (m.swizzle128) {
@@ -296,21 +296,23 @@ inline void tma_store_3d(TensorMap const* map, void const* src, int c0, int c1, 
         std::memcpy(plain.data() + o, box.data() + (o ^ ((o >> 7 & 7) << 4)), 16);
       box.swap(plain);
     }
-    char const* in = box.data();
-    for_each_box_element(m, c0, c1, c2, [&](char* at, bool inside) {
-      if (inside) std::memcpy(at, in, m.elem_bytes);
-      in += m.elem_bytes;
-    });
+    return [m, c0, c1, c2, box = std::move(box)] {
+      char const* in = box.data();
+      for_each_box_element(m, c0, c1, c2, [&](char* at, bool inside) {
+        if (inside) std::memcpy(at, in, m.elem_bytes);
+        in += m.elem_bytes;
+      });
+    };
   });
 }
 inline void bulk_commit_group() { emu::bulk_store_commit_group(); }
 template <int kPending>
 void bulk_wait_group_read() {
-  emu::bulk_store_wait_group(kPending);
+  emu::bulk_store_wait_group(kPending, true);
 }
 template <int kPending>
 void bulk_wait_group() {
-  emu::bulk_store_wait_group(kPending);
+  emu::bulk_store_wait_group(kPending, false);
 }
 inline void fence_proxy_async_global() {}
 

@@ -73,6 +73,38 @@ struct CpAsyncCopy {
   char data[16] = {};
 };
 
+// A bulk store in flight: the read of its source, and once read, the write of its bytes.
+struct BulkStore {
+  std::function<BulkStoreWrite()> read;
+  BulkStoreWrite write;
+};
+
+// One thread's asynchronous operations of one kind (cp.async, bulk stores: each kind has its own
+// groups on the GPU): those issued since the last commit, and the committed groups not yet waited
+// for, oldest first.
+template <class Op>
+struct AsyncGroups {
+  std::vector<Op> open;
+  std::deque<std::vector<Op>> committed;
+  void commit() {
+    committed.push_back(std::move(open));
+    open.clear();
+  }
+  // complete(op) for every operation of every committed group but the `pending` newest
+  template <class Complete>
+  void complete_all_but(int pending, Complete const& complete) {
+    while (committed.size() > static_cast<size_t>(pending)) {
+      for (Op const& op : committed.front()) complete(op);
+      committed.pop_front();
+    }
+  }
+  bool empty() const { return open.empty() && committed.empty(); }
+  void clear() {
+    open.clear();
+    committed.clear();
+  }
+};
+
 // A fiber waits by leaving the ready set; what it waits for (a meeting, a barrier) puts it back
 // when it passes, so that picking the next fiber never polls the waiting ones.
 struct Fiber {
@@ -81,13 +113,8 @@ struct Fiber {
   Dim3 thread_idx;
   bool done = false;
   size_t points = 0;  // preemption points passed (Order::kPriority)
-  // cp.async (cp_async_issue): the copies issued since the last commit, and the committed
-  // groups not yet waited for, oldest first
-  std::vector<CpAsyncCopy> open_copies;
-  std::deque<std::vector<CpAsyncCopy>> copy_groups;
-  // bulk stores (bulk_store_issue): the same, each store performed at the wait of its group
-  std::vector<std::function<void()>> open_stores;
-  std::deque<std::vector<std::function<void()>>> store_groups;
+  AsyncGroups<CpAsyncCopy> copies;  // cp.async (cp_async_issue)
+  AsyncGroups<BulkStore> stores;    // bulk stores (bulk_store_issue)
 };
 
 // A collective of `threads` threads (a warp or a warpgroup): each contributes its input at
@@ -370,10 +397,10 @@ void fiber_entry() {
     g_block->error = std::current_exception();
   }
   Fiber& f = *g_block->current;
-  if ((!f.open_stores.empty() || !f.store_groups.empty()) && !g_block->error)
+  if (!f.stores.empty() && !g_block->error)
     g_block->error = std::make_exception_ptr(std::runtime_error(
         "emulator: a thread of " + block_name(*g_block) +
-        " exited with bulk stores not waited for (bulk_wait_group)"));
+        " exited with bulk stores not complete (no bulk_wait_group after them)"));
   f.done = true;
   ++g_block->done;
   maybe_release_block();  // its exit may complete the barrier the others wait at
@@ -448,10 +475,8 @@ void run_block() {
     Fiber& f = b.fibers[t];
     f.done = false;
     f.points = 0;
-    f.open_copies.clear();
-    f.copy_groups.clear();
-    f.open_stores.clear();
-    f.store_groups.clear();
+    f.copies.clear();
+    f.stores.clear();
     f.thread_idx = Dim3{t % b.block_dim.x, t / b.block_dim.x % b.block_dim.y,
                         t / (b.block_dim.x * b.block_dim.y)};
     f.sp = initial_stack(f.stack + kGuardBytes + kStackBytes - t % kStaggers * kStaggerBytes);
@@ -688,21 +713,14 @@ void cp_async_issue(void* smem, void const* gmem, int bytes, bool valid) {
   c.bytes = bytes;
   if (valid) std::memcpy(c.data, gmem, bytes);  // src-size 0 (invalid) lands zeros
   std::memset(c.dst, 0xff, bytes);
-  g_block->current->open_copies.push_back(c);
+  g_block->current->copies.open.push_back(c);
 }
 
-void cp_async_commit_group() {
-  Fiber& f = *g_block->current;
-  f.copy_groups.push_back(std::move(f.open_copies));
-  f.open_copies.clear();
-}
+void cp_async_commit_group() { g_block->current->copies.commit(); }
 
 void cp_async_wait_group(int pending) {
-  Fiber& f = *g_block->current;
-  while (f.copy_groups.size() > static_cast<size_t>(pending)) {
-    for (CpAsyncCopy const& c : f.copy_groups.front()) std::memcpy(c.dst, c.data, c.bytes);
-    f.copy_groups.pop_front();
-  }
+  g_block->current->copies.complete_all_but(
+      pending, [](CpAsyncCopy const& c) { std::memcpy(c.dst, c.data, c.bytes); });
   preemption_point();
 }
 
@@ -779,22 +797,18 @@ void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar) {
   if (!m.waiting.empty()) land_copies(m);
 }
 
-void bulk_store_issue(std::function<void()> perform) {
-  g_block->current->open_stores.push_back(std::move(perform));
+void bulk_store_issue(std::function<BulkStoreWrite()> read) {
+  g_block->current->stores.open.push_back(BulkStore{std::move(read), {}});
 }
 
-void bulk_store_commit_group() {
-  Fiber& f = *g_block->current;
-  f.store_groups.push_back(std::move(f.open_stores));
-  f.open_stores.clear();
-}
+void bulk_store_commit_group() { g_block->current->stores.commit(); }
 
-void bulk_store_wait_group(int pending) {
-  Fiber& f = *g_block->current;
-  while (f.store_groups.size() > static_cast<size_t>(pending)) {
-    for (auto const& perform : f.store_groups.front()) perform();
-    f.store_groups.pop_front();
-  }
+void bulk_store_wait_group(int pending, bool reads_only) {
+  AsyncGroups<BulkStore>& stores = g_block->current->stores;
+  for (size_t g = 0; g + pending < stores.committed.size(); ++g)
+    for (BulkStore& s : stores.committed[g])
+      if (!s.write) s.write = s.read();
+  if (!reads_only) stores.complete_all_but(pending, [](BulkStore const& s) { s.write(); });
   preemption_point();
 }
 

@@ -157,17 +157,19 @@ void mbarrier_arrive(void* bar, uint32_t tx_bytes);
 void mbarrier_wait(void* bar, int parity);
 void bulk_copy_issue(void* dst, std::span<char const> bytes, void* bar);
 
-// Bulk stores (cp.async.bulk.tensor, shared -> global): bulk_store_issue(perform) records a store
-// the calling thread issued; `perform` reads its shared source and writes global memory, and runs
-// when a wait completes the store's group: as late as the GPU may read the source, so that a
-// thread that rewrites the source before its wait (and barrier) stores the new bytes (wrong
-// results). Groups are the calling thread's: commit closes the open group, wait(pending) performs
-// every committed group but the `pending` newest (wait_group and wait_group.read alike) and is a
-// preemption point. A thread that exits with a store not waited for throws: its block's shared
-// memory, the store's source, is gone then.
-void bulk_store_issue(std::function<void()> perform);
+// Bulk stores (cp.async.bulk.tensor, shared -> global): bulk_store_issue(read) records a store
+// the calling thread issued; read() reads its shared source and returns the write of those bytes
+// to global memory. Both happen as late as the GPU allows: the read at the first wait whose
+// group count covers the store (cp.async.bulk.wait_group.read or wait_group), so that a thread
+// that rewrites the source before that wait (and barrier) stores the new bytes (wrong results);
+// the write at a wait_group (reads_only false) alone. Groups are the calling thread's: commit
+// closes the open group, wait(pending, reads_only) covers every committed group but the
+// `pending` newest and is a preemption point. A thread that exits with a store not written
+// (never waited for, or only by wait_group.read) throws: its writes were never made complete.
+using BulkStoreWrite = std::function<void()>;
+void bulk_store_issue(std::function<BulkStoreWrite()> read);
 void bulk_store_commit_group();
-void bulk_store_wait_group(int pending);
+void bulk_store_wait_group(int pending, bool reads_only);
 
 // Shared memory: the buffer given to launch() is the block's shared window, its first byte at
 // shared address 0, as `extern __shared__` buffers are in the emulated kernels (launch_emu.cpp).
