@@ -12,6 +12,12 @@
 
 namespace cake::kernels {
 
+// The 32-bit shared-memory address of p (a generic pointer into shared memory), as the
+// instructions below take it.
+__device__ __forceinline__ uint32_t smem_u32(void const* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // D = A B + D on the tensor cores: one warp, A 16x16 bf16 (row), B 16x8 bf16 (col), D 16x8 fp32.
 // Fragment ownership (lane = 4 * group + quad):
 //   a[0]: A[group][2quad..+1]      a[1]: A[group+8][2quad..+1]
@@ -45,7 +51,7 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], uint32_t const (
 // Asynchronous 16-byte copy global -> shared (L2 only); valid == false writes 16 zero bytes and
 // reads nothing (src must still be a mapped address).
 __device__ __forceinline__ void cp_async_16(void* smem, void const* gmem, bool valid) {
-  uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t const dst = smem_u32(smem);
   int const src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
                "r"(src_bytes)
@@ -54,7 +60,7 @@ __device__ __forceinline__ void cp_async_16(void* smem, void const* gmem, bool v
 
 // Asynchronous 4-byte copy global -> shared (through L1); valid == false writes zero.
 __device__ __forceinline__ void cp_async_4(void* smem, void const* gmem, bool valid) {
-  uint32_t const dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t const dst = smem_u32(smem);
   int const src_bytes = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem),
                "r"(src_bytes)
@@ -75,7 +81,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // l / 8. Without .trans thread t gets (row t / 4, columns 2 (t % 4) + {0, 1}) of each matrix;
 // with .trans it gets (rows 2 (t % 4) + {0, 1}, column t / 4).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], void const* smem) {
-  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t const addr = smem_u32(smem);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
@@ -83,7 +89,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], void const* smem) 
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], void const* smem) {
-  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t const addr = smem_u32(smem);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
@@ -93,7 +99,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], void const* 
 // Four 8x8 bf16 matrices to shared memory, the inverse of ldmatrix_x4: lane l gives the address
 // of row l % 8 of matrix l / 8, thread t holds (row t / 4, columns 2 (t % 4) + {0, 1}) of each.
 __device__ __forceinline__ void stmatrix_x4(void* smem, uint32_t const (&r)[4]) {
-  uint32_t const addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  uint32_t const addr = smem_u32(smem);
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
                "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
@@ -218,9 +224,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 // bytes its bulk copies will bring (arrive_expect_tx), the copies complete them; a consumer waits
 // for the phase of the parity it expects. init by one thread, then mbarrier_init_fence and a
 // block barrier before any use.
-__device__ __forceinline__ uint32_t smem_u32(void const* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count)
                : "memory");
