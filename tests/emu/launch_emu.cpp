@@ -12,6 +12,7 @@
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/kernel.cuh"
 #include "kernels/qk_norm/launch.hpp"
+#include "kernels/common/tensor_map_encode.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
@@ -66,31 +67,38 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }
 }  // namespace cake::kernels::qk_grad
 
+// tensor_map_encode.hpp's functions, in the emulator's encoding
+namespace cake::kernels {
+cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
+  TileMapShape const m = tile_map_shape(tokens, heads, cols);
+  encode_tensor_map_3d(map, base, 2, {m.dims[0], m.dims[1], 1}, {m.stride, m.stride * m.dims[1]},
+                       {m.box[0], m.box[1], 1}, true);
+  return cudaSuccess;
+}
+cudaError_t encode_h_map(TensorMap& map, void const* h, int64_t num_slots, int HV) {
+  HMapShape const m = h_map_shape(num_slots, HV);
+  encode_tensor_map_3d(map, h, 2, {m.dims[0], m.dims[1], m.dims[2]}, {m.strides[0], m.strides[1]},
+                       {m.box[0], m.box[1], m.box[2]}, true);
+  return cudaSuccess;
+}
+}  // namespace cake::kernels
+
 namespace cake::kernels::walk_a_fwd {
 namespace roles {
 alignas(1024) char smem_raw[sizeof(SharedStorage)];
 }  // namespace roles
-// launch.cu checks and launches as here, with the maps in the emulator's encoding (launch.cu has
-// the driver's)
+// launch.cu checks and launches as here
 cudaError_t launch(Params const& p, cudaStream_t) {
   if (p.walk_done != nullptr && p.o != nullptr) return cudaErrorInvalidValue;
   if (p.o == nullptr && p.h == nullptr) return cudaErrorInvalidValue;
+  Problem const& pr = p.problem;
   roles::RolesParams rp{p, {}, {}, {}, {}, {}};
-  auto encode = [](TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
-    roles::TileMapShape const m = roles::tile_map_shape(tokens, heads, cols);
-    encode_tensor_map_3d(map, base, 2, {m.dims[0], m.dims[1], 1}, {m.stride, m.stride * m.dims[1]},
-                         {m.box[0], m.box[1], 1}, true);
-  };
-  encode(rp.q_map, p.q, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
-  encode(rp.k_map, p.k, p.problem.num_tokens, p.problem.num_qk_heads, kHeadDim);
-  encode(rp.v_map, p.v, p.problem.num_tokens, p.problem.num_v_heads, kHeadDim);
-  encode(rp.a_map, p.a, p.problem.num_tokens, p.problem.num_v_heads, kChunk);
-  if (p.h != nullptr) {
-    roles::HMapShape const m = roles::h_map_shape(p.problem.num_slots, p.problem.num_v_heads);
-    encode_tensor_map_3d(rp.h_map, p.h, 2, {m.dims[0], m.dims[1], m.dims[2]},
-                         {m.strides[0], m.strides[1]}, {m.box[0], m.box[1], m.box[2]}, true);
-  }
-  Dim3 const grid{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)};
+  encode_tile_map(rp.q_map, p.q, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  encode_tile_map(rp.k_map, p.k, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  encode_tile_map(rp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim);
+  encode_tile_map(rp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
+  if (p.h != nullptr) encode_h_map(rp.h_map, p.h, pr.num_slots, pr.num_v_heads);
+  Dim3 const grid{u(int64_t{pr.num_seqs} * pr.num_v_heads)};
   if (p.o != nullptr)
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
                 [&] { roles::walk_a_fwd_roles_kernel<true>(rp); });
@@ -102,10 +110,16 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::walk_a_fwd
 
 namespace cake::kernels::walk_a_bwd {
-alignas(128) char smem_raw[sizeof(SharedStorage)];
+alignas(1024) char smem_raw[sizeof(SharedStorage)];
 cudaError_t launch(Params const& p, cudaStream_t) {
-  emu::launch(Dim3{u(int64_t{p.problem.num_seqs} * p.problem.num_v_heads)}, Dim3{kThreads},
-              smem_raw, [&] { walk_a_bwd_kernel(p); });
+  Problem const& pr = p.problem;
+  KernelParams kp{p, {}, {}, {}, {}};
+  encode_tile_map(kp.q_map, p.q, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim);
+  encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
+  encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads);
+  emu::launch(Dim3{u(int64_t{pr.num_seqs} * pr.num_v_heads)}, Dim3{kThreads}, smem_raw,
+              [&] { walk_a_bwd_kernel(kp); });
   return cudaSuccess;
 }
 }  // namespace cake::kernels::walk_a_bwd

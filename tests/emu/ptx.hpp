@@ -276,6 +276,9 @@ inline void tma_load_box(void* dst, TensorMap const* map, int c0, int c1, int c2
 inline void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1, uint64_t* bar) {
   tma_load_box(dst, map, c0, c1, 0, bar);
 }
+inline void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1, int c2, uint64_t* bar) {
+  tma_load_box(dst, map, c0, c1, c2, bar);
+}
 
 // The box of `map` at (c0, c1, c2) from shared memory at src (laid out as a load of the box lands
 // it), into the tensor's elements inside its dims: src read and the tensor written at the waits

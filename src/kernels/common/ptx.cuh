@@ -250,15 +250,23 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
 }
 
 // Bulk tensor copies global -> shared through the async proxy, completing their bytes on bar:
-// the box of `map` at element coordinates (c0, c1) (innermost first), in shared memory as the
-// map's swizzle lays it (1024-byte aligned for the 128-byte swizzle), elements outside the tensor
-// zero.
+// the box of `map` at element coordinates (c0, c1[, c2]) (innermost first), in shared memory as
+// the map's swizzle lays it (1024-byte aligned for the 128-byte swizzle), elements outside the
+// tensor zero.
 __device__ __forceinline__ void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1,
                                             uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
       "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
       "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, TensorMap const* map, int c0, int c1,
+                                            int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
       : "memory");
 }
 

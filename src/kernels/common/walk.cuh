@@ -111,6 +111,19 @@ __device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* bet
   }
 }
 
+// Rows len .. 63 of a swizzled [64 x cols] tile (wgmma.cuh) zeroed in 16-byte vectors by threads
+// tid 0 .. kThreads - 1: a TMA box of a document's last chunk reads on into the next document,
+// whose values (a NaN included) must not reach this one's products.
+template <int kThreads>
+__device__ __forceinline__ void zero_rows_past_end(__nv_bfloat16* tile, int cols, int len,
+                                                   int tid) {
+  int4 const zero = make_int4(0, 0, 0, 0);
+  for (int i = tid; i < (kChunk - len) * cols / 8; i += kThreads) {
+    int const r = len + i / (cols / 8);
+    *reinterpret_cast<int4*>(tile + swizzled_offset<kChunk>(r, 8 * (i % (cols / 8)))) = zero;
+  }
+}
+
 // A state warpgroup's share of the [128 x 128] fp32 state h: columns
 // c0 .. c0 + 63 as two [64 x 64] wgmma accumulators, rows 0 .. 63 (lo) and 64 .. 127 (hi)
 // (for_each_wgmma_pair's layout).

@@ -352,23 +352,4 @@ __device__ __forceinline__ float column_sum(float x) {
   return x;
 }
 
-// This thread's shares of the row dots <acc_r, x_r> for its rows r_lo and r_lo + 8 over a
-// warpgroup's kN accumulator columns (for_each_wgmma_pair's layout): x points at element
-// (r_lo, n0 + 2 (lane % 4)) of a blocked bf16 tile of kCols columns. quad_sum completes them.
-template <int kN, int kCols>
-__device__ __forceinline__ float2 row_dot_shares(float const (&acc)[kN / 2],
-                                                 __nv_bfloat16 const* x) {
-  float2 dot = make_float2(0.f, 0.f);
-#pragma unroll
-  for (int jb = 0; jb < kN / 8; ++jb) {
-    float2 const lo =
-        __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(x + kNext8Cols * jb));
-    float2 const hi = __bfloat1622float2(
-        *reinterpret_cast<__nv_bfloat162 const*>(x + kNext8Rows<kCols> + kNext8Cols * jb));
-    dot.x += acc[4 * jb] * lo.x + acc[4 * jb + 1] * lo.y;
-    dot.y += acc[4 * jb + 2] * hi.x + acc[4 * jb + 3] * hi.y;
-  }
-  return dot;
-}
-
 }  // namespace cake::kernels

@@ -64,6 +64,7 @@
 
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/tensor_map.hpp"
 #include "kernels/common/walk.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/walk_a_bwd/params.hpp"
@@ -83,18 +84,19 @@ inline constexpr int kSideRegs = 80;
 static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
               "the roles' registers exceed the SM's");
 
-// One chunk's tiles (blocked, wgmma.cuh) and row sums; about 221 KB: one CTA per SM.
-struct SharedStorage {
-  bf16 q[kChunk * kHeadDim];         // [64 x 128] Q
+// One chunk's tiles and row sums; about 221 KB: one CTA per SM. Q, dO, h and A come by TMA and
+// are 128-byte swizzled tiles (each 1024-byte aligned); the others are blocked (wgmma.cuh).
+struct alignas(1024) SharedStorage {
+  bf16 q[kChunk * kHeadDim];         // [64 x 128] Q, swizzled
   // [2][64 x 128]: K of chunk j in kd[j % 2] (k_of); eO = s e dO, then bf16(dDelta), in the
   // other one (ddelta_of), where K of chunk j - 1 lands once dT has read dDelta: so K loads
   // a phase before the step's end, not after its last product (M K)
   bf16 kd[2][kChunk * kHeadDim];
   bf16 v[kChunk * kHeadDim];         // [64 x 128] V; then Zs = -beta e Z
-  bf16 dout[kChunk * kHeadDim];      // [64 x 128] dO
-  bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state
+  bf16 dout[kChunk * kHeadDim];      // [64 x 128] dO, swizzled
+  bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state, swizzled
   bf16 ds[kHeadDim * kHeadDim];      // [128 x 128] bf16(dS) of the chunk's end state
-  bf16 a[kChunk * kChunk];           // [64 x 64] A
+  bf16 a[kChunk * kChunk];           // [64 x 64] A, swizzled
   bf16 t[kChunk * kChunk];           // [64 x 64] T = Gamma o A; then dA, then Y
   bf16 p[kChunk * kChunk];           // [64 x 64] P; then dQK
   bf16 r[kChunk * kHeadDim];         // [64 x 128] R; then M [64 x 64]
@@ -119,10 +121,30 @@ struct SharedStorage {
   // The walk's document and value head, read by the roles at each step (read_here)
   WalkSpan span;
   WalkRef walk;
+  // mbarriers of the TMA loads (Landed): each tile group loads once per step, so the phase of
+  // chunk j's load has parity (num_chunks - 1 - j) % 2 (landed_parity)
+  uint64_t landed[3];
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
 __device__ __forceinline__ bf16* k_of(SharedStorage& s, int64_t j) { return s.kd[j & 1]; }
 __device__ __forceinline__ bf16* ddelta_of(SharedStorage& s, int64_t j) { return s.kd[~j & 1]; }
+
+// The kernel's parameters: the walk's, and the TMA maps (tensor_map.hpp) of Q [BT, H, 128],
+// dO [BT, HV, 128], A [BT, HV, 64] (tile maps) and h (the h map).
+struct KernelParams {
+  Params p;
+  TensorMap q_map, dout_map, a_map, h_map;
+};
+// The TMA loads' mbarriers in SharedStorage::landed
+enum Landed : int { kDoutLanded = 0, kQhLanded = 1, kALanded = 2 };
+__device__ __forceinline__ int landed_parity(SharedStorage const& s, int64_t j) {
+  return static_cast<int>((s.span.num_chunks() - 1 - j) & 1);
+}
+// Waits until chunk j's load of `which` has landed: its bytes are then this thread's to read
+// (the async proxy's writes, through the mbarrier's phase).
+__device__ __forceinline__ void wait_landed(SharedStorage& s, Landed which, int64_t j) {
+  mbarrier_wait(&s.landed[which], landed_parity(s, j));
+}
 
 // Named barriers (0 is __syncthreads, unused here).
 enum Barrier : int {
@@ -178,13 +200,20 @@ __device__ __forceinline__ float2 acc_row_dots(float const (&x)[kN / 2], float c
   return dot;
 }
 
-// The row dots of a side warpgroup's [64 x 64] product (columns n0 ..) with those of a blocked
+// The row dots of a side warpgroup's [64 x 64] product (columns n0 ..) with those of a swizzled
 // [64 x 128] tile, stored as part `part`.
 __device__ __forceinline__ void store_tile_row_dots(float const (&acc)[kChunk / 2],
                                                     bf16 const* tile, int n0, float* parts,
                                                     int part, int row_lo) {
-  float2 const dot = row_dot_shares<kChunk, kHeadDim>(
-      acc, tile + blocked_offset<kHeadDim>(row_lo, n0 + 2 * (threadIdx.x % 4)));
+  float2 dot = make_float2(0.f, 0.f);
+  int const c = n0 + 2 * (threadIdx.x % 4);
+#pragma unroll
+  for (int jb = 0; jb < kChunk / 8; ++jb) {  // rows row_lo and row_lo + 8: the same swizzle
+    float2 const lo = ld_pair(tile, swizzled_offset<kChunk>(row_lo, c + 8 * jb));
+    float2 const hi = ld_pair(tile, swizzled_offset<kChunk>(row_lo + 8, c + 8 * jb));
+    dot.x += acc[4 * jb] * lo.x + acc[4 * jb + 1] * lo.y;
+    dot.y += acc[4 * jb + 2] * hi.x + acc[4 * jb + 3] * hi.y;
+  }
   store_row_sums(dot.x, dot.y, parts, part, row_lo);
 }
 
@@ -266,6 +295,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       st_pair(s.ds, at, x0, x1);
     });
     named_barrier_sync(kTilesFull, kThreads);
+    wait_landed(s, kDoutLanded, j);  // landed before TilesFull (the side roles waited)
+    wait_landed(s, kQhLanded, j);
 
     float const g_last = s.gcum[len - 1];
     float const g_lo = s.gcum[row_lo];
@@ -281,8 +312,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     // <dS, h> over this warpgroup's share (dS as it enters the chunk); stored after GatesFull,
     // once the side roles' E of the previous chunk has read the slot
     float dsh = 0.f;
-    for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
-      float2 const hh = ld_pair(s.h, at);
+    for_each_state_pair(ds, c0, [&](int r, int c, float& x0, float& x1) {
+      float2 const hh = ld_pair(s.h, swizzled_offset<kHeadDim>(r, c));
       dsh += x0 * hh.x + x1 * hh.y;
     });
     for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
@@ -296,7 +327,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
         for (int half = 0; half < 2; ++half) {
           int const at = at0 + kNext8Cols * jb + kNext8Rows<kHeadDim> * half;
           float const se = scale * (half == 0 ? e_lo : e_hi);
-          float2 const d = ld_pair(s.dout, at);
+          float2 const d = ld_pair(s.dout, swizzled_offset<kChunk>(row_lo + 8 * half,
+                                                                   c0 + 8 * jb + 2 * (lane % 4)));
           __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
           *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + at) = eo;
           if (eo_split) {
@@ -320,16 +352,16 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(ds.hi);
     wgmma_fence();
     warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
-                                              MNMajorTile<kHeadDim>{s.h}, 0, c0, kh);
+                                              MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
     wgmma_commit();
     warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
                                               MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
       bf16 const* const eo = part == 0 ? ddelta_of(s, j) : s.delta_eb;
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
-                                              0, c0, ds.lo);
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{s.q}, MNMajorTile<kHeadDim>{eo},
-                                              kStateHalf, c0, ds.hi);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
+                                              MNMajorTile<kHeadDim>{eo}, 0, c0, ds.lo);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
+                                              MNMajorTile<kHeadDim>{eo}, kStateHalf, c0, ds.hi);
     }
     wgmma_commit();
     wgmma_wait<1>();
@@ -383,8 +415,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       x0 *= eb;
       x1 *= eb;
     });
-    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.dout}, 0,
-                                      c0, kds);
+    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorSwizzledTile<kChunk>{s.dout},
+                                      0, c0, kds);
     named_barrier_arrive(kPFree, kThreads);
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
@@ -458,8 +490,9 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     {  // Y = A^T dA -> t, over dA's columns once the product has read them (they are this
        // warpgroup's alone)
       float y[kGateCols / 2] = {};
-      warpgroup_mma<kGateCols, kChunk>(MNMajorTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t}, 0, n0,
-                                       y);
+      wait_landed(s, kALanded, j);  // landed before GatesFull (the side roles' T waited)
+      warpgroup_mma<kGateCols, kChunk>(MNMajorSwizzledTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t},
+                                       0, n0, y);
       for_each_blocked_pair<kChunk, kGateCols>(0, n0, y, [&](int, int, int at, float& x0,
                                                              float& x1) {
         st_pair(s.t, at, x0, x1);
@@ -473,8 +506,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       fence_accumulators(dl);
       fence_accumulators(kk);
       wgmma_fence();
-      warpgroup_mma_async<kGateCols, kChunk>(KMajorTile<kChunk>{s.t}, KMajorTile<kChunk>{s.a}, 0,
-                                             n0, dl);
+      warpgroup_mma_async<kGateCols, kChunk>(KMajorTile<kChunk>{s.t},
+                                             KMajorSwizzledTile<kChunk>{s.a}, 0, n0, dl);
       warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
                                                KMajorTile<kHeadDim>{k_of(s, j)}, 0, n0, kk);
       wgmma_commit();
@@ -510,7 +543,9 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 // ---- the side roles
 
 // The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
-// head h, value head hv), as cp.async groups; rows past the end are zero, except G's. The walk's
+// head h, value head hv): K, V, G and beta as cp.async groups (rows past the end zero, except
+// G's); dO, Q with h, and A by TMA, issued by thread 0 and completing on their mbarriers (a box
+// reads whole chunks: rows past the end are zeroed once landed, zero_rows_past_end). The walk's
 // first step loads its chunk's tiles at its start; every later chunk's tiles load during the step
 // before, each group as soon as its tiles' last reader there is done (side_role), so that a step
 // starts on tiles that have landed.
@@ -522,23 +557,33 @@ __device__ __forceinline__ void load_rows(bf16* dst, bf16 const* src, int64_t t0
   load_tile_blocked_async<kChunk, kCols, kSideThreads>(dst, src + (t0 * heads + head) * kCols,
                                                        int64_t{heads} * kCols, len, tid);
 }
-__device__ __forceinline__ void load_dout(SharedStorage& s, Params const& p, int64_t t0, int len,
+__device__ __forceinline__ void load_dout(SharedStorage& s, KernelParams const& kp, int64_t t0,
                                           int hv, int tid) {
-  load_rows<kHeadDim>(s.dout, p.dout, t0, len, p.problem.num_v_heads, hv, tid);
-  cp_async_commit();
+  if (tid != 0) return;
+  uint64_t* const bar = &s.landed[kDoutLanded];
+  mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
+  for (int half = 0; half < 2; ++half)  // 64 columns each, kChunk x 64 elements apart
+    tma_load_2d(s.dout + half * kChunk * 64, &kp.dout_map, hv * kHeadDim + 64 * half,
+                static_cast<int>(t0), bar);
 }
-__device__ __forceinline__ void load_a(SharedStorage& s, Params const& p, int64_t t0, int len,
+__device__ __forceinline__ void load_a(SharedStorage& s, KernelParams const& kp, int64_t t0,
                                        int hv, int tid) {
-  load_rows<kChunk>(s.a, p.a, t0, len, p.problem.num_v_heads, hv, tid);
-  cp_async_commit();
+  if (tid != 0) return;
+  uint64_t* const bar = &s.landed[kALanded];
+  mbarrier_arrive_expect_tx(bar, kChunk * kChunk * 2);
+  tma_load_2d(s.a, &kp.a_map, hv * kChunk, static_cast<int>(t0), bar);
 }
-__device__ __forceinline__ void load_q_h(SharedStorage& s, Params const& p, int64_t t0, int len,
+__device__ __forceinline__ void load_q_h(SharedStorage& s, KernelParams const& kp, int64_t t0,
                                          int64_t slot, int h, int hv, int tid) {
-  int const HV = p.problem.num_v_heads;
-  load_rows<kHeadDim>(s.q, p.q, t0, len, p.problem.num_qk_heads, h, tid);
-  load_tile_blocked_async<kHeadDim, kHeadDim, kSideThreads>(
-      s.h, p.h + (slot * HV + hv) * kHeadDim * kHeadDim, kHeadDim, kHeadDim, tid);
-  cp_async_commit();
+  if (tid != 0) return;
+  uint64_t* const bar = &s.landed[kQhLanded];
+  mbarrier_arrive_expect_tx(bar, (kChunk + kHeadDim) * kHeadDim * 2);
+  int const state = static_cast<int>(slot * kp.p.problem.num_v_heads + hv);
+  for (int half = 0; half < 2; ++half) {
+    tma_load_2d(s.q + half * kChunk * 64, &kp.q_map, h * kHeadDim + 64 * half,
+                static_cast<int>(t0), bar);
+    tma_load_3d(s.h + half * kHeadDim * 64, &kp.h_map, 64 * half, 0, state, bar);
+  }
 }
 __device__ __forceinline__ void load_v_g_beta(SharedStorage& s, Params const& p, int64_t t0,
                                               int len, int hv, int tid) {
@@ -639,7 +684,8 @@ __device__ __forceinline__ SideHere side_here(SharedStorage const& s, int64_t j)
 }
 
 // The two side warpgroups. Each phase of a step forms its indices anew (side_here).
-__device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
+__device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& kp) {
+  Params const& p = kp.p;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
@@ -656,18 +702,22 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       SideHere const x = side_here(s, j);
       if (j == num_chunks - 1) {
         int const hk = x.hv / p.problem.group_size();
-        load_dout(s, p, x.t0, x.len, x.hv, x.tid);
-        load_a(s, p, x.t0, x.len, x.hv, x.tid);
-        load_q_h(s, p, x.t0, x.len, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
+        load_dout(s, kp, x.t0, x.hv, x.tid);
+        load_a(s, kp, x.t0, x.hv, x.tid);
+        load_q_h(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
         load_v_g_beta(s, p, x.t0, x.len, x.hv, x.tid);
         load_k(k_of(s, j), p, x.t0, x.len, hk, x.tid);
       }
     }
     // every tile but A (loaded last, after MFull: its first reader is T below)
-    if (j == num_chunks - 1)
-      cp_async_wait<0>();
-    else
-      cp_async_wait<1>();
+    cp_async_wait<0>();  // K, V, G and beta
+    wait_landed(s, kDoutLanded, j);
+    wait_landed(s, kQhLanded, j);
+    if (j == num_chunks - 1) {  // the walk's first step: the only chunk that can be short
+      SideHere const x = side_here(s, j);
+      zero_rows_past_end<kSideThreads>(s.q, kHeadDim, x.len, x.tid);
+      zero_rows_past_end<kSideThreads>(s.dout, kHeadDim, x.len, x.tid);
+    }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);
     named_barrier_arrive(kTilesFull, kThreads);
@@ -683,10 +733,11 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       float qk[kGateCols / 2] = {};
       fence_accumulators(qk);
       wgmma_fence();
-      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.q},
+      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{s.q},
                                                KMajorTile<kHeadDim>{k_of(s, j)}, 0, x.n0, qk);
       wgmma_commit();
-      cp_async_wait<0>();  // A
+      wait_landed(s, kALanded, j);
+      if (j == num_chunks - 1) zero_rows_past_end<kSideThreads>(s.a, kChunk, x.len, x.tid);
       fence_proxy_async_shared();
       named_barrier_sync(kSideGroup, kSideThreads);
       // T = Gamma o A -> t, in 4-byte words of the blocked tile (a warp: one core matrix)
@@ -695,7 +746,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
         int const i = core / (kChunk / 8) * 8 + w % 32 / 4;
         int const jc = core % (kChunk / 8) * 8 + w % 4 * 2;
         float2 const gate = causal_gates(s.gcum, i, jc);
-        float2 const aa = ld_pair(s.a, 2 * w);
+        float2 const aa = ld_pair(s.a, swizzled_offset<kChunk>(i, jc));
         st_pair(s.t, 2 * w, aa.x * gate.x, aa.y * gate.y);
       }
       wgmma_wait<0>();
@@ -715,7 +766,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
     {
       SideHere const x = side_here(s, j);
       float dp[kGateCols / 2] = {};
-      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{s.dout},
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{s.dout},
                                          KMajorTile<kHeadDim>{s.delta}, 0, x.n0, dp);
       named_barrier_sync(kPFree, kThreads);
       gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, x.n0, x.ow);
@@ -726,8 +777,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
     {  // dq = s e (dO h^T) + dQK K; <Q, dO h^T> by rows
       SideHere const x = side_here(s, j);
       float dq[kStateHalf / 2] = {};
-      warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.dout}, KMajorTile<kHeadDim>{s.h},
-                                          0, x.k0, dq);
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.dout},
+                                          KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dq);
       store_tile_row_dots(dq, s.q, x.k0, s.oqh, x.ow, x.row_lo);
       float const se_lo = scale * __expf(s.gcum[x.row_lo]);
       float const se_hi = scale * __expf(s.gcum[x.row_lo + 8]);
@@ -747,15 +798,15 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
       // thread; the column roles' P^T dO before PFree): the next chunk's dO
       SideHere const x = side_here(s, j);
-      if (j > 0) load_dout(s, p, x.t0 - kChunk, kChunk, x.hv, x.tid);
+      if (j > 0) load_dout(s, kp, x.t0 - kChunk, x.hv, x.tid);
       bf16 const* const m = s.r;
       float dk[kStateHalf / 2] = {};
       fence_accumulators(dk);
       wgmma_fence();
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.v},
-                                                KMajorTile<kHeadDim>{s.h}, 0, x.k0, dk);
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{s.q},
-                                              0, x.k0, dk);
+                                                KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dk);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
+                                              MNMajorSwizzledTile<kChunk>{s.q}, 0, x.k0, dk);
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
                                                 KMajorTile<kHeadDim>{s.ds}, 0, x.k0, dk);
       wgmma_commit();
@@ -776,8 +827,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       named_barrier_sync(kSideGroup, kSideThreads);
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
-        load_q_h(s, p, y.t0, kChunk, read_here(s.span).slot0 + j - 1,
-                 y.hv / p.problem.group_size(), y.hv, y.tid);
+        load_q_h(s, kp, y.t0, read_here(s.span).slot0 + j - 1, y.hv / p.problem.group_size(), y.hv,
+                 y.tid);
       }
       // dDelta's last reader (dT) is done: the next chunk's K into its tile; V's (Zs), G's and
       // beta's last readers are done (the column roles' K^T Zs and dT's gate sums, both side
@@ -800,7 +851,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
       wgmma_commit();
       if (j > 0) {  // A's last readers are done (the column roles' Y and dL): the next chunk's A
         SideHere const y = side_here(s, j - 1);
-        load_a(s, p, y.t0, kChunk, y.hv, y.tid);
+        load_a(s, kp, y.t0, y.hv, y.tid);
       }
       wgmma_wait<0>();
       fence_accumulators(dk);
@@ -811,23 +862,30 @@ __device__ __forceinline__ void side_role(SharedStorage& s, Params const& p) {
     finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) walk_a_bwd_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    walk_a_bwd_kernel(__grid_constant__ KernelParams const kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) char smem_raw[];
+  extern __shared__ __align__(1024) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  Params const& p = kp.p;
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   if (threadIdx.x == 0) {
     s.walk = walk;
     s.span = walk_span(p.problem, walk);
+    for (uint64_t& bar : s.landed) mbarrier_init(&bar, 1);
+    mbarrier_init_fence();
   }
   // this walk's h, from the h-walk running beside it (Params::h_ready); wait_flag ends in a
   // barrier, which also publishes s.walk and s.span
-  if (p.h_ready != nullptr)
+  // h then comes by TMA (the async proxy): the fence orders the flag's acquire before those reads
+  if (p.h_ready != nullptr) {
     wait_flag(p.h_ready + int64_t{walk.n} * p.problem.num_v_heads + walk.hv);
-  else
+    fence_proxy_async_global();
+  } else {
     __syncthreads();
+  }
   run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role(s, p, wg); },
-                                    [&] { side_role(s, p); });
+                                    [&] { side_role(s, kp); });
 #endif
 }
 

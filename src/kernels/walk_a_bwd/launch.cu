@@ -1,9 +1,20 @@
-#include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/common/tensor_map_encode.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
+#include "kernels/walk_a_bwd/launch.hpp"
 
 namespace cake::kernels::walk_a_bwd {
 
 cudaError_t launch(Params const& params, cudaStream_t stream) {
+  Problem const& pr = params.problem;
+  if (!tma_coordinates_fit(pr.num_tokens, pr.num_slots, pr.num_v_heads))
+    return cudaErrorInvalidValue;
+  KernelParams kp{params, {}, {}, {}, {}};
+  for (cudaError_t e :
+       {encode_tile_map(kp.q_map, params.q, pr.num_tokens, pr.num_qk_heads, kHeadDim),
+        encode_tile_map(kp.dout_map, params.dout, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        encode_tile_map(kp.a_map, params.a, pr.num_tokens, pr.num_v_heads, kChunk),
+        encode_h_map(kp.h_map, params.h, pr.num_slots, pr.num_v_heads)})
+    if (e != cudaSuccess) return e;
   int const smem = sizeof(SharedStorage);
   cudaError_t err = cudaFuncSetAttribute(walk_a_bwd_kernel,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -27,7 +38,7 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, walk_a_bwd_kernel, params);
+  return cudaLaunchKernelEx(&config, walk_a_bwd_kernel, kp);
 }
 
 }  // namespace cake::kernels::walk_a_bwd

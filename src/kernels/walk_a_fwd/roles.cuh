@@ -62,34 +62,12 @@ static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65
 // The kernel's parameters: the walk's, and the TMA maps of Q, K [BT, H, 128], V [BT, HV, 128] and
 // A [BT, HV, 64] as 2-D tensors (all heads' columns, tokens), 128-byte swizzled boxes of 64
 // columns by one chunk's tokens: a head's tile is two boxes (one for A), a swizzled tile
-// (wgmma.cuh). tile_map_shape gives the maps' arguments (launch.cu encodes them with the driver,
-// the emulator with its own encoding). h_map (when p.h is given): h [num_slots, HV, 128, 128] as
-// a 3-D tensor (columns, rows, slot x HV + hv), boxes of 64 columns by 128 rows (h_map_shape).
+// (wgmma.cuh); h_map (when p.h is given) h [num_slots, HV, 128, 128] in boxes of 64 columns by
+// 128 rows (tensor_map.hpp: tile_map_shape, h_map_shape; launch.cu encodes them).
 struct RolesParams {
   Params p;
   TensorMap q_map, k_map, v_map, a_map, h_map;
 };
-struct TileMapShape {
-  uint64_t dims[2];  // elements: all heads' columns, tokens
-  uint64_t stride;   // bytes: a token
-  uint32_t box[2];   // 64 columns (128 bytes: the swizzle's span), a chunk's tokens
-};
-inline TileMapShape tile_map_shape(int64_t tokens, int heads, int cols) {
-  return {{static_cast<uint64_t>(heads) * cols, static_cast<uint64_t>(tokens)},
-          static_cast<uint64_t>(heads) * cols * 2,
-          {64, kChunk}};
-}
-struct HMapShape {
-  uint64_t dims[3];     // elements: columns, rows, slots x HV
-  uint64_t strides[2];  // bytes: a row, a state
-  uint32_t box[3];      // 64 columns (128 bytes), 128 rows, one state
-};
-inline HMapShape h_map_shape(int64_t num_slots, int HV) {
-  return {{kHeadDim, kHeadDim, static_cast<uint64_t>(num_slots) * HV},
-          {kHeadDim * 2, kHeadDim * kHeadDim * 2},
-          {64, kHeadDim, 1}};
-}
-
 // One chunk's operands; two of them alternate. Q, K, V and A as TMA writes them (swizzled tiles,
 // wgmma.cuh: each 1024-byte aligned).
 struct alignas(1024) ChunkTiles {
@@ -313,16 +291,10 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     ChunkTiles& t = s.tiles[jj % 2];
     mbarrier_wait(&s.tiles_landed[jj % 2], static_cast<int>(jj / 2 % 2));
     int const len = span.chunk_len(jj);
-    if (len < kChunk) {  // 16-byte vectors of rows len .. 63: 16 per row of Q, K and V, 8 of A
-      int4 const zero = make_int4(0, 0, 0, 0);
-      for (int i = tid; i < (kChunk - len) * 16; i += kOutputThreads) {
-        int const r = len + i / 16;
-        *reinterpret_cast<int4*>(t.q + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        *reinterpret_cast<int4*>(t.k + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        *reinterpret_cast<int4*>(t.v + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        if (i % 16 < 8)
-          *reinterpret_cast<int4*>(t.a + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
-      }
+    if (len < kChunk) {
+      for (bf16* tile : {t.q, t.k, t.v})
+        zero_rows_past_end<kOutputThreads>(tile, kHeadDim, len, tid);
+      zero_rows_past_end<kOutputThreads>(t.a, kChunk, len, tid);
     }
     cp_async_wait<0>();
     fence_proxy_async_shared();
