@@ -113,8 +113,10 @@ namespace cake::kernels::walk_a_bwd {
 alignas(1024) char smem_raw[sizeof(SharedStorage)];
 cudaError_t launch(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
-  KernelParams kp{p, {}, {}, {}, {}};
+  KernelParams kp{p, {}, {}, {}, {}, {}, {}};
   encode_tile_map(kp.q_map, p.q, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  encode_tile_map(kp.k_map, p.k, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim);
   encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim);
   encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
   encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads);

@@ -84,15 +84,16 @@ inline constexpr int kSideRegs = 80;
 static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
               "the roles' registers exceed the SM's");
 
-// One chunk's tiles and row sums; about 221 KB: one CTA per SM. Q, dO, h and A come by TMA and
-// are 128-byte swizzled tiles (each 1024-byte aligned); the others are blocked (wgmma.cuh).
+// One chunk's tiles and row sums; about 221 KB: one CTA per SM. Q, K, V, dO, h and A come by TMA
+// and are 128-byte swizzled tiles (each 1024-byte aligned), and so are what is written over K and
+// V (eO, dDelta; Zs) and eO's low part; the others are blocked (wgmma.cuh).
 struct alignas(1024) SharedStorage {
   bf16 q[kChunk * kHeadDim];         // [64 x 128] Q, swizzled
   // [2][64 x 128]: K of chunk j in kd[j % 2] (k_of); eO = s e dO, then bf16(dDelta), in the
   // other one (ddelta_of), where K of chunk j - 1 lands once dT has read dDelta: so K loads
   // a phase before the step's end, not after its last product (M K)
   bf16 kd[2][kChunk * kHeadDim];
-  bf16 v[kChunk * kHeadDim];         // [64 x 128] V; then Zs = -beta e Z
+  bf16 v[kChunk * kHeadDim];         // [64 x 128] V; then Zs = -beta e Z (swizzled)
   bf16 dout[kChunk * kHeadDim];      // [64 x 128] dO, swizzled
   bf16 h[kHeadDim * kHeadDim];       // [128 x 128] the chunk's start state, swizzled
   bf16 ds[kHeadDim * kHeadDim];      // [128 x 128] bf16(dS) of the chunk's end state
@@ -101,7 +102,8 @@ struct alignas(1024) SharedStorage {
   bf16 p[kChunk * kChunk];           // [64 x 64] P; then dQK
   bf16 r[kChunk * kHeadDim];         // [64 x 128] R; then M [64 x 64]
   bf16 delta[kChunk * kHeadDim];     // [64 x 128] bf16(Delta)
-  bf16 delta_eb[kChunk * kHeadDim];  // [64 x 128] eO's low part (eo_split); then bf16(ebar Delta)
+  bf16 delta_eb[kChunk * kHeadDim];  // [64 x 128] eO's low part (eo_split, swizzled); then
+                                     // bf16(ebar Delta) (blocked)
   float gcum[kChunk];                // G; rows past the end repeat G of the last token
   float g_prev[kChunk];              // the previous chunk's G, for its E
   float beta[kChunk];                // beta; 0 past the end
@@ -123,20 +125,20 @@ struct alignas(1024) SharedStorage {
   WalkRef walk;
   // mbarriers of the TMA loads (Landed): each tile group loads once per step, so the phase of
   // chunk j's load has parity (num_chunks - 1 - j) % 2 (landed_parity)
-  uint64_t landed[3];
+  uint64_t landed[5];
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
 __device__ __forceinline__ bf16* k_of(SharedStorage& s, int64_t j) { return s.kd[j & 1]; }
 __device__ __forceinline__ bf16* ddelta_of(SharedStorage& s, int64_t j) { return s.kd[~j & 1]; }
 
 // The kernel's parameters: the walk's, and the TMA maps (tensor_map.hpp) of Q [BT, H, 128],
-// dO [BT, HV, 128], A [BT, HV, 64] (tile maps) and h (the h map).
+// K [BT, H, 128], V and dO [BT, HV, 128], A [BT, HV, 64] (tile maps) and h (the h map).
 struct KernelParams {
   Params p;
-  TensorMap q_map, dout_map, a_map, h_map;
+  TensorMap q_map, k_map, v_map, dout_map, a_map, h_map;
 };
 // The TMA loads' mbarriers in SharedStorage::landed
-enum Landed : int { kDoutLanded = 0, kQhLanded = 1, kALanded = 2 };
+enum Landed : int { kDoutLanded = 0, kQhLanded = 1, kALanded = 2, kKLanded = 3, kVLanded = 4 };
 __device__ __forceinline__ int landed_parity(SharedStorage const& s, int64_t j) {
   return static_cast<int>((s.span.num_chunks() - 1 - j) & 1);
 }
@@ -297,6 +299,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     named_barrier_sync(kTilesFull, kThreads);
     wait_landed(s, kDoutLanded, j);  // landed before TilesFull (the side roles waited)
     wait_landed(s, kQhLanded, j);
+    wait_landed(s, kKLanded, j);
+    wait_landed(s, kVLanded, j);
 
     float const g_last = s.gcum[len - 1];
     float const g_lo = s.gcum[row_lo];
@@ -320,15 +324,13 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
     {
-      int const at0 = blocked_offset<kHeadDim>(row_lo, c0 + 2 * (lane % 4));
 #pragma unroll
       for (int jb = 0; jb < kStateHalf / 8; ++jb)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          int const at = at0 + kNext8Cols * jb + kNext8Rows<kHeadDim> * half;
+        for (int half = 0; half < 2; ++half) {  // dO, eO and its residual: the same layout
+          int const at = swizzled_offset<kChunk>(row_lo + 8 * half, c0 + 8 * jb + 2 * (lane % 4));
           float const se = scale * (half == 0 ? e_lo : e_hi);
-          float2 const d = ld_pair(s.dout, swizzled_offset<kChunk>(row_lo + 8 * half,
-                                                                   c0 + 8 * jb + 2 * (lane % 4)));
+          float2 const d = ld_pair(s.dout, at);
           __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
           *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + at) = eo;
           if (eo_split) {
@@ -351,25 +353,26 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
                                               MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
     wgmma_commit();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
+    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
                                               MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
       bf16 const* const eo = part == 0 ? ddelta_of(s, j) : s.delta_eb;
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
-                                              MNMajorTile<kHeadDim>{eo}, 0, c0, ds.lo);
+                                              MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
-                                              MNMajorTile<kHeadDim>{eo}, kStateHalf, c0, ds.hi);
+                                              MNMajorSwizzledTile<kChunk>{eo}, kStateHalf, c0,
+                                              ds.hi);
     }
     wgmma_commit();
     wgmma_wait<1>();
     fence_accumulators(kh);
     // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below
-    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kh, [&](int r, int, int at, float& x0,
+    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kh, [&](int r, int c, int at, float& x0,
                                                              float& x1) {
-      float2 const vv = ld_pair(s.v, at);
+      float2 const vv = ld_pair(s.v, swizzled_offset<kChunk>(r, c));
       float const e = by_row(r, e_lo, e_hi);
       float const b = by_row(r, b_lo, b_hi);
       st_pair(s.r, at, b * (vv.x - e * x0), b * (vv.y - e * x1));
@@ -420,10 +423,9 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     named_barrier_arrive(kPFree, kThreads);
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
-    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kds, [&](int, int, int at, float& x0,
-                                                              float& x1) {
+    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int c, float& x0, float& x1) {
       __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
-      *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + at) = d;
+      *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + swizzled_offset<kChunk>(r, c)) = d;
       float2 const df = __bfloat1622float2(d);
       x0 -= df.x;
       x1 -= df.y;
@@ -432,15 +434,15 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     named_barrier_sync(group, kRoleThreads);
     float(&z)[kStateHalf / 2] = kds;  // Z = T^T dDelta
     warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.t},
-                                      MNMajorTile<kHeadDim>{ddelta_of(s, j)}, 0, c0, z);
+                                      MNMajorSwizzledTile<kChunk>{ddelta_of(s, j)}, 0, c0, z);
     {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
        // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
        // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); Zs = -beta e Z -> v (this
        // warpgroup's V is read)
       float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
       float2 zv = make_float2(0.f, 0.f);
-      for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, z, [&](int r, int, int at, float& x0,
-                                                                float& x1) {
+      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
+        int const at = swizzled_offset<kChunk>(r, c);
         float const be = by_row(r, b_lo, b_hi) * by_row(r, e_lo, e_hi);
         float2 const vv = ld_pair(s.v, at);
         (r == row_lo ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
@@ -457,10 +459,11 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k_of(s, j)},
-                                            MNMajorTile<kHeadDim>{s.v}, 0, c0, ds.lo);
-    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kHeadDim>{k_of(s, j)},
-                                            MNMajorTile<kHeadDim>{s.v}, kStateHalf, c0, ds.hi);
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                            MNMajorSwizzledTile<kChunk>{s.v}, 0, c0, ds.lo);
+    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                            MNMajorSwizzledTile<kChunk>{s.v}, kStateHalf, c0,
+                                            ds.hi);
     wgmma_commit();
     if (p.dv != nullptr) {
       bf16* const dv = p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 +
@@ -480,7 +483,7 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of dDelta; every reader of T (Z) done
     {  // dT = mask(dDelta R^T): gate sums of T o dT, dA = Gamma o dT -> t
       float dt[kGateCols / 2] = {};
-      warpgroup_mma<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{ddelta_of(s, j)},
+      warpgroup_mma<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{ddelta_of(s, j)},
                                          KMajorTile<kHeadDim>{s.r}, 0, n0, dt);
       gate_grad(dt, s.t, 1.f, s.gcum, s.gate_row_t, s.gate_col_t, n0, wg);
     }
@@ -508,8 +511,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       wgmma_fence();
       warpgroup_mma_async<kGateCols, kChunk>(KMajorTile<kChunk>{s.t},
                                              KMajorSwizzledTile<kChunk>{s.a}, 0, n0, dl);
-      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorTile<kHeadDim>{k_of(s, j)},
-                                               KMajorTile<kHeadDim>{k_of(s, j)}, 0, n0, kk);
+      warpgroup_mma_async<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                               KMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, n0, kk);
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(dl);
@@ -543,20 +546,13 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 // ---- the side roles
 
 // The side warpgroups' copies (tid 0 .. 255) of the tiles of the chunk at t0 of len tokens (q/k
-// head h, value head hv): K, V, G and beta as cp.async groups (rows past the end zero, except
-// G's); dO, Q with h, and A by TMA, issued by thread 0 and completing on their mbarriers (a box
-// reads whole chunks: rows past the end are zeroed once landed, zero_rows_past_end). The walk's
-// first step loads its chunk's tiles at its start; every later chunk's tiles load during the step
-// before, each group as soon as its tiles' last reader there is done (side_role), so that a step
-// starts on tiles that have landed.
+// head h, value head hv): G and beta as a cp.async group (beta zero past the end, G repeating its
+// last token's); K, V, dO, Q with h, and A by TMA, issued by thread 0 and completing on their
+// mbarriers (a box reads whole chunks: rows past the end are zeroed once landed,
+// zero_rows_past_end). The walk's first step loads its chunk's tiles at its start; every later
+// chunk's tiles load during the step before, each group as soon as its tiles' last reader there
+// is done (side_role), so that a step starts on tiles that have landed.
 
-// Rows t0 .. t0 + len - 1 of head `head` of a [BT, heads, kCols] tensor -> dst (blocked).
-template <int kCols>
-__device__ __forceinline__ void load_rows(bf16* dst, bf16 const* src, int64_t t0, int len,
-                                          int heads, int head, int tid) {
-  load_tile_blocked_async<kChunk, kCols, kSideThreads>(dst, src + (t0 * heads + head) * kCols,
-                                                       int64_t{heads} * kCols, len, tid);
-}
 __device__ __forceinline__ void load_dout(SharedStorage& s, KernelParams const& kp, int64_t t0,
                                           int hv, int tid) {
   if (tid != 0) return;
@@ -585,17 +581,27 @@ __device__ __forceinline__ void load_q_h(SharedStorage& s, KernelParams const& k
     tma_load_3d(s.h + half * kHeadDim * 64, &kp.h_map, 64 * half, 0, state, bar);
   }
 }
-__device__ __forceinline__ void load_v_g_beta(SharedStorage& s, Params const& p, int64_t t0,
-                                              int len, int hv, int tid) {
-  int const HV = p.problem.num_v_heads;
-  load_rows<kHeadDim>(s.v, p.v, t0, len, HV, hv, tid);
-  load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, HV, hv, tid);
+__device__ __forceinline__ void load_v_g_beta(SharedStorage& s, KernelParams const& kp,
+                                              int64_t t0, int len, int hv, int tid) {
+  Params const& p = kp.p;
+  if (tid == 0) {
+    uint64_t* const bar = &s.landed[kVLanded];
+    mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
+    for (int half = 0; half < 2; ++half)
+      tma_load_2d(s.v + half * kChunk * 64, &kp.v_map, hv * kHeadDim + 64 * half,
+                  static_cast<int>(t0), bar);
+  }
+  load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, p.problem.num_v_heads, hv, tid);
   cp_async_commit();
 }
-__device__ __forceinline__ void load_k(bf16* k, Params const& p, int64_t t0, int len, int h,
-                                       int tid) {
-  load_rows<kHeadDim>(k, p.k, t0, len, p.problem.num_qk_heads, h, tid);
-  cp_async_commit();
+__device__ __forceinline__ void load_k(SharedStorage& s, bf16* k, KernelParams const& kp,
+                                       int64_t t0, int h, int tid) {
+  if (tid != 0) return;
+  uint64_t* const bar = &s.landed[kKLanded];
+  mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
+  for (int half = 0; half < 2; ++half)
+    tma_load_2d(k + half * kChunk * 64, &kp.k_map, h * kHeadDim + 64 * half, static_cast<int>(t0),
+                bar);
 }
 
 // E (one warp; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
@@ -705,18 +711,20 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
         load_dout(s, kp, x.t0, x.hv, x.tid);
         load_a(s, kp, x.t0, x.hv, x.tid);
         load_q_h(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
-        load_v_g_beta(s, p, x.t0, x.len, x.hv, x.tid);
-        load_k(k_of(s, j), p, x.t0, x.len, hk, x.tid);
+        load_v_g_beta(s, kp, x.t0, x.len, x.hv, x.tid);
+        load_k(s, k_of(s, j), kp, x.t0, hk, x.tid);
       }
     }
     // every tile but A (loaded last, after MFull: its first reader is T below)
-    cp_async_wait<0>();  // K, V, G and beta
+    cp_async_wait<0>();  // G and beta
     wait_landed(s, kDoutLanded, j);
     wait_landed(s, kQhLanded, j);
+    wait_landed(s, kKLanded, j);
+    wait_landed(s, kVLanded, j);
     if (j == num_chunks - 1) {  // the walk's first step: the only chunk that can be short
       SideHere const x = side_here(s, j);
-      zero_rows_past_end<kSideThreads>(s.q, kHeadDim, x.len, x.tid);
-      zero_rows_past_end<kSideThreads>(s.dout, kHeadDim, x.len, x.tid);
+      for (bf16* tile : {s.q, k_of(s, j), s.v, s.dout})
+        zero_rows_past_end<kSideThreads>(tile, kHeadDim, x.len, x.tid);
     }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);
@@ -734,7 +742,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       fence_accumulators(qk);
       wgmma_fence();
       warpgroup_mma_async<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{s.q},
-                                               KMajorTile<kHeadDim>{k_of(s, j)}, 0, x.n0, qk);
+                                               KMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, x.n0,
+                                               qk);
       wgmma_commit();
       wait_landed(s, kALanded, j);
       if (j == num_chunks - 1) zero_rows_past_end<kSideThreads>(s.a, kChunk, x.len, x.tid);
@@ -787,8 +796,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
         x0 *= se;
         x1 *= se;
       });
-      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p}, MNMajorTile<kHeadDim>{k_of(s, j)},
-                                        0, x.k0, dq);
+      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p},
+                                        MNMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, x.k0, dq);
       store_rows(p.dq, side_here(s, j), dq);
     }
 
@@ -803,7 +812,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       float dk[kStateHalf / 2] = {};
       fence_accumulators(dk);
       wgmma_fence();
-      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.v},
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.v},
                                                 KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dk);
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
                                               MNMajorSwizzledTile<kChunk>{s.q}, 0, x.k0, dk);
@@ -836,17 +845,17 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       named_barrier_sync(kDdeltaFree, kThreads);
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
-        load_k(k_of(s, j - 1), p, y.t0, kChunk, y.hv / p.problem.group_size(), y.tid);
-        load_v_g_beta(s, p, y.t0, kChunk, y.hv, y.tid);
+        load_k(s, k_of(s, j - 1), kp, y.t0, y.hv / p.problem.group_size(), y.tid);
+        load_v_g_beta(s, kp, y.t0, kChunk, y.hv, y.tid);
       }
       named_barrier_sync(kMFull, kThreads);
       wgmma_fence();
       {
         int const k0 = side_here(s, j).k0;
         warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m},
-                                                MNMajorTile<kHeadDim>{k_of(s, j)}, 0, k0, dk);
+                                                MNMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, k0, dk);
         warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m},
-                                                MNMajorTile<kHeadDim>{k_of(s, j)}, 0, k0, dk);
+                                                MNMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, k0, dk);
       }
       wgmma_commit();
       if (j > 0) {  // A's last readers are done (the column roles' Y and dL): the next chunk's A

@@ -8,9 +8,11 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   Problem const& pr = params.problem;
   if (!tma_coordinates_fit(pr.num_tokens, pr.num_slots, pr.num_v_heads))
     return cudaErrorInvalidValue;
-  KernelParams kp{params, {}, {}, {}, {}};
+  KernelParams kp{params, {}, {}, {}, {}, {}, {}};
   for (cudaError_t e :
        {encode_tile_map(kp.q_map, params.q, pr.num_tokens, pr.num_qk_heads, kHeadDim),
+        encode_tile_map(kp.k_map, params.k, pr.num_tokens, pr.num_qk_heads, kHeadDim),
+        encode_tile_map(kp.v_map, params.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
         encode_tile_map(kp.dout_map, params.dout, pr.num_tokens, pr.num_v_heads, kHeadDim),
         encode_tile_map(kp.a_map, params.a, pr.num_tokens, pr.num_v_heads, kChunk),
         encode_h_map(kp.h_map, params.h, pr.num_slots, pr.num_v_heads)})
