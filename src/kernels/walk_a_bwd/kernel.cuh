@@ -208,11 +208,12 @@ __device__ __forceinline__ void store_tile_row_dots(float const (&acc)[kChunk / 
                                                     bf16 const* tile, int n0, float* parts,
                                                     int part, int row_lo) {
   float2 dot = make_float2(0.f, 0.f);
-  int const c = n0 + 2 * (threadIdx.x % 4);
+  uint32_t x[kChunk / 4];  // the tile's rows by ldmatrix, in for_each_wgmma_pair's order
+  load_swizzled_frag<kChunk, kChunk>(tile, 0, n0, x);
 #pragma unroll
-  for (int jb = 0; jb < kChunk / 8; ++jb) {  // rows row_lo and row_lo + 8: the same swizzle
-    float2 const lo = ld_pair(tile, swizzled_offset<kChunk>(row_lo, c + 8 * jb));
-    float2 const hi = ld_pair(tile, swizzled_offset<kChunk>(row_lo + 8, c + 8 * jb));
+  for (int jb = 0; jb < kChunk / 8; ++jb) {
+    float2 const lo = bits_float2(x[2 * jb]);
+    float2 const hi = bits_float2(x[2 * jb + 1]);
     dot.x += acc[4 * jb] * lo.x + acc[4 * jb + 1] * lo.y;
     dot.y += acc[4 * jb + 2] * hi.x + acc[4 * jb + 3] * hi.y;
   }
@@ -316,28 +317,39 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     // <dS, h> over this warpgroup's share (dS as it enters the chunk); stored after GatesFull,
     // once the side roles' E of the previous chunk has read the slot
     float dsh = 0.f;
-    for_each_state_pair(ds, c0, [&](int r, int c, float& x0, float& x1) {
-      float2 const hh = ld_pair(s.h, swizzled_offset<kHeadDim>(r, c));
-      dsh += x0 * hh.x + x1 * hh.y;
-    });
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {  // h's rows 0 .. 63 (ds.lo), then 64 .. 127 (ds.hi)
+      float const(&acc)[kStateHalf / 2] = part == 0 ? ds.lo : ds.hi;
+      uint32_t hf[kStateHalf / 4];  // by ldmatrix, in for_each_wgmma_pair's order
+      load_swizzled_frag<kHeadDim, kStateHalf>(s.h, kStateHalf * part, c0, hf);
+#pragma unroll
+      for (int q = 0; q < kStateHalf / 4; ++q) {
+        float2 const hh = bits_float2(hf[q]);
+        dsh += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
+      }
+    }
     for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
-    {
+    // By fragments (ldmatrix, stmatrix), in two 32-column halves (registers): pair q of a half
+    // is row_lo (even q) or row_hi (odd q).
 #pragma unroll
-      for (int jb = 0; jb < kStateHalf / 8; ++jb)
+    for (int part = 0; part < 2; ++part) {
+      int const n0 = c0 + kStateHalf / 2 * part;
+      uint32_t frag[kStateHalf / 8];
+      load_swizzled_frag<kChunk, kStateHalf / 2>(s.dout, 0, n0, frag);
+      uint32_t lo[kStateHalf / 8];  // eO's rounding residual (eo_split)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {  // dO, eO and its residual: the same layout
-          int const at = swizzled_offset<kChunk>(row_lo + 8 * half, c0 + 8 * jb + 2 * (lane % 4));
-          float const se = scale * (half == 0 ? e_lo : e_hi);
-          float2 const d = ld_pair(s.dout, at);
-          __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
-          *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + at) = eo;
-          if (eo_split) {
-            float2 const hi = __bfloat1622float2(eo);
-            st_pair(s.delta_eb, at, se * d.x - hi.x, se * d.y - hi.y);
-          }
-        }
+      for (int q = 0; q < kStateHalf / 8; ++q) {
+        float const se = scale * (q % 2 == 0 ? e_lo : e_hi);
+        float2 const d = bits_float2(frag[q]);
+        __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
+        float2 const hi = __bfloat1622float2(eo);
+        lo[q] = bf16x2_bits(__floats2bfloat162_rn(se * d.x - hi.x, se * d.y - hi.y));
+        frag[q] = bf16x2_bits(eo);
+      }
+      store_swizzled_frag<kChunk, kStateHalf / 2>(ddelta_of(s, j), 0, n0, frag);
+      if (eo_split) store_swizzled_frag<kChunk, kStateHalf / 2>(s.delta_eb, 0, n0, lo);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
@@ -369,14 +381,24 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     wgmma_commit();
     wgmma_wait<1>();
     fence_accumulators(kh);
-    // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below
-    for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, kh, [&](int r, int c, int at, float& x0,
-                                                             float& x1) {
-      float2 const vv = ld_pair(s.v, swizzled_offset<kChunk>(r, c));
-      float const e = by_row(r, e_lo, e_hi);
-      float const b = by_row(r, b_lo, b_hi);
-      st_pair(s.r, at, b * (vv.x - e * x0), b * (vv.y - e * x1));
-    });
+    // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below. V by
+    // fragments (ldmatrix), pair q at row_lo (even q) or row_hi (odd q); R stored by stmatrix
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {
+      int const n0 = c0 + kStateHalf / 2 * part;
+      uint32_t frag[kStateHalf / 8];
+      load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+#pragma unroll
+      for (int q = 0; q < kStateHalf / 8; ++q) {
+        float const e = q % 2 == 0 ? e_lo : e_hi;
+        float const b = q % 2 == 0 ? b_lo : b_hi;
+        float2 const vv = bits_float2(frag[q]);
+        float const x0 = kh[kStateHalf / 4 * part + 2 * q];
+        float const x1 = kh[kStateHalf / 4 * part + 2 * q + 1];
+        frag[q] = bf16x2_bits(__floats2bfloat162_rn(b * (vv.x - e * x0), b * (vv.y - e * x1)));
+      }
+      store_blocked_frag<kHeadDim, kStateHalf / 2>(s.r, 0, n0, frag);
+    }
     fence_proxy_async_shared();
     wgmma_wait<0>();
     fence_accumulators(kds);
@@ -423,13 +445,22 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     named_barrier_arrive(kPFree, kThreads);
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
-    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int c, float& x0, float& x1) {
-      __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
-      *reinterpret_cast<__nv_bfloat162*>(ddelta_of(s, j) + swizzled_offset<kChunk>(r, c)) = d;
-      float2 const df = __bfloat1622float2(d);
-      x0 -= df.x;
-      x1 -= df.y;
-    });
+#pragma unroll
+    for (int part = 0; part < 2; ++part) {  // by stmatrix, in 32-column halves
+      uint32_t frag[kStateHalf / 8];
+#pragma unroll
+      for (int q = 0; q < kStateHalf / 8; ++q) {
+        float& x0 = kds[kStateHalf / 4 * part + 2 * q];
+        float& x1 = kds[kStateHalf / 4 * part + 2 * q + 1];
+        __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
+        frag[q] = bf16x2_bits(d);
+        float2 const df = __bfloat1622float2(d);
+        x0 -= df.x;
+        x1 -= df.y;
+      }
+      store_swizzled_frag<kChunk, kStateHalf / 2>(ddelta_of(s, j), 0, c0 + kStateHalf / 2 * part,
+                                                  frag);
+    }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
     float(&z)[kStateHalf / 2] = kds;  // Z = T^T dDelta
@@ -441,13 +472,22 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
        // warpgroup's V is read)
       float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
       float2 zv = make_float2(0.f, 0.f);
-      for_each_wgmma_pair<kStateHalf>(0, c0, z, [&](int r, int c, float& x0, float& x1) {
-        int const at = swizzled_offset<kChunk>(r, c);
-        float const be = by_row(r, b_lo, b_hi) * by_row(r, e_lo, e_hi);
-        float2 const vv = ld_pair(s.v, at);
-        (r == row_lo ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
-        st_pair(s.v, at, -be * x0, -be * x1);
-      });
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {  // V and Zs by fragments, in 32-column halves
+        int const n0 = c0 + kStateHalf / 2 * part;
+        uint32_t frag[kStateHalf / 8];
+        load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+#pragma unroll
+        for (int q = 0; q < kStateHalf / 8; ++q) {
+          float const be = q % 2 == 0 ? b_lo * e_lo : b_hi * e_hi;
+          float const x0 = z[kStateHalf / 4 * part + 2 * q];
+          float const x1 = z[kStateHalf / 4 * part + 2 * q + 1];
+          float2 const vv = bits_float2(frag[q]);
+          (q % 2 == 0 ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
+          frag[q] = bf16x2_bits(__floats2bfloat162_rn(-be * x0, -be * x1));
+        }
+        store_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+      }
       store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
       store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
     }
