@@ -292,7 +292,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     mbarrier_wait(&s.tiles_landed[jj % 2], static_cast<int>(jj / 2 % 2));
     int const len = span.chunk_len(jj);
     // Rows len .. 63 zeroed in 16-byte vectors, 16 per row of Q, K and V, 8 of A, in one loop
-    // (zero_rows_past_end called per tile costs this role registers: v23's walk spilled with it)
+    // (zero_rows_past_end, called once per tile, spilled in this role: 8be040e, +0.1 ms)
     if (len < kChunk) {
       int4 const zero = make_int4(0, 0, 0, 0);
       for (int i = tid; i < (kChunk - len) * 16; i += kOutputThreads) {
