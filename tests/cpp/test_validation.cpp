@@ -680,7 +680,8 @@ TEST(Validation, SavedSetOnCudaTensors) {
 
   // Inverse mode: the saved set is kkt_solve's outputs (G, A, beta); the forward's scratch holds
   // q and k normalised (its kkt_solve and walk read them) and the slack. The backward's scratch
-  // holds what it reruns (q and k normalised, h) and dq, dk per value head, not G, A and beta.
+  // holds what it reruns (q and k normalised, h, and the h-walk's flags: N x HV ints) and dq, dk
+  // per value head, not G, A and beta.
   c.options.save_for_backward = 2;
   size_t saved_inverse = 0, fws_inverse = 0, bws_inverse = 0;
   ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_inverse), cakeSuccess);
@@ -689,7 +690,8 @@ TEST(Validation, SavedSetOnCudaTensors) {
   size_t const solved = up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4);
   EXPECT_EQ(saved_inverse, up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4);
   EXPECT_EQ(fws_inverse, up(bt * d * 2) * 2 + 256);
-  EXPECT_EQ(bws_inverse, bws + up(bt * d * 2) * 2 + 4 * hv * d * d * 2);
+  size_t const flags = 1 * hv * 4;  // after dk's terms, whose size is a multiple of 256 bytes
+  EXPECT_EQ(bws_inverse, bws + up(bt * d * 2) * 2 + 4 * hv * d * d * 2 + flags);
   EXPECT_EQ(bws_recompute, bws_inverse + solved);
 
   // Without use_qk_l2norm: no q, k normalised anywhere.
