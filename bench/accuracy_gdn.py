@@ -7,6 +7,9 @@ beta near 0 and 1, subsampled workloads): both implementations run forward and b
 GPU; the FP64 reference (cake's CPU path on the same inputs, upcast) gives the truth. Printed per
 output: relative RMS error and max-abs error / max|ref| of cake and of FLA, and whether cake meets
 the gate of bench/workloads.json ("no worse than 1.1 x the error of flash-linear-attention").
+Where FlashQLA is installed, its errors on the same inputs are reported too, as its users call it
+("flashqla": auto_cp=True, whose intra-GPU segments start from a warm-up truncated once the gate
+has decayed past e^-10) and exact ("flashqla_nocp": auto_cp=False); they do not enter the gate.
 
 --seeds N draws each case N times (seeds crc32(case) + 0 .. N - 1) and pools the errors: the
 relative RMS over all draws together, the largest max-abs ratio. One draw can mislead: with a
@@ -16,6 +19,7 @@ RMS is a statistic of a handful of numbers (docs/perf-notes.md, accuracy at v9).
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import sys
@@ -47,6 +51,16 @@ def run(fn, inputs, dout, dht, l2):
     return {n: t.detach().double().cpu() for n, t in out.items()}
 
 
+def run_other(name, fn, inputs, dout, dht, l2):
+    """run() for a reported-only implementation: None (and a line on stderr) where it fails on
+    the case, so that the comparison goes on without it."""
+    try:
+        return run(fn, inputs, dout, dht, l2)
+    except Exception as e:  # noqa: BLE001
+        print(f"{name} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
 def errors(pairs):
     """Pooled errors of (got, ref) pairs: relative RMS over all of them together, the largest
     max-abs error / max|ref| of any one, and whether every value is finite."""
@@ -66,31 +80,47 @@ def main():
     args = parser.parse_args()
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
     import fla
+    others = {}  # name -> FlashQLA in its two forms, where installed
+    try:
+        import flash_qla
+        others = {"flashqla": flash_qla.chunk_gated_delta_rule,
+                  "flashqla_nocp": functools.partial(flash_qla.chunk_gated_delta_rule,
+                                                     auto_cp=False)}
+    except Exception as e:  # noqa: BLE001 - report and go on without it
+        print(f"FlashQLA unavailable: {e}", file=sys.stderr)
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=os.environ.get("CAKE_COMMIT", "unknown"), torch=torch.__version__,
-                fla=getattr(fla, "__version__", "?"), seeds=args.seeds)
+                fla=getattr(fla, "__version__", "?"), seeds=args.seeds,
+                flashqla_version=getattr(sys.modules.get("flash_qla"), "__version__", None))
     out = args.out.open("a") if args.out else None
     print(f"{'case':22s} {'output':12s} {'cake rel_rms':>12s} {'fla rel_rms':>12s} "
           f"{'cake max':>9s} {'fla max':>9s}  gate")
     for case in args.cases:
         docs, H, HV, kw, l2 = CASES[case]
-        draws = []  # (reference, cake, FLA) per seed
+        draws = []  # (reference, cake, FLA, {other: results}) per seed
         for seed in range(zlib.crc32(case.encode()), zlib.crc32(case.encode()) + args.seeds):
             inputs, dout, dht = make_inputs(docs, H, HV, seed=seed, **kw)
             draws.append((reference(inputs, dout, dht, l2),
                           run(cake.chunk_gated_delta_rule, inputs, dout, dht, l2),
-                          run(fla_gdn, inputs, dout, dht, l2)))
+                          run(fla_gdn, inputs, dout, dht, l2),
+                          {n: run_other(n, fn, inputs, dout, dht, l2)
+                           for n, fn in others.items()}))
         for name in draws[0][0]:
-            e_cake = errors([(ours[name], ref[name].double()) for ref, ours, _ in draws])
-            e_fla = errors([(theirs[name], ref[name].double()) for ref, _, theirs in draws])
+            e_cake = errors([(ours[name], ref[name].double()) for ref, ours, _, _ in draws])
+            e_fla = errors([(theirs[name], ref[name].double()) for ref, _, theirs, _ in draws])
+            e_others = {n: errors([(rest[n][name], ref[name].double())
+                                   for ref, _, _, rest in draws])
+                        for n in others
+                        if all(rest[n] is not None and name in rest[n] for *_, rest in draws)}
             ok = (e_cake["finite"] and e_cake["rel_rms"] <= 1e-2 and e_cake["max_abs_rel"] <= 2e-2
                   and e_cake["rel_rms"] <= 1.1 * e_fla["rel_rms"])
             print(f"{case:22s} {name:12s} {e_cake['rel_rms']:12.2e} {e_fla['rel_rms']:12.2e} "
                   f"{e_cake['max_abs_rel']:9.2e} {e_fla['max_abs_rel']:9.2e}  "
-                  f"{'pass' if ok else 'FAIL'}", flush=True)
+                  f"{'pass' if ok else 'FAIL'}"
+                  + "".join(f"  {n} {e['rel_rms']:.2e}" for n, e in e_others.items()), flush=True)
             if out:
                 out.write(json.dumps(dict(meta, case=case, output=name, cake=e_cake, fla=e_fla,
-                                          gate=ok)) + "\n")
+                                          gate=ok, **e_others)) + "\n")
                 out.flush()
 
 

@@ -12,7 +12,11 @@ Speedup = baseline ms / cake ms. One JSON line per (workload, op, arm).
 Arms: "cake" (inverse mode, the default); "cake_saved" (saved mode); "cake_recompute" (recompute
 mode); "fla" = flash-linear-attention's Triton kernels with its FlashQLA dispatch disabled
 (FLA_FLASH_QLA=0; its TileLang dq/dk kernel stays on, as FLA requires on Hopper with Triton < 3.7.1);
-"flashqla" = flash_qla.chunk_gated_delta_rule; "cake_control" = cake again.
+"flashqla" = flash_qla.chunk_gated_delta_rule as its users call it (auto_cp=True: FlashQLA may split
+long documents into segments on one GPU, each segment's start state from a warm-up over the
+previous one's tail cut off once the gate has decayed past e^-10 (hopper/cp_fwd.py
+get_warmup_chunks, threshold -10): approximate); "flashqla_nocp" = the same with auto_cp=False
+(one exact walk per document and head, as cake); "cake_control" = cake again.
 """
 
 import argparse
@@ -55,6 +59,8 @@ def load_arms():
     try:
         import flash_qla
         arms["flashqla"] = (flash_qla.chunk_gated_delta_rule, flash_qla.__version__)
+        arms["flashqla_nocp"] = (functools.partial(flash_qla.chunk_gated_delta_rule,
+                                                   auto_cp=False), flash_qla.__version__)
     except Exception as e:  # noqa: BLE001
         print(f"FlashQLA unavailable: {e}", file=sys.stderr)
     arms["cake_control"] = arms["cake"]
