@@ -1,9 +1,10 @@
-// An FP64 model of the planned GDN backward (docs/design/gdn-hopper-v8-plan.md, step 4): an
-// h-walk, then ONE reverse walk per (document, value head) that forms every gradient of a chunk
-// from that chunk's inputs, its start state h, the un-gated inverse A and the gradient dS of its
-// end state. No W, U, T, Delta, dDelta or dS leaves the step (the GPU kernel keeps them on chip).
-// It is the specification the CUDA kernel will follow, product by product, in its order; the
-// test (test_reverse_walk_model.cpp) holds it to the stage-by-stage reference (ref/chunked.hpp).
+// An FP64 model of the GDN backward of the CUDA kernels (docs/design/gdn-hopper-fused-walks.md,
+// step 4): an h-walk, then ONE reverse walk per (document, value head) that forms every gradient
+// of a chunk from that chunk's inputs, its start state h, the un-gated inverse A and the gradient
+// dS of its end state. No W, U, T, Delta, dDelta or dS leaves the step (the GPU kernel keeps them
+// on chip). It is the specification that the CUDA kernel (walk_a_bwd) follows, product by
+// product; the test (test_reverse_walk_model.cpp) holds it to the stage-by-stage reference
+// (ref/chunked.hpp).
 //
 // Per chunk (C tokens; G = within-chunk cumsum of g; e_i = e^{G_i}, ebar_i = e^{G_last - G_i},
 // gamma = e^{G_last}; Gamma_ij = e^{G_i - G_j} for i >= j, else 0; s = scale):

@@ -1,5 +1,6 @@
-// GPU check of the fused backward on its own (plan step 4: kkt_solve -> the h-walk (walk_a_fwd
-// without o) -> walk_a_bwd), before it is wired into the op.
+// GPU check of the fused backward on its own, outside the op (step 4 of
+// docs/design/gdn-hopper-fused-walks.md: kkt_solve -> the h-walk (walk_a_fwd without o) ->
+// walk_a_bwd).
 #pragma once
 
 // dq, dk (this kernel's per-value-head terms summed over each q/k head's value heads on the host),

@@ -1,6 +1,6 @@
-// The un-gated chunk inverse (step 1 of docs/design/gdn-hopper-v8-plan.md): one CTA per (chunk,
-// q/k head), for the value heads of its group in turn (grouped value heads share the keys, so
-// K is loaded and K K^T formed once for the group):
+// The un-gated chunk inverse (step 1 of docs/design/gdn-hopper-fused-walks.md): one CTA per (chunk,
+// q/k head), for the value heads of its group in turn (grouped value heads share the keys, so K is
+// loaded and K K^T formed once for the group):
 //
 //   S    = K K^T                                                       [64 x 64] fp32, once
 //   per value head hv of the group:

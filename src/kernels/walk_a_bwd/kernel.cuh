@@ -1,10 +1,9 @@
-// The fused reverse walk (step 4 of docs/design/gdn-hopper-v8-plan.md): one CTA per (document,
-// value head), walking the document's chunks last to first with dS (the gradient of the chunk's
-// end state, [128 x 128] fp32) in registers, and forming every gradient of a chunk on chip from
-// its inputs, A (kkt_solve), G, beta and its start state h (the h-walk, walk_a_fwd with
-// o == nullptr); nothing per chunk but the gradients reaches HBM. The maths, product by product,
-// is the FP64 model tests/cpp/reverse_walk_model.hpp (held to the reference by
-// test_reverse_walk_model.cpp).
+// The fused reverse walk (step 4 of docs/design/gdn-hopper-fused-walks.md): one CTA per (document,
+// value head), walking the document's chunks last to first with dS (the gradient of the chunk's end
+// state, [128 x 128] fp32) in registers, and forming every gradient of a chunk on chip from its
+// inputs, A (kkt_solve), G, beta and its start state h (the h-walk, walk_a_fwd with o == nullptr);
+// nothing per chunk but the gradients reaches HBM. The maths, product by product, is the FP64 model
+// tests/cpp/reverse_walk_model.hpp (held to the reference by test_reverse_walk_model.cpp).
 //
 // Per chunk (e = e^G, ebar = e^{G_last - G}, gamma = e^{G_last}, Gamma_ij = e^{G_i - G_j} for
 // i >= j; rows past the chunk's end are zero in every tile, so every product sees zeros there):

@@ -1,8 +1,9 @@
-// The forward walk on warpgroup roles (F5 and F6 of fla_reference.md §2.2; step 2 of
-// docs/design/gdn-hopper-v8-plan.md): one CTA per (document, value head), walking the document's
-// chunks in order with the whole [128 x 128] fp32 state h (the chunk's start state) in registers,
-// Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1. With Gamma_ij = e^{G_i - G_j},
-// T = Gamma o A, so Delta = U - W h = T diag(beta) (V - e^G (K h)). Per chunk:
+// The forward walk on warpgroup roles (each chunk's output and state update; step 2 of
+// docs/design/gdn-hopper-fused-walks.md): one CTA per (document, value head), walking the
+// document's chunks in order with the whole [128 x 128] fp32 state h (the chunk's start state) in
+// registers, Delta rebuilt from kkt_solve's A = (I + diag(beta) L)^-1. With
+// Gamma_ij = e^{G_i - G_j}, T = Gamma o A, so Delta = U - W h = T diag(beta) (V - e^G (K h)).
+// Per chunk:
 //   K h                                      [64 x 128]
 //   R     = beta_i (V - e^{G_i} (K h)_i)     [64 x 128] bf16
 //   Ag    = causal(A_ij e^{G_i - G_j})       [64 x 64] bf16 (i >= j)
