@@ -7,7 +7,7 @@
 //
 // forward, h = h0 (or 0) at a document's first chunk:
 //   store h                                          h     [NT, HV, K, V]
-//   Delta_i = u_i - h^T w_i                          v_new [T, HV, V]   (delta of §1.2, has beta)
+//   Delta_i = u_i - h^T w_i                          v_new [T, HV, V]   (the recurrence's delta, has beta)
 //   h <- gamma * h + sum_i (k_i * ebar_i) Delta_i^T  (the next chunk's start state; ht at the end)
 //
 // backward, dS = dht (or 0) at a document's last chunk, chunks in reverse:

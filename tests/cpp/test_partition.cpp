@@ -104,7 +104,7 @@ TEST(Partition, ExampleZigzagPerDocument) {
   EXPECT_EQ(shards[1].fragments[2].adjoint_slot, 2);
 }
 
-// The contiguous layout reproduces FLA's own examples (fla_reference.md §4.1) where T mod W = 0.
+// The contiguous layout reproduces FLA's own context-parallel examples, where T mod W = 0.
 TEST(Partition, ContiguousMatchesFla) {
   auto const three = cake::plan::partition({0, 5, 12}, 3, Layout::kContiguous);
   EXPECT_EQ(three[1].cu_seqlens, (std::vector<int64_t>{0, 1, 4}));

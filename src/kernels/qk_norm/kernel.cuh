@@ -1,6 +1,6 @@
-// q/k L2 norm (use_qk_l2norm, fla_reference.md §1.8): y = x / sqrt(sum x^2 + 1e-6) per token and
-// q/k head, in fp32, stored in bf16 for the chunk stages (as FLA stores x.dtype). One warp per row
-// of 128; each lane holds 4 consecutive elements.
+// q/k L2 norm (use_qk_l2norm): y = x / sqrt(sum x^2 + 1e-6) per token and q/k head, in fp32,
+// stored in bf16 for the chunk stages (as FLA stores x.dtype). One warp per row of 128; each lane
+// holds 4 consecutive elements.
 #pragma once
 
 #include <cuda_bf16.h>
