@@ -50,8 +50,8 @@ Solved run_kkt_solve(Problem const& pr) {
 // Each output's errors, pooled over the draws of a case, in a fixed order.
 using Pool = std::vector<std::pair<char const*, Errors>>;
 
-// Draws per case: pooled, three draws hold dg's relative error (whose single-draw tail reached
-// 1.1e-2 on these sizes, with v9's GPU-validated kernels too) well inside the gate.
+// Draws per case: pooled, three draws hold dg's relative error (whose single-draw tail reaches
+// 1.1e-2 on these sizes, with kernels that pass the GPU check too) well inside the gate.
 constexpr int kDraws = 3;
 
 void expect_pass(char const* what, Case const& c, Pool const& pool) {
@@ -180,8 +180,8 @@ Case many_documents() {
 // The cases of the GPU check (tests/cuda/walk_bwd_check.cu), some smaller: the emulator runs
 // ~10^4x slower than the GPU. Not the strong-decay ones: at g = -20 the true dg is ~e^-20 and a
 // few elements carry its norm, so on 136 tokens x 2 heads its relative error has a long tail
-// (v9's GPU-validated kernels reached 1.0e-2 once in 16 seeds); the GPU check's 266 x 4 gave a
-// largest 3.8e-3 in 16.
+// (kernels that pass the GPU check reached 1.0e-2 once in 16 seeds); the GPU check's 266 x 4
+// gave a largest 3.8e-3 in 16.
 std::vector<Case> cases() {
   return {
       {"docs 1,63,64,65,130 GVA 1/2", {1, 63, 64, 65, 130}},

@@ -3,8 +3,8 @@
 # ptxas serialises wgmma (its C7510/C7512 notes, "wgmma.mma_async instructions are serialized
 # due to ..."): every product then waits for the one before, and a role walk's step loses the
 # overlap it is built on. ptxas does it without an error, for instance when a change leaves a
-# warpgroup role short of registers (docs/perf-notes.md, 2026-11-30: a restructuring of
-# walk_a_bwd's column roles serialised all 137 of the kernel's wgmma). Also prints each kernel's
+# warpgroup role short of registers (docs/perf-notes.md: a restructuring of walk_a_bwd's column
+# roles that did so serialised all 137 of the kernel's wgmma). Also prints each kernel's
 # registers and spills.
 #   tests/ptxas/check_wgmma.sh <nvcc> <repository root>
 set -uo pipefail

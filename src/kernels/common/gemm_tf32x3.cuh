@@ -26,7 +26,7 @@ __device__ __forceinline__ void warp_mma_f32x3(float const* a, int lda, float co
   // finite, and cvt.rna's Inf/NaN guard costs two more instructions per split on sm_90), small
   // = x - big exactly; small goes in unrounded, as the mma reads only a tf32 register's top 19
   // bits (truncating small moves the product by ~2^-22 of x, below the dropped small x small).
-  // Three instructions per split where two cvt.rna took seven (kkt_solve is issue-bound).
+  // Three instructions per split where two cvt.rna take seven (kkt_solve is issue-bound).
   auto const split = [](float x, uint32_t& big, uint32_t& small) {
     big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     small = __float_as_uint(x - __uint_as_float(big));

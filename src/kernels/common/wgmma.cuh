@@ -2,7 +2,7 @@
 //
 // Why: mma.sync reads its operands per warp tile with ldmatrix, ~384 bytes of shared memory per
 // 16x8x16 product at 16 x 32 warp tiles, and that traffic bounds cake's walks and chunk kernels
-// (docs/perf-notes.md, v6). wgmma reads A [64 x 16] and B [16 x N] once per warpgroup (4 warps):
+// (docs/perf-notes.md). wgmma reads A [64 x 16] and B [16 x N] once per warpgroup (4 warps):
 // for N = 128 about a quarter of the bytes per FLOP.
 //
 // Layout ("blocked"): a tile of R x C bf16 elements, row-major in global memory, is stored as
@@ -46,8 +46,8 @@ inline constexpr int kNext8Rows = kCols / 8 * 64;
 // threads (one where there are fewer threads than rows, over several passes), thread q of them
 // taking the row's vectors q, q + kThreads / kRows, ..., so that
 // - its global and shared-memory addresses are one base each plus constants per pass (with an
-//   address per copy, the copies' addresses took registers the roles did not have, and each
-//   copy waited for the one before to read its address: Nsight Compute at workload A, v18);
+//   address per copy, the copies' addresses take registers the roles do not have, and each copy
+//   waits for the one before to read its address: measured at workload A, docs/perf-notes.md);
 // - a warp's copy of one vector index reads whole 32-byte sectors (a row's threads take adjacent
 //   vectors) and writes whole 128-byte core-matrix rows of shared memory.
 // tid: this thread's index among the kThreads that copy (a warpgroup role passes its own
@@ -228,9 +228,9 @@ struct MNMajorSwizzledTile {
 // bf16 pairs in registers in for_each_wgmma_pair's layout and order: frag[q] holds the pair that
 // for_each_wgmma_pair visits q-th (accumulators 2 q, 2 q + 1). One ldmatrix or stmatrix moves 4
 // core matrices (the warp's 16 rows by 16 columns): against a 4-byte load or store per pair, a
-// quarter of the instructions. Written per pair, the forward state roles' bf16(h) stores held
-// them 21 % of their time in MIO stalls (Nsight Compute at workload A, v20); by fragments the
-// forward took 12.56 -> 12.45 ms (v21).
+// quarter of the instructions. Written per pair, the forward state roles' bf16(h) stores hold
+// them 21 % of their time in MIO stalls at workload A; by fragments the forward takes 12.45 ms
+// there against 12.56 (docs/perf-notes.md).
 // Lane l addresses row l % 8 of core matrix l / 8: rows + 8 (l / 8 % 2), columns + 8 (l / 16).
 template <int kCols>
 __device__ __forceinline__ int frag_lane_offset(int m0, int n0) {
@@ -321,8 +321,8 @@ __device__ __forceinline__ void store_swizzled_acc(__nv_bfloat16* tile, int m0, 
 // global tensor, those below `valid`: lo points at element (r_lo, n0 + 2 (lane % 4)), row_stride
 // is in elements, f(x0, x1, is_hi) gives the pair stored (float2, __nv_bfloat162, ...). One
 // address per row, the column blocks at constant offsets from it: with an address formed per
-// store, a role short of registers kept one or two, and each store waited until the one before
-// had read its address registers (Nsight Compute at workload A, v18: walk_a_bwd's dk stores).
+// store, a role short of registers keeps one or two, and each store waits until the one before
+// has read its address registers (measured: walk_a_bwd's dk stores; docs/perf-notes.md).
 template <int kN, class T, class F>
 __device__ __forceinline__ void store_wgmma_rows(T* lo, int64_t row_stride, int r_lo, int valid,
                                                  float const (&acc)[kN / 2], F const& f) {

@@ -13,11 +13,11 @@
 // where T is used (and e^{G_i - G_j} with i >= j never exceeds 1). beta's column scale (Delta is
 // formed with T diag(beta)) is applied there too, not folded into A: the backward needs T itself
 // (dbeta), which A diag(beta) would lose where beta_j = 0. Against the W and U of the WY form
-// (intra_fwd until v8) this writes 8 KB of A per (chunk, value head) instead of 32 KB and skips the
-// two [64 x 128] products that form them (the walks rebuild Delta from A). K K^T on the tensor
-// cores (bf16 operands, fp32 accumulation); the solve by substitution and 3xTF32 merges
-// (common/tril_inverse.cuh); A rounded once to bf16. Also writes beta in fp32 for the walk
-// (whatever beta's dtype).
+// (docs/design/algorithm.md, forward stage 3) this writes 8 KB of A per (chunk, value head)
+// instead of 32 KB and skips the two [64 x 128] products that form them (the walks rebuild Delta
+// from A). K K^T on the tensor cores (bf16 operands, fp32 accumulation); the solve by
+// substitution and 3xTF32 merges (common/tril_inverse.cuh); A rounded once to bf16. Also writes
+// beta in fp32 for the walk (whatever beta's dtype).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -21,11 +21,11 @@
 // a q/k head follows (and the L2-norm backward).
 //
 // The step on warpgroup roles, every product a wgmma from shared memory (blocked tiles,
-// wgmma.cuh). Why: the first version of this walk (v9 to v13: 16 warps of mma.sync, eight
-// barriers per chunk, every phase's products and epilogues done by all warps at once) took
-// ~26.7 us per chunk at workload A on the H200, and putting its products on wgmma inside that
-// structure made it slower (docs/perf-notes.md, 2026-11-30): the step was bound by its serial
-// structure. Here the work is split by what it depends on:
+// wgmma.cuh). Why: as a lock-step walk (16 warps of mma.sync, eight barriers per chunk, every
+// phase's products and epilogues done by all warps at once) the step took ~26.7 us per chunk at
+// workload A on the H200, and putting its products on wgmma inside that structure made it slower
+// (docs/perf-notes.md): the step is bound by its serial structure. Here the work is split by what
+// it depends on:
 // - dS's recurrence is linear in the upstream gradients and involves neither h nor V, and it
 //   splits by dS's columns (the V dimension): column block c needs only K dS[:, c],
 //   dDelta[:, c], Z[:, c]. So two column warpgroups own 64 of dS's 128 columns each and do every
@@ -704,8 +704,8 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
 // [64 x 64] products, k0 = 64 ow .. of dq and dk) and chunk j's place, formed in each phase of a
 // step where they are used (thread_index_here, read_here). With 80 registers, what a step keeps
 // from its start to its end is kept in local memory, and with ~221 KB of shared memory each
-// reload is an L2 round trip: first the offsets of the ~40 tile copies per step (~130 spill
-// instructions per step and warp, v14), then the step's t0, len and heads (docs/perf-notes.md).
+// reload is an L2 round trip: kept, the offsets of the ~40 tile copies per step spill (~130 spill
+// instructions per step and warp), and so do the step's t0, len and heads (docs/perf-notes.md).
 struct SideHere {
   int tid, ow, warp, lane, row_lo, n0, k0;
   int hv;       // value head

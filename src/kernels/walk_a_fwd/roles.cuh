@@ -15,9 +15,9 @@
 // forward (o, and bf16 h per chunk for the backward) and the backward's h-walk (h per chunk, no o:
 // kWithO false, so no Q h, P or P Delta). h is the same bitwise in all three (the same products
 // in the same order). h per chunk is bf16(h) as the state roles write it for K h, stored from
-// shared memory by TMA (one store per state warpgroup and chunk): a copy by the threads held hb,
-// which the state roles wait on (saved-mode forward 17.2 against 16.0 ms for an mma.sync walk,
-// v11), where the TMA store reads it while the step goes on.
+// shared memory by TMA (one store per state warpgroup and chunk): a copy by the threads holds hb,
+// which the state roles wait on (measured: saved mode's forward 17.2 ms against 16.0 ms for an
+// mma.sync walk; docs/perf-notes.md), where the TMA store reads it while the step goes on.
 //
 // Warpgroup roles, every product a wgmma from shared memory:
 // - two state warpgroups, each owning 64 of h's 128 columns (h's columns are independent: K h,
@@ -32,8 +32,8 @@
 // The roles meet at named barriers, one per hand-over (ptx.cuh; ids below), each a producer's
 // bar.arrive and a consumer's bar.sync over all 512 threads. Q, K, V, A and hb are 128-byte
 // swizzled tiles (TMA's layout), Ag, P and Delta blocked 8 x 8 core matrices (wgmma.cuh).
-// Measured and not kept (perf-notes): o staged in shared memory for 16-byte stores (+0.7 ms at
-// A), Ag handed over before P is formed (+3.1 ms).
+// Measured and not kept (docs/perf-notes.md): o staged in shared memory for 16-byte stores
+// (+0.7 ms at A), Ag handed over before P is formed (+3.1 ms).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -293,7 +293,7 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     mbarrier_wait(&s.tiles_landed[jj % 2], static_cast<int>(jj / 2 % 2));
     int const len = span.chunk_len(jj);
     // Rows len .. 63 zeroed in 16-byte vectors, 16 per row of Q, K and V, 8 of A, in one loop
-    // (zero_rows_past_end, called once per tile, spilled in this role: 8be040e, +0.1 ms)
+    // (not zero_rows_past_end once per tile: that spills in this role, +0.1 ms at workload A)
     if (len < kChunk) {
       int4 const zero = make_int4(0, 0, 0, 0);
       for (int i = tid; i < (kChunk - len) * 16; i += kOutputThreads) {
