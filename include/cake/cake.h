@@ -15,6 +15,8 @@
  *
  * CPU tensors run the FP64 reference (any float dtype in, computed in FP64, written in the output
  * tensor's dtype). CUDA tensors run the GPU kernels where they exist, else cakeNotImplemented.
+ * What each device accepts beyond the shared checks: cakeGetBuildInfo; whether one call would run
+ * on a device: cakeCheckSupport.
  */
 #ifndef CAKE_CAKE_H_
 #define CAKE_CAKE_H_
@@ -148,6 +150,21 @@ cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* 
 cakeResult_t cakeBackward(const cakeOptions_t* options, const cakeBackwardArgs_t* args,
                           const void* saved, size_t saved_bytes, void* workspace,
                           size_t workspace_bytes, void* stream);
+
+/* Whether the implementation for device_type (cakeCPU or cakeCUDA) would run this forward call and
+ * its backward: the call's arguments are validated as usual, then checked against what that
+ * device's implementation supports as if every tensor lived there (dtypes, head dims, options,
+ * contiguity). cakeSuccess, or the failure cakeForward would return there (cakeNotImplemented
+ * where that device has no implementation of the variant, or this build lacks it). Reads no
+ * tensor data. */
+cakeResult_t cakeCheckSupport(const cakeOptions_t* options, const cakeForwardArgs_t* args,
+                              int32_t device_type);
+
+/* How this library was built, as a JSON object: "cuda_kernels" (bool), "cuda_architectures"
+ * (e.g. ["sm_90a"]), "cuda_runtime_version" (e.g. 13000, 0 without CUDA), "compiler", and "ops":
+ * for each op ("chunk_gated_delta_rule", "chunk_kda") and device ("cpu", "cuda"; a device missing
+ * there has no implementation in this build) one line saying what it accepts. Static storage. */
+const char* cakeGetBuildInfo(void);
 
 /* The name of a result code, e.g. "cakeInvalidArgument". */
 const char* cakeGetErrorString(cakeResult_t result);

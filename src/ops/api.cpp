@@ -1,19 +1,31 @@
-// The C entry points: validate once, then run the CPU reference or the CUDA path.
+// The C entry points: validate once, then run the implementation that the dispatch table holds
+// for the call's device and variant.
 #include "cake/cake.h"
 #include "core/error.hpp"
-#include "ops/gdn_cuda.hpp"
-#include "ops/reference.hpp"
+#include "ops/dispatch.hpp"
 #include "ops/validate.hpp"
 
 using cake::guard;
 using cake::ops::Dims;
+using cake::ops::Implementation;
 
 namespace {
 
-// The saved set's bytes on the call's device: the CPU reference always recomputes.
-size_t saved_bytes_for(Dims const& d, cakeOptions_t const& options, cakeTensor_t const& q,
-                       cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
-  return d.device_type == cakeCPU ? 0 : cake::ops::gdn_cuda_saved_bytes(options, q, v, cu_seqlens);
+// The validated call's implementation, after its own support check.
+Implementation const& checked_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args,
+                                      Dims* d) {
+  *d = cake::ops::validate_forward(options, args);
+  Implementation const& impl = cake::ops::implementation_for(d->device_type, options->variant);
+  impl.check_forward(*options, *args, *d);
+  return impl;
+}
+
+Implementation const& checked_backward(cakeOptions_t const* options,
+                                       cakeBackwardArgs_t const* args, Dims* d) {
+  *d = cake::ops::validate_backward(options, args);
+  Implementation const& impl = cake::ops::implementation_for(d->device_type, options->variant);
+  impl.check_backward(*options, *args, *d);
+  return impl;
 }
 
 }  // namespace
@@ -24,9 +36,8 @@ cakeResult_t cakeForwardWorkspaceSize(cakeOptions_t const* options, cakeForwardA
                                       size_t* bytes) {
   return guard([&] {
     CAKE_CHECK(bytes != nullptr, cakeInvalidArgument, "bytes must not be NULL");
-    Dims const d = cake::ops::validate_forward(options, args);
-    *bytes = d.device_type == cakeCPU ? 0
-                                      : cake::ops::gdn_cuda_forward_workspace_bytes(*options, *args);
+    Dims d;
+    *bytes = checked_forward(options, args, &d).forward_workspace_bytes(*options, *args);
   });
 }
 
@@ -34,10 +45,8 @@ cakeResult_t cakeBackwardWorkspaceSize(cakeOptions_t const* options,
                                        cakeBackwardArgs_t const* args, size_t* bytes) {
   return guard([&] {
     CAKE_CHECK(bytes != nullptr, cakeInvalidArgument, "bytes must not be NULL");
-    Dims const d = cake::ops::validate_backward(options, args);
-    *bytes = d.device_type == cakeCPU
-                 ? 0
-                 : cake::ops::gdn_cuda_backward_workspace_bytes(*options, *args);
+    Dims d;
+    *bytes = checked_backward(options, args, &d).backward_workspace_bytes(*options, *args);
   });
 }
 
@@ -45,8 +54,18 @@ cakeResult_t cakeForwardSavedSize(cakeOptions_t const* options, cakeForwardArgs_
                                   size_t* bytes) {
   return guard([&] {
     CAKE_CHECK(bytes != nullptr, cakeInvalidArgument, "bytes must not be NULL");
-    Dims const d = cake::ops::validate_forward(options, args);
-    *bytes = saved_bytes_for(d, *options, args->q, args->v, args->cu_seqlens);
+    Dims d;
+    *bytes = checked_forward(options, args, &d)
+                 .saved_bytes(*options, args->q, args->v, args->cu_seqlens);
+  });
+}
+
+cakeResult_t cakeCheckSupport(cakeOptions_t const* options, cakeForwardArgs_t const* args,
+                              int32_t device_type) {
+  return guard([&] {
+    Dims d = cake::ops::validate_forward(options, args);
+    d.device_type = device_type;
+    cake::ops::implementation_for(device_type, options->variant).check_forward(*options, *args, d);
   });
 }
 
@@ -54,14 +73,11 @@ cakeResult_t cakeForward(cakeOptions_t const* options, cakeForwardArgs_t const* 
                          size_t saved_bytes, void* workspace, size_t workspace_bytes,
                          void* stream) {
   return guard([&] {
-    Dims const d = cake::ops::validate_forward(options, args);
+    Dims d;
+    Implementation const& impl = checked_forward(options, args, &d);
     cake::ops::validate_saved(*options, saved, saved_bytes,
-                              saved_bytes_for(d, *options, args->q, args->v, args->cu_seqlens));
-    if (d.device_type == cakeCPU) {
-      cake::ops::reference_forward(*options, *args, d);
-    } else {
-      cake::ops::gdn_cuda_forward(*options, *args, saved, workspace, workspace_bytes, stream);
-    }
+                              impl.saved_bytes(*options, args->q, args->v, args->cu_seqlens));
+    impl.forward(*options, *args, d, saved, workspace, workspace_bytes, stream);
   });
 }
 
@@ -69,14 +85,11 @@ cakeResult_t cakeBackward(cakeOptions_t const* options, cakeBackwardArgs_t const
                           void const* saved, size_t saved_bytes, void* workspace,
                           size_t workspace_bytes, void* stream) {
   return guard([&] {
-    Dims const d = cake::ops::validate_backward(options, args);
+    Dims d;
+    Implementation const& impl = checked_backward(options, args, &d);
     cake::ops::validate_saved(*options, saved, saved_bytes,
-                              saved_bytes_for(d, *options, args->q, args->v, args->cu_seqlens));
-    if (d.device_type == cakeCPU) {
-      cake::ops::reference_backward(*options, *args, d);
-    } else {
-      cake::ops::gdn_cuda_backward(*options, *args, saved, workspace, workspace_bytes, stream);
-    }
+                              impl.saved_bytes(*options, args->q, args->v, args->cu_seqlens));
+    impl.backward(*options, *args, d, saved, workspace, workspace_bytes, stream);
   });
 }
 

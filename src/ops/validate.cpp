@@ -3,7 +3,6 @@
 #include <cmath>
 #include <initializer_list>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -29,11 +28,6 @@ void check_float(char const* name, cakeTensor_t const& t) {
   CAKE_CHECK(is_float(t.dtype), cakeInvalidArgument, name,
              " must be a float tensor (float16, bfloat16, float32 or float64), got ",
              dtype_name(t.dtype));
-}
-
-void check_dtype(char const* name, cakeTensor_t const& t, cakeDtype_t expected, char const* why) {
-  CAKE_CHECK(t.dtype == expected, cakeInvalidArgument, name, " must be ", dtype_name(expected),
-             " (", why, "), got ", dtype_name(t.dtype));
 }
 
 // The inputs and options shared by the forward and the backward.
@@ -198,38 +192,6 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
                cu.back());
   }
 
-  // What each device supports.
-  if (d.device_type == cakeCPU) {
-    CAKE_CHECK(d.head_dim_k >= 1 && d.head_dim_k <= 256 && d.head_dim_v >= 1 &&
-                   d.head_dim_v <= 256,
-               cakeNotSupported, "head dims must be in [1, 256] on the CPU, got K = ",
-               d.head_dim_k, ", V = ", d.head_dim_v);
-  } else {
-    CAKE_CHECK(d.head_dim_k == 128 && d.head_dim_v == 128, cakeNotSupported,
-               "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k,
-               ", V = ", d.head_dim_v);
-    CAKE_CHECK(options.variant == cakeGdn, cakeNotImplemented,
-               "chunk_kda has no CUDA kernels yet; pass CPU tensors to run the FP64 reference");
-    CAKE_CHECK(!options.use_gate_in_kernel && !options.use_beta_sigmoid, cakeNotImplemented,
-               "use_gate_in_kernel and use_beta_sigmoid_in_kernel are not implemented on CUDA "
-               "yet; apply the gate and the sigmoid before the call");
-    check_dtype("q", in.q, cakeBfloat16, "the CUDA kernels read bfloat16 q, k, v");
-    check_dtype("g", in.g, cakeFloat32, "the CUDA kernels read float32 g");
-    CAKE_CHECK(in.beta.dtype == cakeFloat32 || in.beta.dtype == cakeBfloat16, cakeInvalidArgument,
-               "beta must be float32 or bfloat16 on CUDA, got ", dtype_name(in.beta.dtype));
-    if (present(in.initial_state)) {
-      check_dtype("initial_state", in.initial_state, cakeFloat32, "states are float32 on CUDA");
-    }
-    for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q}, {"k", &in.k},
-                           {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta},
-                           {"initial_state", &in.initial_state}, {"cu_seqlens", &in.cu_seqlens}}) {
-      if (present(*t)) {
-        CAKE_CHECK(is_contiguous(*t), cakeInvalidArgument, name,
-                   " must be contiguous for the CUDA kernels (call .contiguous()), got strides "
-                   "that are not row-major for shape ", cake::shape_string(*t));
-      }
-    }
-  }
   return d;
 }
 
@@ -269,12 +231,6 @@ Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* arg
                  {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]",
                  args->q);
   }
-  if (d.device_type == cakeCUDA) {
-    check_dtype("o", args->o, cakeBfloat16, "the CUDA kernels write bfloat16 o");
-    if (present(args->final_state)) {
-      check_dtype("final_state", args->final_state, cakeFloat32, "states are float32 on CUDA");
-    }
-  }
   return d;
 }
 
@@ -309,18 +265,6 @@ Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* a
                         {d.num_v_heads}, "[HV] (as A_log)", q);
   check_optional_output("ddt_bias", args->ddt_bias, present(args->dt_bias), "dt_bias",
                         {numel(args->dt_bias)}, "(as dt_bias)", q);
-  if (d.device_type == cakeCUDA) {
-    check_dtype("dout", args->dout, cakeBfloat16, "the CUDA kernels read bfloat16 dout");
-    if (present(args->dht)) check_dtype("dht", args->dht, cakeFloat32, "states are float32");
-    for (auto [name, t, dtype] : {std::tuple<char const*, cakeTensor_t const*, cakeDtype_t>{
-                                      "dq", &args->dq, q.dtype},
-                                  {"dk", &args->dk, q.dtype}, {"dv", &args->dv, q.dtype},
-                                  {"dg", &args->dg, args->g.dtype},
-                                  {"dbeta", &args->dbeta, args->beta.dtype},
-                                  {"dh0", &args->dh0, cakeFloat32}}) {
-      if (present(*t)) check_dtype(name, *t, dtype, "gradients take their input's dtype");
-    }
-  }
   return d;
 }
 

@@ -1,5 +1,7 @@
-// The one place where the arguments of cakeForward / cakeBackward are checked, before any work.
-// Every failure is a cake::Error naming the argument, what was expected and what came.
+// The checks of the arguments of cakeForward / cakeBackward that hold on every device (shapes,
+// dtypes, devices, options), before any work; what one implementation supports beyond them is
+// checked by that implementation (support.hpp). Every failure is a cake::Error naming the
+// argument, what was expected and what came.
 #pragma once
 
 #include <cstddef>

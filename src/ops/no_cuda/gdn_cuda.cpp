@@ -1,4 +1,4 @@
-// Built when CAKE_CUDA=OFF: CUDA tensors get a clear cakeNotImplemented, never a CPU fallback.
+// Built without the CUDA kernels: CUDA tensors get a clear cakeNotImplemented, never a CPU fallback.
 #include "ops/gdn_cuda.hpp"
 
 #include "core/error.hpp"
@@ -8,10 +8,13 @@ namespace cake::ops {
 namespace {
 [[noreturn]] void unavailable() {
   throw Error(cakeNotImplemented,
-              "this cake was built without CUDA (CAKE_CUDA=OFF): CUDA tensors are not supported; "
-              "rebuild with CUDA or pass CPU tensors");
+              "this cake was built without CUDA (no CUDA compiler was found, or CAKE_CUDA=OFF): "
+              "CUDA tensors are not supported; reinstall where nvcc is found (cake.build_info() "
+              "says what was built) or pass CPU tensors");
 }
 }  // namespace
+
+CudaBuild cuda_build() { return {false, "", 0}; }
 
 size_t gdn_cuda_saved_bytes(cakeOptions_t const&, cakeTensor_t const&, cakeTensor_t const&,
                             cakeTensor_t const&) {

@@ -1,0 +1,67 @@
+// cakeGetBuildInfo: what this library was built with and what each implementation accepts, as one
+// JSON object (cake.build_info() parses it).
+#include <sstream>
+#include <string>
+
+#include "cake/cake.h"
+#include "ops/dispatch.hpp"
+#include "ops/gdn_cuda.hpp"
+
+namespace {
+
+// s as a JSON string literal (the texts here are ASCII without control characters).
+std::string quoted(std::string const& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+char const* compiler() {
+#if defined(__clang__)
+  return "clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "gcc " __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+std::string build_info() {
+  cake::ops::CudaBuild const cuda = cake::ops::cuda_build();
+  std::ostringstream os;
+  os << "{\"cuda_kernels\": " << (cuda.kernels ? "true" : "false")
+     << ", \"cuda_architectures\": [" << (cuda.kernels ? quoted(cuda.architectures) : "")
+     << "], \"cuda_runtime_version\": " << cuda.runtime_version
+     << ", \"compiler\": " << quoted(compiler()) << ", \"ops\": {";
+  char const* const names[] = {"chunk_gated_delta_rule", "chunk_kda"};
+  for (int variant : {cakeGdn, cakeKda}) {
+    os << (variant ? ", " : "") << quoted(names[variant]) << ": {";
+    bool first = true;
+    for (auto* row = cake::ops::implementations_begin(); row != cake::ops::implementations_end();
+         ++row) {
+      if (row->variant != variant) continue;
+      // A CUDA row is listed when its kernels are compiled in.
+      if (row->device_type == cakeCUDA && !cuda.kernels) continue;
+      os << (first ? "" : ", ") << quoted(row->device_type == cakeCPU ? "cpu" : "cuda") << ": "
+         << quoted(row->support);
+      first = false;
+    }
+    os << "}";
+  }
+  os << "}}";
+  return os.str();
+}
+
+}  // namespace
+
+extern "C" const char* cakeGetBuildInfo(void) {
+  try {
+    static std::string const info = build_info();
+    return info.c_str();
+  } catch (...) {  // out of host memory: no entry point throws
+    return "{}";
+  }
+}

@@ -1,0 +1,102 @@
+#include "ops/support.hpp"
+
+#include <tuple>
+#include <utility>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+namespace cake::ops {
+
+namespace {
+
+void check_head_dims_cpu(Dims const& d) {
+  CAKE_CHECK(d.head_dim_k >= 1 && d.head_dim_k <= 256 && d.head_dim_v >= 1 && d.head_dim_v <= 256,
+             cakeNotSupported, "head dims must be in [1, 256] on the CPU, got K = ", d.head_dim_k,
+             ", V = ", d.head_dim_v);
+}
+
+void check_dtype(char const* name, cakeTensor_t const& t, cakeDtype_t expected, char const* why) {
+  CAKE_CHECK(t.dtype == expected, cakeInvalidArgument, name, " must be ", dtype_name(expected),
+             " (", why, "), got ", dtype_name(t.dtype));
+}
+
+void check_contiguous(char const* name, cakeTensor_t const& t) {
+  if (!present(t)) return;
+  CAKE_CHECK(is_contiguous(t), cakeInvalidArgument, name,
+             " must be contiguous for the CUDA kernels (call .contiguous()), got strides that are "
+             "not row-major for shape ",
+             shape_string(t));
+}
+
+// The inputs shared by the forward and the backward, as the GDN kernels read them.
+void check_gdn_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q,
+                           cakeTensor_t const& k, cakeTensor_t const& v, cakeTensor_t const& g,
+                           cakeTensor_t const& beta, cakeTensor_t const& initial_state,
+                           cakeTensor_t const& cu_seqlens, Dims const& d) {
+  CAKE_CHECK(d.head_dim_k == 128 && d.head_dim_v == 128, cakeNotSupported,
+             "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k, ", V = ",
+             d.head_dim_v);
+  CAKE_CHECK(!options.use_gate_in_kernel && !options.use_beta_sigmoid, cakeNotImplemented,
+             "use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA "
+             "kernels yet; apply the gate and the sigmoid before the call");
+  check_dtype("q", q, cakeBfloat16, "the CUDA kernels read bfloat16 q, k, v");
+  check_dtype("g", g, cakeFloat32, "the CUDA kernels read float32 g");
+  CAKE_CHECK(beta.dtype == cakeFloat32 || beta.dtype == cakeBfloat16, cakeInvalidArgument,
+             "beta must be float32 or bfloat16 on CUDA, got ", dtype_name(beta.dtype));
+  if (present(initial_state)) {
+    check_dtype("initial_state", initial_state, cakeFloat32, "states are float32 on CUDA");
+  }
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &q}, {"k", &k},
+                         {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", &initial_state},
+                         {"cu_seqlens", &cu_seqlens}}) {
+    check_contiguous(name, *t);
+  }
+}
+
+}  // namespace
+
+char const* const kReferenceSupport =
+    "FP64 reference: any float dtype (computed in float64), head dims 1..256, every option";
+
+void check_reference_forward(cakeOptions_t const&, cakeForwardArgs_t const&, Dims const& d) {
+  check_head_dims_cpu(d);
+}
+
+void check_reference_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, Dims const& d) {
+  check_head_dims_cpu(d);
+}
+
+char const* const kGdnCudaSupport =
+    "sm_90a kernels: bfloat16 q, k, v, o, dout; float32 g; float32 or bfloat16 beta; float32 "
+    "states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped value heads; "
+    "use_qk_l2norm_in_kernel; no use_gate_in_kernel or use_beta_sigmoid_in_kernel yet";
+
+void check_gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
+                            Dims const& d) {
+  check_gdn_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
+                        args.cu_seqlens, d);
+  check_dtype("o", args.o, cakeBfloat16, "the CUDA kernels write bfloat16 o");
+  if (present(args.final_state)) {
+    check_dtype("final_state", args.final_state, cakeFloat32, "states are float32 on CUDA");
+  }
+}
+
+void check_gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                             Dims const& d) {
+  check_gdn_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
+                        args.cu_seqlens, d);
+  check_dtype("dout", args.dout, cakeBfloat16, "the CUDA kernels read bfloat16 dout");
+  if (present(args.dht)) check_dtype("dht", args.dht, cakeFloat32, "states are float32");
+  for (auto [name, t, dtype] :
+       {std::tuple<char const*, cakeTensor_t const*, cakeDtype_t>{"dq", &args.dq, args.q.dtype},
+        {"dk", &args.dk, args.q.dtype},
+        {"dv", &args.dv, args.q.dtype},
+        {"dg", &args.dg, args.g.dtype},
+        {"dbeta", &args.dbeta, args.beta.dtype},
+        {"dh0", &args.dh0, cakeFloat32}}) {
+    if (present(*t)) check_dtype(name, *t, dtype, "gradients take their input's dtype");
+  }
+}
+
+}  // namespace cake::ops

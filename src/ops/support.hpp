@@ -1,0 +1,25 @@
+// What each implementation accepts beyond the shared validation (validate.hpp), as checks that
+// throw cake::Error, and as one line for cakeGetBuildInfo. The CPU reference takes any float dtype
+// and head dims 1..256; the GDN CUDA kernels take bf16 q/k/v/o, fp32 g, fp32 or bf16 beta, fp32
+// states, K = V = 128 and contiguous tensors. Pure host code: a build without CUDA knows the
+// CUDA rules too, so that a CPU call can say whether CUDA would run it (cakeCheckSupport).
+#pragma once
+
+#include "cake/cake.h"
+#include "ops/validate.hpp"
+
+namespace cake::ops {
+
+void check_reference_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
+                             Dims const& d);
+void check_reference_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                              Dims const& d);
+extern char const* const kReferenceSupport;
+
+void check_gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
+                            Dims const& d);
+void check_gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                             Dims const& d);
+extern char const* const kGdnCudaSupport;
+
+}  // namespace cake::ops
