@@ -1,4 +1,4 @@
-"""GDN and KDA as torch ops, wired to cake's C ABI (cake._C).
+"""GDN and KDA as torch ops, wired to cake's C ABI (cake.abi).
 
 Two custom ops carry all the work: ``cake::forward`` and ``cake::backward``; autograd connects them
 (register_autograd). No maths here: shapes, allocation and wiring only. CPU tensors run the FP64
@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import _C
+from . import abi
 
 GDN, KDA = 0, 1
 
@@ -126,17 +126,17 @@ def _forward(
     outputs = (o, final_state if output_final_state else None)
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
                allow_neg_eigval, save_for_backward)
-    saved = _saved_blob(_C.forward_saved_size(*inputs, *outputs, *options)
+    saved = _saved_blob(abi.forward_saved_size(*inputs, *outputs, *options)
                         if save_for_backward else 0, q)
-    workspace = _workspace(_C.forward_workspace_size(*inputs, *outputs, *options), q)
-    _C.forward(*inputs, *outputs, *options, saved if save_for_backward else None, workspace,
+    workspace = _workspace(abi.forward_workspace_size(*inputs, *outputs, *options), q)
+    abi.forward(*inputs, *outputs, *options, saved if save_for_backward else None, workspace,
                _stream(q))
     return o, final_state, saved
 
 
 def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor],
                            use_qk_l2norm: bool, save_for_backward: int) -> int:
-    """What _C.forward_saved_size returns for a valid call, from shapes and devices alone.
+    """What abi.forward_saved_size returns for a valid call, from shapes and devices alone.
 
     Only the GDN CUDA path saves anything (the CPU reference recomputes; KDA has no CUDA path and
     its real call raises). The size is a function of the shapes: under torch.compile with dynamic
@@ -146,7 +146,7 @@ def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optio
         return 0
     if q.dim() != 4 or v.dim() != 4:
         return 0  # the real call raises the C++ validation's error
-    return _C.gdn_cuda_saved_size_of_shapes(
+    return abi.gdn_cuda_saved_size_of_shapes(
         [int(n) for n in q.shape], [int(n) for n in v.shape],
         None if cu_seqlens is None else int(cu_seqlens.numel()), use_qk_l2norm, save_for_backward)
 
@@ -182,8 +182,8 @@ def _backward(
     grads = [_like(t) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
                allow_neg_eigval, save_for_backward)
-    nbytes = _C.backward_workspace_size(*inputs, dout, dht, *grads, *options)
-    _C.backward(*inputs, dout, dht, *grads, *options, saved, _workspace(nbytes, q), _stream(q))
+    nbytes = abi.backward_workspace_size(*inputs, dout, dht, *grads, *options)
+    abi.backward(*inputs, dout, dht, *grads, *options, saved, _workspace(nbytes, q), _stream(q))
     return [t if t is not None else q.new_empty(0) for t in grads]
 
 

@@ -1,5 +1,5 @@
 // cake._C.kcp: the context-parallel planning of src/plan (partitions, fragments, exchange sizes,
-// segment plan) for cake/kcp. Pure host code over plain Python values; the fragment tables are
+// segment plan) for cake/kcp, each function returning (code, message, value) (result.hpp). Pure host code over plain Python values; the fragment tables are
 // small read-only objects that cake/kcp turns into dataclasses.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "binding/result.hpp"
 #include "core/error.hpp"
 #include "plan/partition.hpp"
 #include "plan/segments.hpp"
@@ -23,23 +24,15 @@ using cake::plan::Layout;
 using cake::plan::RankShard;
 using cake::plan::TokenRange;
 
-// Runs body; a cake::Error (bad input) becomes a Python ValueError carrying its message.
-template <class F>
-auto checked(F&& body) {
-  try {
-    return body();
-  } catch (cake::Error const& e) {
-    throw nb::value_error(e.what());
-  }
-}
+using cake::binding::result;
 
 Layout parse_layout(std::string const& name) {
   for (Layout layout : {Layout::kContiguous, Layout::kZigzag, Layout::kZigzagPerDocument}) {
     if (cake::plan::layout_name(layout) == name) return layout;
   }
-  throw nb::value_error(cake::concat("layout must be one of 'contiguous', 'zigzag', "
-                                     "'zigzag_per_document', got '", name, "'")
-                            .c_str());
+  throw cake::Error(cakeInvalidArgument,
+                    cake::concat("layout must be one of 'contiguous', 'zigzag', "
+                                 "'zigzag_per_document', got '", name, "'"));
 }
 
 // Ranges as (begin, end) pairs: [W][ranges].
@@ -110,8 +103,9 @@ void bind_kcp(nb::module_& m) {
   kcp.def(
       "partition",
       [](std::vector<int64_t> const& cu_seqlens, int world_size, std::string const& layout) {
-        Layout const parsed = parse_layout(layout);
-        return checked([&] { return cake::plan::partition(cu_seqlens, world_size, parsed); });
+        return result([&] {
+          return cake::plan::partition(cu_seqlens, world_size, parse_layout(layout));
+        });
       },
       nb::arg("cu_seqlens"), nb::arg("world_size"), nb::arg("layout"),
       "The shards of the batch for every rank: [W] RankShard.");
@@ -119,9 +113,9 @@ void bind_kcp(nb::module_& m) {
   kcp.def(
       "layout_ranges",
       [](std::vector<int64_t> const& cu_seqlens, int world_size, std::string const& layout) {
-        Layout const parsed = parse_layout(layout);
-        return checked(
-            [&] { return to_pairs(cake::plan::layout_ranges(cu_seqlens, world_size, parsed)); });
+        return result([&] {
+          return to_pairs(cake::plan::layout_ranges(cu_seqlens, world_size, parse_layout(layout)));
+        });
       },
       nb::arg("cu_seqlens"), nb::arg("world_size"), nb::arg("layout"),
       "Every rank's global token ranges in local order: [W][(begin, end)].");
@@ -129,7 +123,7 @@ void bind_kcp(nb::module_& m) {
   kcp.def(
       "partition_ranges",
       [](std::vector<int64_t> const& cu_seqlens, RangePairs const& rank_ranges) {
-        return checked(
+        return result(
             [&] { return cake::plan::partition_ranges(cu_seqlens, from_pairs(rank_ranges)); });
       },
       nb::arg("cu_seqlens"), nb::arg("rank_ranges"),
@@ -139,7 +133,7 @@ void bind_kcp(nb::module_& m) {
       "summary_exchange",
       [](std::vector<RankShard> const& shards, int64_t num_v_heads, int64_t head_dim_k,
          int64_t head_dim_v) {
-        return checked([&] {
+        return result([&] {
           return cake::plan::summary_exchange(shards, num_v_heads, head_dim_k, head_dim_v);
         });
       },
@@ -149,7 +143,7 @@ void bind_kcp(nb::module_& m) {
   kcp.def(
       "plan_segments",
       [](std::vector<RankShard> const& shards, int64_t num_v_heads, int num_sms, int segments) {
-        return checked([&] {
+        return result([&] {
           return cake::plan::plan_segments(shards, num_v_heads, num_sms, segments);
         });
       },
@@ -159,7 +153,7 @@ void bind_kcp(nb::module_& m) {
   kcp.def(
       "segment_bounds",
       [](int64_t num_chunks, int segments) {
-        return checked([&] { return cake::plan::segment_bounds(num_chunks, segments); });
+        return result([&] { return cake::plan::segment_bounds(num_chunks, segments); });
       },
       nb::arg("num_chunks"), nb::arg("segments"),
       "Chunk bounds [S + 1] of a fragment of num_chunks chunks cut into at most P segments.");

@@ -1,8 +1,10 @@
 // cake._C: the C ABI over DLPack tensors (torch, numpy, ...) without linking libtorch.
-// One function per C entry point; cake/ops.py wraps them for torch.
+// One function per C entry point, each returning (code, message, value) (result.hpp); cake/abi.py
+// turns failures into Python exceptions and cake/ops.py wraps the calls for torch.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
@@ -11,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "binding/result.hpp"
 #include "cake/cake.h"
+#include "core/error.hpp"
 #include "core/tensor.hpp"
 
 namespace nb = nanobind;
@@ -21,21 +25,8 @@ namespace {
 
 using OptionalArray = std::optional<nb::ndarray<>>;
 
-void raise_on_failure(cakeResult_t result) {
-  if (result == cakeSuccess) return;
-  char const* message = cakeGetLastError();
-  switch (result) {
-    case cakeInvalidArgument:
-    case cakeNotSupported:
-    case cakeInsufficientWorkspace:
-      throw nb::value_error(message);
-    case cakeNotImplemented:
-      PyErr_SetString(PyExc_NotImplementedError, message);
-      throw nb::python_error();
-    default:
-      throw std::runtime_error(message);
-  }
-}
+using cake::binding::check;
+using cake::binding::result;
 
 cakeDtype_t dtype_of(nb::dlpack::dtype dt, char const* name) {
   using Code = nb::dlpack::dtype_code;
@@ -51,9 +42,10 @@ cakeDtype_t dtype_of(nb::dlpack::dtype dt, char const* name) {
   char const* kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   std::string const got = (dt.code < 7 ? kinds[dt.code] : "code" + std::to_string(dt.code)) +
                           std::to_string(dt.bits) + (dt.lanes == 1 ? "" : "x" + std::to_string(dt.lanes));
-  throw nb::value_error((std::string(name) + " has an unsupported dtype " + got +
-                         ": cake takes float16, bfloat16, float32, float64, int32 and int64")
-                            .c_str());
+  throw cake::Error(cakeInvalidArgument,
+                    cake::concat(name, " has an unsupported dtype ", got,
+                                 ": cake takes float16, bfloat16, float32, float64, int32 and "
+                                 "int64"));
 }
 
 // Stands for the data of a tensor that is present but has no data pointer (no elements, or a
@@ -66,10 +58,9 @@ cakeTensor_t view(OptionalArray const& a, char const* name) {
   if (a->ndim() > CAKE_MAX_DIMS) {
     std::string shape;
     for (size_t d = 0; d < a->ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a->shape(d));
-    throw nb::value_error((std::string(name) + " has " + std::to_string(a->ndim()) +
-                           " dimensions (shape [" + shape + "]); cake's tensors have at most " +
-                           std::to_string(CAKE_MAX_DIMS))
-                              .c_str());
+    throw cake::Error(cakeInvalidArgument,
+                      cake::concat(name, " has ", a->ndim(), " dimensions (shape [", shape,
+                                   "]); cake's tensors have at most ", CAKE_MAX_DIMS));
   }
   t.data = a->data();
   t.dtype = dtype_of(a->dtype(), name);
@@ -165,10 +156,9 @@ std::pair<void*, size_t> buffer_of(OptionalArray const& buffer) {
 // (non-NULL marks the tensor present; aligned as the kernels require).
 cakeTensor_t shape_only(cakeDtype_t dtype, std::vector<int64_t> const& shape) {
   if (shape.size() > CAKE_MAX_DIMS) {
-    throw nb::value_error(("a shape has " + std::to_string(shape.size()) +
-                           " dimensions; cake's tensors have at most " +
-                           std::to_string(CAKE_MAX_DIMS))
-                              .c_str());
+    throw cake::Error(cakeInvalidArgument,
+                      cake::concat("a shape has ", shape.size(),
+                                   " dimensions; cake's tensors have at most ", CAKE_MAX_DIMS));
   }
   return cake::dense_view(placeholder, dtype, cakeCUDA, shape);
 }
@@ -180,22 +170,38 @@ using ForwardQuery = cakeResult_t (*)(cakeOptions_t const*, cakeForwardArgs_t co
 template <ForwardQuery kQuery>
 auto forward_query() {
   return [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state, CAKE_OPTION_PARAMS) {
-    cakeOptions_t const opts = CAKE_OPTIONS;
-    cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
-                                                A_log, dt_bias, o, final_state);
-    size_t bytes = 0;
-    raise_on_failure(kQuery(&opts, &args, &bytes));
-    return bytes;
+    return result([&] {
+      cakeOptions_t const opts = CAKE_OPTIONS;
+      cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                  A_log, dt_bias, o, final_state);
+      size_t bytes = 0;
+      check(kQuery(&opts, &args, &bytes));
+      return bytes;
+    });
   };
 }
 
 }  // namespace
 
 NB_MODULE(_C, m) {
-  m.doc() = "cake's C ABI over DLPack tensors; use the functions of the cake package instead.";
+  m.doc() = "cake's C ABI over DLPack tensors, every function returning (code, message, value); "
+            "use the functions of the cake package instead.";
 
   m.def("forward_workspace_size", forward_query<cakeForwardWorkspaceSize>());
   m.def("forward_saved_size", forward_query<cakeForwardSavedSize>());
+
+  // Whether device_type's implementation would run this forward (and its backward).
+  m.def("check_support", [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state,
+                            CAKE_OPTION_PARAMS, int device_type) {
+    return result([&] {
+      cakeOptions_t const opts = CAKE_OPTIONS;
+      cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                  A_log, dt_bias, o, final_state);
+      check(cakeCheckSupport(&opts, &args, device_type));
+    });
+  });
+
+  m.def("build_info", [] { return result([] { return std::string(cakeGetBuildInfo()); }); });
 
   // The saved set's bytes of a GDN forward on CUDA in a mode, from shapes alone (for the
   // fake implementation of cake::forward, whose tensors have no data): q [B, T, H, K],
@@ -203,52 +209,58 @@ NB_MODULE(_C, m) {
   m.def("gdn_cuda_saved_size_of_shapes",
         [](std::vector<int64_t> q_shape, std::vector<int64_t> v_shape,
            std::optional<int64_t> cu_seqlens_len, bool use_qk_l2norm, int save_for_backward) {
-          cakeOptions_t const opts = options(cakeGdn, 1.0, use_qk_l2norm, false, std::nullopt,
-                                             false, false, save_for_backward);
-          cakeForwardArgs_t args{};
-          args.q = shape_only(cakeBfloat16, q_shape);
-          args.k = args.q;
-          args.v = shape_only(cakeBfloat16, v_shape);
-          std::vector<int64_t> row = {q_shape.size() > 0 ? q_shape[0] : 0,
-                                      q_shape.size() > 1 ? q_shape[1] : 0,
-                                      v_shape.size() > 2 ? v_shape[2] : 0};
-          args.g = shape_only(cakeFloat32, row);
-          args.beta = args.g;
-          if (cu_seqlens_len) args.cu_seqlens = shape_only(cakeInt32, {*cu_seqlens_len});
-          args.o = args.v;
-          size_t bytes = 0;
-          raise_on_failure(cakeForwardSavedSize(&opts, &args, &bytes));
-          return bytes;
+          return result([&] {
+            cakeOptions_t const opts = options(cakeGdn, 1.0, use_qk_l2norm, false, std::nullopt,
+                                               false, false, save_for_backward);
+            cakeForwardArgs_t args{};
+            args.q = shape_only(cakeBfloat16, q_shape);
+            args.k = args.q;
+            args.v = shape_only(cakeBfloat16, v_shape);
+            std::vector<int64_t> row = {q_shape.size() > 0 ? q_shape[0] : 0,
+                                        q_shape.size() > 1 ? q_shape[1] : 0,
+                                        v_shape.size() > 2 ? v_shape[2] : 0};
+            args.g = shape_only(cakeFloat32, row);
+            args.beta = args.g;
+            if (cu_seqlens_len) args.cu_seqlens = shape_only(cakeInt32, {*cu_seqlens_len});
+            args.o = args.v;
+            size_t bytes = 0;
+            check(cakeForwardSavedSize(&opts, &args, &bytes));
+            return bytes;
+          });
         });
 
   m.def("forward", [](CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state,
                       CAKE_OPTION_PARAMS, OptionalArray saved, OptionalArray workspace,
                       uintptr_t stream) {
-    cakeOptions_t const opts = CAKE_OPTIONS;
-    cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
-                                                A_log, dt_bias, o, final_state);
-    auto const [sv, sv_bytes] = buffer_of(saved);
-    auto const [ws, ws_bytes] = buffer_of(workspace);
-    cakeResult_t result;
-    {
-      nb::gil_scoped_release release;
-      result = cakeForward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
+    return result([&] {
+      cakeOptions_t const opts = CAKE_OPTIONS;
+      cakeForwardArgs_t const args = forward_args(q, k, v, g, beta, initial_state, cu_seqlens,
+                                                  A_log, dt_bias, o, final_state);
+      auto const [sv, sv_bytes] = buffer_of(saved);
+      auto const [ws, ws_bytes] = buffer_of(workspace);
+      cakeResult_t code;
+      {
+        nb::gil_scoped_release release;
+        code = cakeForward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
                            reinterpret_cast<void*>(stream));
-    }
-    raise_on_failure(result);
+      }
+      check(code);
+    });
   });
 
   m.def("backward_workspace_size",
         [](CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht, OptionalArray dq,
            OptionalArray dk, OptionalArray dv, OptionalArray dg, OptionalArray dbeta,
            OptionalArray dh0, OptionalArray dA_log, OptionalArray ddt_bias, CAKE_OPTION_PARAMS) {
-          cakeOptions_t const opts = CAKE_OPTIONS;
-          cakeBackwardArgs_t const args =
-              backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
-                            dht, dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
-          size_t bytes = 0;
-          raise_on_failure(cakeBackwardWorkspaceSize(&opts, &args, &bytes));
-          return bytes;
+          return result([&] {
+            cakeOptions_t const opts = CAKE_OPTIONS;
+            cakeBackwardArgs_t const args =
+                backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
+                              dht, dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
+            size_t bytes = 0;
+            check(cakeBackwardWorkspaceSize(&opts, &args, &bytes));
+            return bytes;
+          });
         });
 
   m.def("backward", [](CAKE_INPUT_PARAMS, OptionalArray dout, OptionalArray dht, OptionalArray dq,
@@ -256,19 +268,21 @@ NB_MODULE(_C, m) {
                        OptionalArray dh0, OptionalArray dA_log, OptionalArray ddt_bias,
                        CAKE_OPTION_PARAMS, OptionalArray saved, OptionalArray workspace,
                        uintptr_t stream) {
-    cakeOptions_t const opts = CAKE_OPTIONS;
-    cakeBackwardArgs_t const args =
-        backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout, dht, dq,
-                      dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
-    auto const [sv, sv_bytes] = buffer_of(saved);
-    auto const [ws, ws_bytes] = buffer_of(workspace);
-    cakeResult_t result;
-    {
-      nb::gil_scoped_release release;
-      result = cakeBackward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
+    return result([&] {
+      cakeOptions_t const opts = CAKE_OPTIONS;
+      cakeBackwardArgs_t const args =
+          backward_args(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout, dht,
+                        dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
+      auto const [sv, sv_bytes] = buffer_of(saved);
+      auto const [ws, ws_bytes] = buffer_of(workspace);
+      cakeResult_t code;
+      {
+        nb::gil_scoped_release release;
+        code = cakeBackward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
                             reinterpret_cast<void*>(stream));
-    }
-    raise_on_failure(result);
+      }
+      check(code);
+    });
   });
   bind_kcp(m);
 }

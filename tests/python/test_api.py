@@ -591,8 +591,8 @@ def test_saved_mode_needs_a_gradient(monkeypatch):
 
 
 def test_saved_buffer_plumbing():
-    # cake._C takes the saved set as an optional uint8 tensor; recompute mode refuses one.
-    from cake import _C
+    # cake.abi takes the saved set as an optional uint8 tensor; recompute mode refuses one.
+    from cake import abi
 
     t, _ = make_case(1406, kda=False, cu=[0, 5, 12])
     x = {n: t[n].detach() for n in leaf_names(t)}
@@ -601,25 +601,25 @@ def test_saved_buffer_plumbing():
     opts = (0, 0.3, False, False, None, False, False)
     blob = torch.empty(64, dtype=torch.uint8)
     for mode in (0, 1, 2):
-        assert _C.forward_saved_size(*ins, o, None, *opts, mode) == 0
+        assert abi.forward_saved_size(*ins, o, None, *opts, mode) == 0
     with pytest.raises(ValueError, match="saved must be NULL in recompute mode"):
-        _C.forward(*ins, o, None, *opts, 0, blob, None, 0)
+        abi.forward(*ins, o, None, *opts, 0, blob, None, 0)
     with pytest.raises(ValueError, match="options.save_for_backward must be 0"):
-        _C.forward(*ins, o, None, *opts, 3, None, None, 0)
+        abi.forward(*ins, o, None, *opts, 3, None, None, 0)
     for mode in (1, 2):
-        _C.forward(*ins, o, None, *opts, mode, blob, None, 0)
-        _C.forward(*ins, o, None, *opts, mode, None, None, 0)
+        abi.forward(*ins, o, None, *opts, mode, blob, None, 0)
+        abi.forward(*ins, o, None, *opts, mode, None, None, 0)
 
 
 def test_shape_only_saved_size_query():
     # The query the fake implementation uses; it needs a CUDA build, not a GPU. Layout as in
     # docs/design/gdn-hopper.md, each region 256-byte aligned: saved mode q, k normalised; G; A;
     # beta; h per chunk (130 // 64 + 1 + 1 = 4 slots); inverse mode G; A; beta.
-    from cake import _C
+    from cake import abi
 
     shapes = ([1, 130, 1, 128], [1, 130, 2, 128], 2, True)
     try:
-        nbytes = _C.gdn_cuda_saved_size_of_shapes(*shapes, 1)
+        nbytes = abi.gdn_cuda_saved_size_of_shapes(*shapes, 1)
     except NotImplementedError as e:
         assert "without CUDA" in str(e)
         pytest.skip("needs a build with CUDA (CAKE_CUDA=ON); no GPU needed")
@@ -627,11 +627,11 @@ def test_shape_only_saved_size_query():
     assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + up(130 * 2 * 64 * 2)
                       + up(130 * 2 * 4) + 4 * 2 * 128 * 128 * 2)
     inverse = up(130 * 2 * 4) + up(130 * 2 * 64 * 2) + 130 * 2 * 4
-    assert _C.gdn_cuda_saved_size_of_shapes(*shapes, 2) == inverse
-    assert _C.gdn_cuda_saved_size_of_shapes(*shapes[:3], False, 2) == inverse  # no q, k there
-    assert _C.gdn_cuda_saved_size_of_shapes(*shapes, 0) == 0
+    assert abi.gdn_cuda_saved_size_of_shapes(*shapes, 2) == inverse
+    assert abi.gdn_cuda_saved_size_of_shapes(*shapes[:3], False, 2) == inverse  # no q, k there
+    assert abi.gdn_cuda_saved_size_of_shapes(*shapes, 0) == 0
     with pytest.raises(ValueError, match="K = V = 128"):
-        _C.gdn_cuda_saved_size_of_shapes([1, 130, 1, 64], [1, 130, 2, 64], None, True, 1)
+        abi.gdn_cuda_saved_size_of_shapes([1, 130, 1, 64], [1, 130, 2, 64], None, True, 1)
 
 
 # ---------------------------------------------------------------------------------------------

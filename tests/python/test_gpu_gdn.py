@@ -2,7 +2,7 @@
 
 Accuracy gate (bench/workloads.json): for o and every gradient, relative RMS error <= 1e-2
 and max-abs error <= 2e-2 x max|ref|, all finite. Outputs and gradients are written into buffers
-poisoned with NaN, through cake._C directly, so that an element the kernels never write fails.
+poisoned with NaN, through cake.abi directly, so that an element the kernels never write fails.
 Skipped where there is no CUDA device.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import cake
-from cake import _C, ops
+from cake import abi, ops
 
 pytestmark = [
     pytest.mark.gpu,
@@ -70,7 +70,7 @@ def poisoned(t):
 
 
 def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", absent=()):
-    """Forward and backward through cake._C into NaN-poisoned buffers; returns every result.
+    """Forward and backward through cake.abi into NaN-poisoned buffers; returns every result.
 
     In saved and inverse modes the forward writes the saved set (a buffer poisoned with 0xFF bytes,
     so that a region the backward reads but the forward never wrote shows) and the backward reads
@@ -90,19 +90,19 @@ def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", abs
     with torch.cuda.stream(stream):
         saved = None
         if MODES[mode]:
-            nbytes = _C.forward_saved_size(*ins, o, ht, *opts)
+            nbytes = abi.forward_saved_size(*ins, o, ht, *opts)
             saved = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda")
-        nbytes = _C.forward_workspace_size(*ins, o, ht, *opts)
+        nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
-        _C.forward(*ins, o, ht, *opts, saved, ws, stream.cuda_stream)
+        abi.forward(*ins, o, ht, *opts, saved, ws, stream.cuda_stream)
         grads = {"d" + n: poisoned(x[n]) for n in ("q", "k", "v", "g", "beta")}
         grads["dh0"] = poisoned(x["initial_state"]) if x["initial_state"] is not None else None
         grads.update({n: None for n in absent})
         bargs = (*ins, dout.cuda(), dht.cuda(), grads["dq"], grads["dk"], grads["dv"], grads["dg"],
                  grads["dbeta"], grads["dh0"], None, None)
-        nbytes = _C.backward_workspace_size(*bargs, *opts)
+        nbytes = abi.backward_workspace_size(*bargs, *opts)
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
-        _C.backward(*bargs, *opts, saved, ws, stream.cuda_stream)
+        abi.backward(*bargs, *opts, saved, ws, stream.cuda_stream)
     stream.synchronize()
     out = {"o": o, "final_state": ht, **grads}
     return {n: t.cpu() for n, t in out.items() if t is not None}
@@ -272,39 +272,39 @@ def test_buffers_are_exact(mode):
     ht = torch.empty(2, 4, K, V, device="cuda")
     opts = (ops.GDN, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
     stream = torch.cuda.current_stream().cuda_stream
-    saved_bytes = _C.forward_saved_size(*ins, o, ht, *opts)
+    saved_bytes = abi.forward_saved_size(*ins, o, ht, *opts)
     assert (saved_bytes > 0) == (MODES[mode] != 0)
     saved_whole, saved = guarded(saved_bytes)
     if not MODES[mode]:
         saved = None  # recompute mode takes no saved buffer
-    nbytes = _C.forward_workspace_size(*ins, o, ht, *opts)
+    nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
     ws_whole, ws = guarded(nbytes)
-    _C.forward(*ins, o, ht, *opts, saved, ws, stream)
+    abi.forward(*ins, o, ht, *opts, saved, ws, stream)
     torch.cuda.synchronize()
     assert (ws_whole[nbytes:] == 0xA5).all(), "the forward wrote past its workspace"
     assert (saved_whole[saved_bytes:] == 0xA5).all(), "the forward wrote past its saved set"
     if nbytes:
         with pytest.raises(ValueError, match="workspace"):
-            _C.forward(*ins, o, ht, *opts, saved, ws[: nbytes - 1], stream)
+            abi.forward(*ins, o, ht, *opts, saved, ws[: nbytes - 1], stream)
     if saved_bytes:
         with pytest.raises(ValueError, match="saved: expected at least"):
-            _C.forward(*ins, o, ht, *opts, saved[: saved_bytes - 1], ws, stream)
+            abi.forward(*ins, o, ht, *opts, saved[: saved_bytes - 1], ws, stream)
 
     grads = [torch.empty_like(x[n]) for n in ("q", "k", "v", "g", "beta", "initial_state")]
     bargs = (*ins, dout.cuda(), dht.cuda(), *grads, None, None)
     saved_before = saved_whole.clone()
-    nbytes = _C.backward_workspace_size(*bargs, *opts)
+    nbytes = abi.backward_workspace_size(*bargs, *opts)
     ws_whole, ws = guarded(nbytes)
-    _C.backward(*bargs, *opts, saved, ws, stream)
+    abi.backward(*bargs, *opts, saved, ws, stream)
     torch.cuda.synchronize()
     assert (ws_whole[nbytes:] == 0xA5).all(), "the backward wrote past its workspace"
     assert torch.equal(saved_whole, saved_before), "the backward wrote to the saved set"
     if nbytes:
         with pytest.raises(ValueError, match="workspace"):
-            _C.backward(*bargs, *opts, saved, ws[: nbytes - 1], stream)
+            abi.backward(*bargs, *opts, saved, ws[: nbytes - 1], stream)
     if saved_bytes:
         with pytest.raises(ValueError, match="saved: expected at least"):
-            _C.backward(*bargs, *opts, saved[: saved_bytes - 1], ws, stream)
+            abi.backward(*bargs, *opts, saved[: saved_bytes - 1], ws, stream)
 
 
 def test_saved_size_query_matches_the_forward():
@@ -321,7 +321,7 @@ def test_saved_size_query_matches_the_forward():
         for mode in MODES.values():
             o, ht, blob = ops._forward(*args, mode)
             ins = (*args[1:10], o, ht)
-            queried = _C.forward_saved_size(*ins, *opts, mode)
+            queried = abi.forward_saved_size(*ins, *opts, mode)
             assert blob.dtype == torch.uint8 and blob.numel() == queried
             assert (queried > 0) == (mode != 0)
             assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
@@ -331,9 +331,9 @@ def test_saved_size_query_matches_the_forward():
         # holds q̂, k̂ with the L2 norm (G, A and beta go to the blob); the recompute-mode
         # forward's holds q̂, k̂, G, A and beta.
         qk = 2 * T * H * K * 2 if l2 else 0  # q̂, k̂ in bf16, each a multiple of 256 bytes
-        assert _C.forward_workspace_size(*ins, *opts, MODES["saved"]) == 256
-        assert _C.forward_workspace_size(*ins, *opts, MODES["inverse"]) == 256 + qk
-        assert _C.forward_workspace_size(*ins, *opts, MODES["recompute"]) > 256 + qk
+        assert abi.forward_workspace_size(*ins, *opts, MODES["saved"]) == 256
+        assert abi.forward_workspace_size(*ins, *opts, MODES["inverse"]) == 256 + qk
+        assert abi.forward_workspace_size(*ins, *opts, MODES["recompute"]) > 256 + qk
 
 
 def test_saved_mode_through_autograd_and_compile():

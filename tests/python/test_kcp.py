@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import cake.kcp as kcp
-from cake import _C
+from cake import abi
 from conftest import assert_rel, call_cake, cotangents, gradients, leaf_names, leaves, make_case
 
 TOL = 1e-9
@@ -75,13 +75,13 @@ def test_grid_covers_every_axis():
     spans3 = holds_no_whole = more_ranks_than_docs = cut = False
     for c in GRID:
         cu = PACKS[c["pack"]]
-        shards = _C.kcp.partition(cu, c["W"], c["layout"])
+        shards = abi.kcp.partition(cu, c["W"], c["layout"])
         pieces = [f.num_pieces for s in shards for f in s.fragments]
         spans3 |= max(pieces) >= 3
         holds_no_whole |= any(s.fragments and all(f.num_pieces > 1 for f in s.fragments)
                               for s in shards)
         more_ranks_than_docs |= c["W"] > len(cu) - 1
-        cut |= any(len(_C.kcp.segment_bounds(-(-(f.global_range.end - f.global_range.begin)
+        cut |= any(len(abi.kcp.segment_bounds(-(-(f.global_range.end - f.global_range.begin)
                                                 // 64), c["P"])) > 2
                    for s in shards for f in s.fragments)
     assert spans3 and holds_no_whole and more_ranks_than_docs and cut
@@ -489,18 +489,18 @@ def test_argument_errors_name_the_argument():
 
 
 def test_planning_binding():
-    """cake._C.kcp: layout_ranges and partition_ranges agree with partition; bad input is a
+    """cake.abi.kcp: layout_ranges and partition_ranges agree with partition; bad input is a
     ValueError carrying the C++ message."""
     cu = [0, 5, 17, 20]
-    ranges = _C.kcp.layout_ranges(cu, 2, "zigzag")
+    ranges = abi.kcp.layout_ranges(cu, 2, "zigzag")
     assert ranges == [[(0, 5), (15, 20)], [(5, 15)]]
-    custom = _C.kcp.partition_ranges(cu, ranges)
-    for a, b in zip(custom, _C.kcp.partition(cu, 2, "zigzag")):
+    custom = abi.kcp.partition_ranges(cu, ranges)
+    for a, b in zip(custom, abi.kcp.partition(cu, 2, "zigzag")):
         assert a.cu_seqlens == b.cu_seqlens
     with pytest.raises(ValueError, match=r"rank_ranges must tile \[0, 20\)"):
-        _C.kcp.partition_ranges(cu, [[(0, 5)], [(6, 20)]])
+        abi.kcp.partition_ranges(cu, [[(0, 5)], [(6, 20)]])
     with pytest.raises(ValueError, match="world_size must be >= 1, got 0"):
-        _C.kcp.layout_ranges(cu, 0, "contiguous")
+        abi.kcp.layout_ranges(cu, 0, "contiguous")
     with pytest.raises(ValueError, match="num_v_heads, head_dim_k and head_dim_v must be >= 1, got 0"):
-        _C.kcp.summary_exchange(_C.kcp.partition(cu, 2, "zigzag"), 0, 8, 8)
-    assert _C.kcp.segment_bounds(10, 3) == [0, 4, 7, 10]
+        abi.kcp.summary_exchange(abi.kcp.partition(cu, 2, "zigzag"), 0, 8, 8)
+    assert abi.kcp.segment_bounds(10, 3) == [0, 4, 7, 10]

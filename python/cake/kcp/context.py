@@ -1,7 +1,7 @@
 """The context of one packed batch under context parallelism: this rank's shard and fragments, the
 exchange, the segment plan, and shard / unshard of packed tensors.
 
-The tables come from the C++ planning (src/plan/partition.hpp, segments.hpp) through cake._C.kcp;
+The tables come from the C++ planning (src/plan/partition.hpp, segments.hpp) through cake.abi.kcp;
 every rank builds every rank's table from the global cu_seqlens, so no table is communicated.
 docs/design/context-parallel.md describes layouts, fragments, summaries and the segment plan.
 """
@@ -13,13 +13,13 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .. import _C
+from .. import abi
 from .exchange import (DistributedExchange, Exchange, SingleExchange, agree,
                        header_bytes)
 
 LAYOUTS = ("contiguous", "zigzag", "zigzag_per_document")
-CHUNK_SIZE = int(_C.kcp.CHUNK_SIZE)
-MAX_SEGMENTS = int(_C.kcp.MAX_SEGMENTS)
+CHUNK_SIZE = int(abi.kcp.CHUNK_SIZE)
+MAX_SEGMENTS = int(abi.kcp.MAX_SEGMENTS)
 
 # The header every op call all-gathers before its summaries (cake.kcp.ops): int64 fields.
 OP_HEADER_FIELDS = (
@@ -205,12 +205,12 @@ class Context:
     def _raw_shards(self):
         # The C++ tables are rebuilt when needed rather than kept: a context may outlive the
         # extension module (autograd graphs alive at interpreter exit).
-        return _C.kcp.partition(list(self.cu_seqlens_global), self.world_size, self.layout)
+        return abi.kcp.partition(list(self.cu_seqlens_global), self.world_size, self.layout)
 
     def segment_plan(self, num_v_heads: int) -> tuple[int, ...]:
         """P for every rank at num_v_heads value heads: [W] (plan_segments, or the override)."""
         if num_v_heads not in self._plans:
-            self._plans[num_v_heads] = tuple(_C.kcp.plan_segments(
+            self._plans[num_v_heads] = tuple(abi.kcp.plan_segments(
                 self._raw_shards(), int(num_v_heads), self.num_sms, self.segments or 0))
         return self._plans[num_v_heads]
 
@@ -229,7 +229,7 @@ class Context:
 
     def _exchange_bytes(self, num_v_heads: int, head_dim_k: int, head_dim_v: int,
                         dtype: torch.dtype) -> ExchangeBytes:
-        plan = _C.kcp.summary_exchange(self._raw_shards(), int(num_v_heads), int(head_dim_k),
+        plan = abi.kcp.summary_exchange(self._raw_shards(), int(num_v_heads), int(head_dim_k),
                                        int(head_dim_v))
         itemsize = torch.empty(0, dtype=dtype).element_size()
         record = plan.record_bytes // 4 * itemsize
@@ -333,7 +333,7 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
     raw = None
     if not errors:
         try:
-            raw = _C.kcp.partition(cu, world_size, layout)
+            raw = abi.kcp.partition(cu, world_size, layout)
         except ValueError as e:
             errors.append(f"cu_seqlens_global: {e}")
     error = "build_context: " + "; ".join(errors) if errors else None

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _C
+from .. import abi
 from .. import ops as single
 from . import summary
 from .context import CHUNK_SIZE, OP_HEADER_FIELDS, Context, _dtype_code
@@ -74,7 +74,7 @@ class _Segments:
 def _segments(ctx: Context, P: int) -> _Segments:
     cu, first, count = [0], [], []
     for f in ctx.fragments:
-        bounds = _C.kcp.segment_bounds(f.num_chunks, P)
+        bounds = abi.kcp.segment_bounds(f.num_chunks, P)
         first.append(len(cu) - 1)
         count.append(len(bounds) - 1)
         begin = f.local_range.begin
@@ -137,7 +137,7 @@ def _validate_walk(opts: _Options, q, k, v, g, beta, A_log, dt_bias, seg: _Segme
     cu = torch.tensor(seg.cu, dtype=torch.int32, device=q.device)
     o = q.new_empty(q.shape[:2] + v.shape[2:])
     final = num_documents_state.new_empty(num_documents_state.shape)
-    _C.forward_workspace_size(q, k, v, g, beta, num_documents_state, cu, A_log, dt_bias, o, final,
+    abi.forward_workspace_size(q, k, v, g, beta, num_documents_state, cu, A_log, dt_bias, o, final,
                               opts.variant, opts.scale, *opts.op_options(), 0)
 
 

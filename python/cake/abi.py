@@ -1,0 +1,67 @@
+"""cake's C ABI (the extension ``cake._C``) as Python functions that raise.
+
+Every function of ``cake._C`` returns ``(code, message, value)`` so that no C++ exception crosses
+the binding; here a failure becomes the Python exception of its code (include/cake/cake.h):
+``ValueError`` for invalid arguments, calls a device does not support and short buffers,
+``NotImplementedError`` where a device has no implementation, ``RuntimeError`` for CUDA errors and
+bugs. The functions take the C ABI's arguments in its order (cake/ops.py passes them).
+"""
+
+import functools
+import json
+import types
+
+from . import _C
+
+INVALID_ARGUMENT, NOT_SUPPORTED, INSUFFICIENT_WORKSPACE, CUDA_ERROR, INTERNAL_ERROR, \
+    NOT_IMPLEMENTED = 1, 2, 3, 4, 5, 6
+CPU, CUDA = 1, 2  # cakeDeviceType_t
+
+
+def error(code: int, message: str) -> Exception:
+    """The Python exception of a failed call's code and message."""
+    if code in (INVALID_ARGUMENT, NOT_SUPPORTED, INSUFFICIENT_WORKSPACE):
+        return ValueError(message)
+    if code == NOT_IMPLEMENTED:
+        return NotImplementedError(message)
+    if code == CUDA_ERROR:
+        return RuntimeError(f"CUDA error: {message}")
+    return RuntimeError(f"cake internal error (please report it): {message}")
+
+
+def _raising(raw):
+    @functools.wraps(raw)
+    def call(*args, **kwargs):
+        code, message, value = raw(*args, **kwargs)
+        if code:
+            raise error(code, message)
+        return value
+    return call
+
+
+forward = _raising(_C.forward)
+backward = _raising(_C.backward)
+forward_workspace_size = _raising(_C.forward_workspace_size)
+forward_saved_size = _raising(_C.forward_saved_size)
+backward_workspace_size = _raising(_C.backward_workspace_size)
+gdn_cuda_saved_size_of_shapes = _raising(_C.gdn_cuda_saved_size_of_shapes)
+
+
+def support_error(*args, device_type: int):
+    """The exception that device_type's implementation would raise for this forward call (the
+    forward's arguments, as forward_saved_size takes them), or None where it would run it."""
+    code, message, _ = _C.check_support(*args, device_type)
+    return error(code, message) if code else None
+
+
+def build_info() -> dict:
+    """cakeGetBuildInfo, parsed."""
+    return json.loads(_raising(_C.build_info)())
+
+
+kcp = types.SimpleNamespace(
+    CHUNK_SIZE=_C.kcp.CHUNK_SIZE,
+    MAX_SEGMENTS=_C.kcp.MAX_SEGMENTS,
+    **{name: _raising(getattr(_C.kcp, name))
+       for name in ("partition", "layout_ranges", "partition_ranges", "summary_exchange",
+                    "plan_segments", "segment_bounds")})
