@@ -5,18 +5,18 @@ from typing import Optional
 from torch import Tensor
 
 from . import ops
+from .options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, parse
 
-_CHUNK_SIZE = 64
+_CUDA_LIMITS = """
+    On CUDA tensors (the sm_90a kernels): bfloat16 q, k, v (o in bfloat16), float32 g, float32
+    or bfloat16 beta, float32 initial_state; K = V = 128; use_gate_in_kernel and
+    use_beta_sigmoid_in_kernel not yet (apply them before the call). On CPU tensors the FP64
+    reference takes any float dtype and head dims 1..256 (it warns, with
+    ``cake.CudaSupportWarning``, when CUDA would refuse a call; float64 inputs, as gradcheck uses,
+    do not warn). ``cake.build_info()`` says what this build supports where."""
 
 
-def _check_common(kwargs: dict, chunk_sizes: tuple, cp_context) -> None:
-    if "head_first" in kwargs:
-        raise ValueError("head_first has been removed: inputs must be in [B, T, H, ...] format")
-    chunk_size = kwargs.pop("chunk_size", _CHUNK_SIZE)
-    if chunk_size not in chunk_sizes:
-        raise ValueError(f"chunk_size must be one of {chunk_sizes}, got {chunk_size}")
-    if chunk_size != _CHUNK_SIZE:
-        raise ValueError(f"cake computes with chunk_size={_CHUNK_SIZE}, got {chunk_size}")
+def _no_cp_context(cp_context) -> None:
     if cp_context is not None:
         raise NotImplementedError(
             "cp_context is flash-linear-attention's context parallelism; use cake.kcp instead")
@@ -35,62 +35,72 @@ def chunk_gated_delta_rule(
     cu_seqlens_cpu: Optional[Tensor] = None,
     chunk_indices: Optional[Tensor] = None,
     cp_context=None,
+    *,
+    use_gate_in_kernel: bool = False,
+    A_log: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    chunk_size: int = CHUNK_SIZE,
+    transpose_state_layout: Optional[bool] = None,
+    head_first: Optional[bool] = None,
     save_for_backward: Optional[str] = None,
-    **kwargs,
 ):
     """Gated DeltaNet: S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - exp(g_t) S_{t-1}^T k_t))^T,
-    o_t = scale S_t^T q_t.
+    o_t = scale S_t^T q_t, per document and value head.
 
     Args:
         q, k: ``[B, T, H, K]``. v: ``[B, T, HV, V]``, HV a multiple of H (value head hv reads
-            q/k head ``hv // (HV // H)``). g: ``[B, T, HV]`` natural-log decay per token (or the raw
-            gate with ``use_gate_in_kernel=True``). beta: ``[B, T, HV]``.
+            q/k head ``hv // (HV // H)``). g: ``[B, T, HV]`` natural-log decay per token (or the
+            raw gate with ``use_gate_in_kernel=True``). beta: ``[B, T, HV]``.
         scale: defaults to ``K ** -0.5``.
-        initial_state: ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``).
+        initial_state: ``[N, HV, K, V]`` (``[N, HV, V, K]`` with ``state_v_first``), N = B or the
+            number of documents of ``cu_seqlens``.
         output_final_state: also return the state after each document's last token.
-        use_qk_l2norm_in_kernel: L2-normalise q and k per token and head inside the op.
+        use_qk_l2norm_in_kernel: ``x / sqrt(sum x^2 + 1e-6)`` on q and k per token and head
+            inside the op, with its backward.
         use_beta_sigmoid_in_kernel: beta is raw; the op applies ``c * sigmoid(beta)``, with
-            ``c = 2`` under ``allow_neg_eigval``.
+            ``c = 2`` under ``allow_neg_eigval`` (which needs it).
+        state_v_first: states in ``[N, HV, V, K]`` (``transpose_state_layout`` is its deprecated
+            name, with a DeprecationWarning).
         cu_seqlens: ``[N + 1]`` int32/int64 offsets of packed documents; requires ``B = 1``.
-        cu_seqlens_cpu, chunk_indices: accepted for compatibility with flash-linear-attention;
-            cake derives its schedule from ``cu_seqlens``.
-        save_for_backward: ``"saved"``: the forward keeps what the backward reads (normalised
-            q/k, the gate cumsum, the chunk inverses, beta and the chunk states: about 0.8 KB per
-            token and value head on CUDA), so the backward skips recomputing the forward's
-            stages. ``"inverse"``: the forward keeps the chunk inverses, the gate cumsum and beta
-            (about 0.14 KB per token and value head, what flash-linear-attention keeps besides its
-            inputs) and the backward recomputes the rest. ``"recompute"``: nothing is kept and the
-            backward recomputes all, for the least activation memory. Results are bitwise
-            identical. ``None``: the default of ``cake.set_default_save_for_backward`` (initially
-            ``"inverse"``, so that the activation memory stays that of
-            flash-linear-attention). Nothing is saved when
-            no gradient is needed or on the CPU (the reference always recomputes). Inside
-            ``torch.utils.checkpoint`` the saved set is dropped and rebuilt with the other saved
-            tensors, so ``"saved"`` costs only the checkpointed layer's transient memory there.
-        kwargs: ``use_gate_in_kernel`` with ``A_log [HV]`` and optional ``dt_bias [HV]``
-            (``g <- -exp(A_log) * softplus(g + dt_bias)``); ``chunk_size`` (64).
+        cu_seqlens_cpu, chunk_indices: accepted for compatibility; cake derives its schedule from
+            ``cu_seqlens``.
+        cp_context: flash-linear-attention's context parallelism; cake's is ``cake.kcp``.
+        use_gate_in_kernel: g is raw; the op computes ``g <- -exp(A_log) * softplus(g +
+            dt_bias)`` with ``A_log`` of HV elements and optional ``dt_bias`` of HV elements (any
+            shape, e.g. ``[HV]``). Without it A_log and dt_bias are ignored.
+        chunk_size: 16, 32 or 64 accepted; cake computes at 64, which gives the same result.
+        head_first: removed (an error when given), as in flash-linear-attention.
+        save_for_backward: what the CUDA forward keeps for the backward. ``"inverse"`` (the
+            default of ``cake.set_default_save_for_backward``): the chunk inverses, the gate
+            cumsum and beta, about 0.14 KB per token and value head (what flash-linear-attention
+            keeps besides its inputs); the backward recomputes the rest. ``"saved"``: also the
+            normalised q/k and the chunk states, about 0.8 KB per token and value head, so the
+            backward recomputes nothing. ``"recompute"``: nothing, for the least activation
+            memory. Bitwise identical results; nothing is saved without a gradient or on the CPU
+            (the reference recomputes). Inside ``torch.utils.checkpoint`` the saved set is
+            dropped and rebuilt with the other saved tensors.
+    {cuda}
 
     Returns:
-        ``(o [B, T, HV, V] in q's dtype, final_state [N, HV, K, V] float32 or None)``.
+        ``(o [B, T, HV, V] in q's dtype, final_state [N, HV, K, V] float32 (float64 for float64
+        inputs) or None)``.
 
     Example::
 
         o, ht = cake.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True,
                                             use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     """
-    _check_common(kwargs, (16, 32, 64), cp_context)
-    use_gate_in_kernel = kwargs.pop("use_gate_in_kernel", False)
-    A_log = kwargs.pop("A_log", None)
-    dt_bias = kwargs.pop("dt_bias", None)
-    if kwargs:
-        raise TypeError(f"chunk_gated_delta_rule got unexpected arguments {sorted(kwargs)}")
-    return ops.run(
-        ops.GDN, q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, A_log=A_log,
-        dt_bias=dt_bias, use_qk_l2norm=use_qk_l2norm_in_kernel,
-        use_gate_in_kernel=use_gate_in_kernel, lower_bound=None,
-        use_beta_sigmoid=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first, save_for_backward=save_for_backward)
+    _no_cp_context(cp_context)
+    opts, A_log, dt_bias, errors = parse(
+        GATED_DELTA_RULE, scale=scale, output_final_state=output_final_state,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        state_v_first=state_v_first, transpose_state_layout=transpose_state_layout,
+        chunk_size=chunk_size, head_first=head_first, save_for_backward=save_for_backward,
+        A_log=A_log, dt_bias=dt_bias, **ops.head_counts(q, v))
+    if errors:
+        raise ValueError(errors[0])
+    return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
 
 
 def chunk_kda(
@@ -110,7 +120,12 @@ def chunk_kda(
     cu_seqlens: Optional[Tensor] = None,
     cu_seqlens_cpu: Optional[Tensor] = None,
     cp_context=None,
-    **kwargs,
+    *,
+    A_log: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    chunk_size: int = CHUNK_SIZE,
+    transpose_state_layout: Optional[bool] = None,
+    head_first: Optional[bool] = None,
 ):
     """Kimi Delta Attention: as chunk_gated_delta_rule with a decay per key channel,
     S_t = Diag(exp(g_t)) S_{t-1} + k_t (beta_t (v_t - (Diag(exp(g_t)) S_{t-1})^T k_t))^T.
@@ -118,33 +133,42 @@ def chunk_kda(
     Args (beyond chunk_gated_delta_rule's):
         g: ``[B, T, HV, K]``.
         use_gate_in_kernel: g is raw; ``g <- -exp(A_log) * softplus(g + dt_bias)`` with
-            ``A_log [HV]`` and optional ``dt_bias [HV * K]`` (kwargs), or, when ``lower_bound`` is
-            set, ``g <- lower_bound * sigmoid(exp(A_log) * (g + dt_bias))`` (A_log optional).
-        safe_gate: a promise that ``g >= lower_bound >= -5`` (checked as in flash-linear-attention
-            when the gate is computed in the op).
-        disable_recompute: accepted; the backward's saved-state mode is
-            ``cake.set_default_save_for_backward``'s (KDA has no CUDA kernels yet, and the CPU
-            reference always recomputes).
-        return_intermediate_states: not supported (inference only in flash-linear-attention).
+            ``A_log`` of HV elements and optional ``dt_bias`` of HV * K elements (any shapes, e.g.
+            ``[HV]`` and ``[HV * K]``), or, when ``lower_bound`` is set,
+            ``g <- lower_bound * sigmoid(exp(A_log) * (g + dt_bias))`` (A_log optional).
+        safe_gate: a promise that ``g >= lower_bound >= -5`` (checked when the gate is computed
+            in the op).
+        lower_bound: the lower-bound gate above (with ``use_gate_in_kernel``; ignored without).
+        disable_recompute: accepted; what the forward keeps for the backward is
+            ``cake.set_default_save_for_backward``'s mode.
+        return_intermediate_states: under ``torch.inference_mode()`` only, also return the state
+            before every chunk of ``chunk_size`` tokens: ``h [B, NT, HV, K, V]`` (``[B, NT, HV,
+            V, K]`` with ``state_v_first``) in k's dtype, NT = ceil(T / chunk_size) per batch row,
+            or with ``cu_seqlens`` B = 1 and NT the chunks of all documents in order.
+        chunk_size: 32 or 64 accepted; cake computes at 64, which gives the same result (the
+            intermediate states are taken every ``chunk_size`` tokens).
+    {cuda} chunk_kda has no CUDA kernels yet.
 
     Returns:
-        ``(o, final_state or None)``.
+        ``(o, final_state or None)``, or ``(o, final_state or None, h)`` with
+        ``return_intermediate_states``.
     """
-    _check_common(kwargs, (32, 64), cp_context)
-    A_log = kwargs.pop("A_log", None)
-    dt_bias = kwargs.pop("dt_bias", None)
-    if kwargs:
-        raise TypeError(f"chunk_kda got unexpected arguments {sorted(kwargs)}")
-    if return_intermediate_states:
-        raise NotImplementedError("return_intermediate_states is not supported by cake")
-    errors = ops.safe_gate_errors(safe_gate, use_gate_in_kernel, lower_bound)
+    _no_cp_context(cp_context)
+    opts, A_log, dt_bias, errors = parse(
+        KDA_OP, scale=scale, output_final_state=output_final_state,
+        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
+        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
+        safe_gate=safe_gate, lower_bound=lower_bound, disable_recompute=disable_recompute,
+        return_intermediate_states=return_intermediate_states, state_v_first=state_v_first,
+        transpose_state_layout=transpose_state_layout, chunk_size=chunk_size,
+        head_first=head_first, A_log=A_log, dt_bias=dt_bias, **ops.head_counts(q, v))
     if errors:
         raise ValueError(errors[0])
-    return ops.run(
-        ops.KDA, q, k, v, g, beta, scale=scale, initial_state=initial_state,
-        output_final_state=output_final_state, cu_seqlens=cu_seqlens, A_log=A_log,
-        dt_bias=dt_bias, use_qk_l2norm=use_qk_l2norm_in_kernel,
-        use_gate_in_kernel=use_gate_in_kernel,
-        lower_bound=lower_bound if use_gate_in_kernel else None,
-        use_beta_sigmoid=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first, save_for_backward=None)
+    return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+
+
+chunk_gated_delta_rule.__doc__ = chunk_gated_delta_rule.__doc__.replace("{cuda}", _CUDA_LIMITS)
+chunk_kda.__doc__ = chunk_kda.__doc__.replace("{cuda}", _CUDA_LIMITS)
+
+# flash-linear-attention's alias.
+chunk_gdn = chunk_gated_delta_rule

@@ -11,37 +11,16 @@ what ``kkt_solve`` writes (the chunk inverses, the gate cumsum, beta; the backwa
 rest); in recompute mode the blob is empty and the backward recomputes the forward's stages.
 """
 
+import warnings
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from . import abi
+from . import abi, intermediate
+from .options import GDN, KDA, SAVE_MODES, DeltaOptions  # noqa: F401 (GDN, KDA: for callers)
 
-GDN, KDA = 0, 1
-
-# The modes and their options.save_for_backward (include/cake/cake.h). "inverse" (the default)
-# keeps about what flash-linear-attention keeps between its forward and backward (the chunk
-# inverses A in bf16 and the gate's cumsum: ~0.14 KB per token and value head), so that a drop-in
-# replacement holds FLA's activation memory, and its backward skips recomputing them; "saved"
-# trades ~0.8 KB per token and value head for a backward without any recompute; "recompute" keeps
-# nothing (docs/design/gdn-hopper.md).
-SAVE_MODES = {"recompute": 0, "saved": 1, "inverse": 2}
 _default_save_for_backward = "inverse"
-
-
-def safe_gate_errors(safe_gate: bool, use_gate_in_kernel: bool,
-                     lower_bound: Optional[float]) -> list[str]:
-    """FLA's promise check of KDA's safe_gate=True with the gate computed in the op: a lower bound
-    in [-5, 0). The messages (none or one), for the single-rank op to raise and the
-    context-parallel op to agree on across ranks."""
-    if not (safe_gate and use_gate_in_kernel):
-        return []
-    if lower_bound is None:
-        return ["lower_bound must be given when safe_gate=True and use_gate_in_kernel=True"]
-    if not -5 <= lower_bound < 0:
-        return [f"lower_bound must be in the safe range [-5, 0), got {lower_bound}"]
-    return []
 
 
 def set_default_save_for_backward(mode: str) -> str:
@@ -243,14 +222,38 @@ def _check_state_v_first(initial_state: Tensor, q: Tensor, v: Tensor,
                          f"state_v_first=True, got {list(initial_state.shape)}")
 
 
-def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, *,
-        scale: Optional[float], initial_state: Optional[Tensor], output_final_state: bool,
-        cu_seqlens: Optional[Tensor], A_log: Optional[Tensor], dt_bias: Optional[Tensor],
-        use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
-        use_beta_sigmoid: bool, allow_neg_eigval: bool, state_v_first: bool,
-        save_for_backward: Optional[str]):
-    """Shared body of chunk_gated_delta_rule and chunk_kda: returns (o, final_state or None)."""
-    mode = _save_mode(save_for_backward)
+def head_counts(q, v) -> dict:
+    """num_v_heads and head_dim_k for options.parse (None where q or v have the wrong rank)."""
+    ok = isinstance(q, Tensor) and isinstance(v, Tensor) and q.dim() == 4 and v.dim() == 4
+    return dict(num_v_heads=v.shape[2] if ok else None, head_dim_k=q.shape[3] if ok else None)
+
+
+class CudaSupportWarning(UserWarning):
+    """A call ran on the CPU reference that the CUDA kernels would refuse (a dtype, a head dim):
+    the same call on CUDA tensors raises ValueError. float64 calls (gradcheck) do not warn."""
+
+
+def _warn_if_cuda_refuses(opts: DeltaOptions, inputs: tuple, outputs: tuple, scale: float):
+    error = abi.support_error(*inputs, *outputs, *_abi_options(opts, scale, 0),
+                              device_type=abi.CUDA)
+    if isinstance(error, ValueError):
+        warnings.warn(f"{opts.op.name} ran on the CPU reference, but CUDA tensors would be "
+                      f"refused: {error} (cake.build_info() says what CUDA accepts)",
+                      CudaSupportWarning, stacklevel=4)
+
+
+def _abi_options(opts: DeltaOptions, scale: float, save_for_backward: int) -> tuple:
+    """The options after the tensors of the C ABI's calls (cake.abi), in its order."""
+    return (opts.variant, scale, opts.use_qk_l2norm, opts.use_gate_in_kernel, opts.lower_bound,
+            opts.use_beta_sigmoid, opts.allow_neg_eigval, save_for_backward)
+
+
+def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+        initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
+        dt_bias: Optional[Tensor]):
+    """Shared body of chunk_gated_delta_rule and chunk_kda (options parsed and valid): returns
+    (o, final_state or None), and the intermediate states with return_intermediate_states."""
+    mode = _save_mode(opts.save_for_backward)
     tensors = dict(k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
                    A_log=A_log, dt_bias=dt_bias)
     for name, t in tensors.items():
@@ -258,18 +261,30 @@ def run(variant: int, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, 
         # dispatcher would route the call to the shape-only fake implementation.
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
-    if scale is None:
-        scale = default_scale(q)
-    if state_v_first and initial_state is not None:
+    scale = default_scale(q) if opts.scale is None else opts.scale
+    if opts.state_v_first and initial_state is not None:
         _check_state_v_first(initial_state, q, v, cu_seqlens)
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
+    # As flash-linear-attention does, any strides in: the kernels read dense rows, so views (a
+    # slice of a fused projection, a transposed state) are copied once here, with autograd.
+    q, k, v, g, beta, initial_state = (
+        t.contiguous() if isinstance(t, Tensor) else t
+        for t in (q, k, v, g, beta, initial_state))
     # Saving pays only when a backward will run: not under no_grad, nor without a grad input.
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
-    o, final_state, _ = _forward(
-        variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, float(scale),
-        output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-        allow_neg_eigval, SAVE_MODES[mode] if needs_grad else 0)
-    if not output_final_state:
-        return o, None
-    return o, final_state.transpose(-1, -2) if state_v_first else final_state
+    inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    o, final_state, _ = _forward(opts.variant, *inputs, float(scale), opts.output_final_state,
+                                 *_abi_options(opts, float(scale),
+                                               SAVE_MODES[mode] if needs_grad else 0)[2:])
+    if q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta)):
+        _warn_if_cuda_refuses(opts, inputs,
+                              (o, final_state if opts.output_final_state else None), float(scale))
+    if not opts.output_final_state:
+        final_state = None
+    elif opts.state_v_first:
+        final_state = final_state.transpose(-1, -2).contiguous()
+    if not opts.return_intermediate_states:
+        return o, final_state
+    h = intermediate.states(opts, inputs, float(scale))
+    return o, final_state, h.transpose(-1, -2).contiguous() if opts.state_v_first else h

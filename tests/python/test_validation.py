@@ -298,11 +298,17 @@ def test_a_log_missing_with_gate_in_kernel(kda):
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
-@pytest.mark.parametrize("name", ["A_log", "dt_bias"])
-def test_gate_parameters_without_gate_in_kernel(kda, name):
-    size = HV * K if (kda and name == "dt_bias") else HV
-    raises(kda, inputs(kda), rf"only used with use_gate_in_kernel=True; got {name} with "
-           r"use_gate_in_kernel=False", **{name: torch.zeros(size, dtype=F64)})
+def test_gate_parameters_without_gate_in_kernel_are_ignored(kda):
+    # As in flash-linear-attention, whose layers pass them always and toggle the flag.
+    t = inputs(kda)
+    t["q"].requires_grad_()
+    a_log = torch.zeros(HV, dtype=F64, requires_grad=True)
+    dt_bias = torch.zeros(HV * K if kda else HV, dtype=F64, requires_grad=True)
+    want, _ = call(kda, t)
+    got, _ = call(kda, t, A_log=a_log, dt_bias=dt_bias)
+    assert torch.equal(want, got)
+    got.sum().backward()
+    assert a_log.grad is None and dt_bias.grad is None
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
@@ -310,10 +316,31 @@ def test_a_log_shape_and_dtype(kda):
     t = inputs(kda)
     raises(kda, t, r"^A_log must have shape \[HV\] = \[2\], got \[3\]", use_gate_in_kernel=True,
            A_log=torch.zeros(3, dtype=F64))
-    raises(kda, t, r"^A_log must have shape \[HV\] = \[2\], got \[1, 2\]",
-           use_gate_in_kernel=True, A_log=torch.zeros(1, 2, dtype=F64))
+    raises(kda, t, r"^A_log must have shape \[HV\] = \[2\], got \[1, 3\]",
+           use_gate_in_kernel=True, A_log=torch.zeros(1, 3, dtype=F64))
     raises(kda, t, r"^A_log must be a float tensor .*got int32", use_gate_in_kernel=True,
            A_log=torch.zeros(2, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_gate_parameters_of_any_shape_with_their_element_count(kda):
+    # flash-linear-attention's tests and layers pass A_log as [1, 1, HV, 1]; the gradient comes
+    # back in the shape given.
+    t = inputs(kda)
+    a_log = torch.randn(HV, dtype=F64)
+    dt_bias = torch.randn(HV * K if kda else HV, dtype=F64)
+    flat = [x.clone().requires_grad_() for x in (a_log, dt_bias)]
+    shaped = [a_log.reshape(1, 1, HV, 1).clone().requires_grad_(),
+              dt_bias.reshape(HV, K if kda else 1).clone().requires_grad_()]
+    results = []
+    for a, d in (flat, shaped):
+        o, _ = call(kda, t, use_gate_in_kernel=True, A_log=a, dt_bias=d)
+        o.square().sum().backward()
+        results.append((o, a.grad, d.grad))
+    (o1, da1, dd1), (o2, da2, dd2) = results
+    assert torch.equal(o1, o2)
+    assert da2.shape == (1, 1, HV, 1) and torch.equal(da1, da2.reshape(-1))
+    assert dd2.shape == shaped[1].shape and torch.equal(dd1, dd2.reshape(-1))
 
 
 def test_dt_bias_shape_gdn():
@@ -327,16 +354,16 @@ def test_dt_bias_shape_kda():
     a_log = torch.zeros(HV, dtype=F64)
     raises(True, t, r"^dt_bias must have shape \[HV \* K\] = \[8\], got \[2\]",
            use_gate_in_kernel=True, A_log=a_log, dt_bias=torch.zeros(HV, dtype=F64))
-    raises(True, t, r"^dt_bias must have shape \[HV \* K\] = \[8\], got \[2, 4\]",
-           use_gate_in_kernel=True, A_log=a_log, dt_bias=torch.zeros(HV, K, dtype=F64))
+    raises(True, t, r"^dt_bias must have shape \[HV \* K\] = \[8\], got \[3, 4\]",
+           use_gate_in_kernel=True, A_log=a_log, dt_bias=torch.zeros(HV + 1, K, dtype=F64))
     raises(True, t, r"^dt_bias must be a float tensor .*got int64", use_gate_in_kernel=True,
            A_log=a_log, dt_bias=torch.zeros(HV * K, dtype=torch.int64))
 
 
 def test_lower_bound_not_accepted_by_gdn():
-    raises(False, inputs(False), r"unexpected arguments.*lower_bound", exc=TypeError,
+    raises(False, inputs(False), r"unexpected keyword argument 'lower_bound'", exc=TypeError,
            lower_bound=-1.0)
-    raises(False, inputs(False), r"unexpected arguments.*lower_bound", exc=TypeError,
+    raises(False, inputs(False), r"unexpected keyword argument 'lower_bound'", exc=TypeError,
            lower_bound=-1.0, use_gate_in_kernel=True, A_log=torch.zeros(HV, dtype=F64))
 
 
@@ -359,17 +386,20 @@ def test_allow_neg_eigval_needs_beta_sigmoid(kda):
 
 @pytest.mark.parametrize("kda", VARIANTS)
 def test_chunk_size(kda):
+    # Every chunk size flash-linear-attention accepts gives the same computation (cake runs 64).
     t = inputs(kda)
-    raises(kda, t, r"chunk_size=64, got 32", chunk_size=32)
-    raises(kda, t, r"^chunk_size must be one of .*got 128", chunk_size=128)
+    want, _ = call(kda, t)
+    for chunk_size in (32, 64) if kda else (16, 32, 64):
+        got, _ = call(kda, t, chunk_size=chunk_size)
+        assert torch.equal(want, got)
+    name = "chunk_kda" if kda else "chunk_gated_delta_rule"
+    raises(kda, t, rf"^chunk_size must be one of .* for {name}, got 128", chunk_size=128)
     raises(kda, t, r"^chunk_size must be one of .*got 0", chunk_size=0)
-    o, _ = call(kda, t, chunk_size=64)
-    assert torch.isfinite(o).all()
 
 
 def test_chunk_size_16():
-    raises(False, inputs(False), r"chunk_size=64, got 16", chunk_size=16)
-    raises(True, inputs(True), r"^chunk_size must be one of \(32, 64\), got 16", chunk_size=16)
+    raises(True, inputs(True), r"^chunk_size must be one of \(32, 64\) for chunk_kda, got 16",
+           chunk_size=16)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
@@ -380,7 +410,7 @@ def test_head_first_removed(kda, head_first):
 
 @pytest.mark.parametrize("kda", VARIANTS)
 def test_unknown_kwarg(kda):
-    raises(kda, inputs(kda), r"unexpected arguments.*'foo'", exc=TypeError, foo=1)
+    raises(kda, inputs(kda), r"unexpected keyword argument 'foo'", exc=TypeError, foo=1)
 
 
 def test_kda_safe_gate():
@@ -396,9 +426,29 @@ def test_kda_safe_gate():
     assert torch.isfinite(o).all()
 
 
-def test_kda_return_intermediate_states():
-    raises(True, inputs(True), r"return_intermediate_states", exc=NotImplementedError,
+def test_kda_return_intermediate_states_needs_inference_mode():
+    raises(True, inputs(True), r"only allowed under torch.inference_mode",
            return_intermediate_states=True)
+    with torch.inference_mode():
+        raises(True, inputs(True), r"needs disable_recompute=False",
+               return_intermediate_states=True, disable_recompute=True)
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_transpose_state_layout_is_state_v_first(kda):
+    t = inputs(kda)
+    h0 = torch.randn(1, HV, V, K, dtype=F64)
+    want = call(kda, t, initial_state=h0, output_final_state=True, state_v_first=True)
+    with pytest.warns(DeprecationWarning, match="transpose_state_layout is deprecated"):
+        got = call(kda, t, initial_state=h0, output_final_state=True,
+                   transpose_state_layout=True)
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+    raises(kda, t, r"cannot pass both state_v_first and the deprecated transpose_state_layout",
+           initial_state=h0, state_v_first=True, transpose_state_layout=True)
+
+
+def test_chunk_gdn_alias():
+    assert cake.chunk_gdn is cake.chunk_gated_delta_rule
 
 
 @pytest.mark.parametrize("kda", VARIANTS)

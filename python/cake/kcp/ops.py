@@ -28,8 +28,9 @@ from torch import Tensor
 
 from .. import abi
 from .. import ops as single
+from ..options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, Op, parse
 from . import summary
-from .context import CHUNK_SIZE, OP_HEADER_FIELDS, Context, _dtype_code
+from .context import OP_HEADER_FIELDS, Context, _dtype_code
 from .exchange import agree, float_bits
 
 _FLAG_NAMES = ("use_qk_l2norm", "use_gate_in_kernel", "use_beta_sigmoid", "allow_neg_eigval",
@@ -371,50 +372,41 @@ def _chain_records(ctx: Context, gathered: list[Tensor], f, direction: str) -> l
     return out
 
 
-_CHUNK_SIZES = {single.GDN: (16, 32, 64), single.KDA: (32, 64)}
-_NOT_FROM_CALLER = ("cu_seqlens", "cu_seqlens_cpu", "chunk_indices", "cp_context")
-
-
-def _run(variant: int, name: str, q, k, v, g, beta, ctx, *, scale, initial_state,
-         output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-         allow_neg_eigval, state_v_first, A_log, dt_bias, errors: list[str]):
+def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_caller: dict,
+         **options):
+    """The shared body: parses the options as the single-rank op does (options.parse), adds the
+    errors of arguments the context gives, and runs the forward with every rank agreeing on them.
+    """
+    name = f"{op.name}_kcp"
     if not isinstance(ctx, Context):
         raise TypeError(f"{name}: ctx must be a cake.kcp.Context (build_context), got "
                         f"{type(ctx).__name__}")
     for arg, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)):
         if not isinstance(x, Tensor):
             raise TypeError(f"{name}: {arg} must be a torch.Tensor, got {type(x).__name__}")
-    if scale is None:
-        scale = single.default_scale(q)
-    if state_v_first and initial_state is not None:
+    parsed, A_log, dt_bias, errors = parse(op, A_log=A_log, dt_bias=dt_bias,
+                                           **single.head_counts(q, v), stacklevel=4, **options)
+    errors += [f"{key} must be None: the context gives each rank its local cu_seqlens"
+               for key, value in not_from_caller.items() if value is not None]
+    if parsed.return_intermediate_states:
+        errors.append("return_intermediate_states is not supported by cake.kcp")
+    scale = single.default_scale(q) if parsed.scale is None else parsed.scale
+    if parsed.state_v_first and initial_state is not None:
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
+    q, k, v, g, beta, initial_state = (
+        x.contiguous() if isinstance(x, Tensor) else x
+        for x in (q, k, v, g, beta, initial_state))
     tensors = (q, k, v, g, beta, initial_state, A_log, dt_bias)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, Tensor) and x.requires_grad for x in tensors)
-    opts = _Options(name, variant, float(scale), bool(use_qk_l2norm), bool(use_gate_in_kernel),
-                    None if lower_bound is None else float(lower_bound), bool(use_beta_sigmoid),
-                    bool(allow_neg_eigval), bool(output_final_state), needs_grad)
+    opts = _Options(name, parsed.variant, float(scale), parsed.use_qk_l2norm,
+                    parsed.use_gate_in_kernel, parsed.lower_bound, parsed.use_beta_sigmoid,
+                    parsed.allow_neg_eigval, parsed.output_final_state, needs_grad)
     error = "; ".join(errors) if errors else None
     o, final_state = _KCPFunction.apply(ctx, opts, error, *tensors)
-    if not output_final_state:
+    if not parsed.output_final_state:
         return o, None
-    return o, final_state.transpose(-1, -2) if state_v_first else final_state
-
-
-def _common_errors(kwargs: dict, variant: int) -> list[str]:
-    errors = []
-    chunk_size = kwargs.pop("chunk_size", CHUNK_SIZE)
-    if chunk_size not in _CHUNK_SIZES[variant]:
-        errors.append(f"chunk_size must be one of {_CHUNK_SIZES[variant]}, got {chunk_size}")
-    elif chunk_size != CHUNK_SIZE:
-        errors.append(f"cake computes with chunk_size={CHUNK_SIZE}, got {chunk_size}")
-    for key in _NOT_FROM_CALLER:
-        if kwargs.pop(key, None) is not None:
-            errors.append(f"{key} must be None: the context gives each rank its local cu_seqlens")
-    if "head_first" in kwargs:
-        kwargs.pop("head_first")
-        errors.append("head_first has been removed: inputs must be in [B, T, H, ...] format")
-    return errors
+    return o, final_state.transpose(-1, -2).contiguous() if parsed.state_v_first else final_state
 
 
 def chunk_gated_delta_rule_kcp(
@@ -426,7 +418,17 @@ def chunk_gated_delta_rule_kcp(
     use_beta_sigmoid_in_kernel: bool = False,
     allow_neg_eigval: bool = False,
     state_v_first: bool = False,
-    **kwargs,
+    *,
+    use_gate_in_kernel: bool = False,
+    A_log: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    chunk_size: int = CHUNK_SIZE,
+    transpose_state_layout: Optional[bool] = None,
+    head_first: Optional[bool] = None,
+    cu_seqlens: None = None,
+    cu_seqlens_cpu: None = None,
+    chunk_indices: None = None,
+    cp_context: None = None,
 ):
     """cake.chunk_gated_delta_rule on this rank's shard of a context-parallel batch; every rank of
     ctx must call it (and later run its backward) with the same shapes and options.
@@ -441,26 +443,24 @@ def chunk_gated_delta_rule_kcp(
             piece is on this rank filled (on rank 0 also the empty documents) and the other rows
             zero (``ctx.final_documents`` lists the filled rows). Summed over ranks it is the
             single-rank final state.
-        Other arguments as ``cake.chunk_gated_delta_rule`` (``use_gate_in_kernel``, ``A_log``,
-        ``dt_bias``, ``chunk_size`` in kwargs); ``cu_seqlens`` comes from ctx.
+        The other options as ``cake.chunk_gated_delta_rule``; ``cu_seqlens``,
+        ``cu_seqlens_cpu``, ``chunk_indices`` and ``cp_context`` come from ctx (None only).
 
     Returns:
         ``(o [1, T_local, HV, V], final_state or None)``. Gradients of q, k, v, g, beta are this
         rank's tokens' gradients; those of initial_state, A_log and dt_bias are this rank's partial
         sums (summed over ranks they are the single-rank gradients).
     """
-    errors = _common_errors(kwargs, single.GDN)
-    use_gate_in_kernel = kwargs.pop("use_gate_in_kernel", False)
-    A_log = kwargs.pop("A_log", None)
-    dt_bias = kwargs.pop("dt_bias", None)
-    if kwargs:
-        raise TypeError(f"chunk_gated_delta_rule_kcp got unexpected arguments {sorted(kwargs)}")
-    return _run(single.GDN, "chunk_gated_delta_rule_kcp", q, k, v, g, beta, ctx, scale=scale,
-                initial_state=initial_state, output_final_state=output_final_state,
-                use_qk_l2norm=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
-                lower_bound=None, use_beta_sigmoid=use_beta_sigmoid_in_kernel,
-                allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first, A_log=A_log,
-                dt_bias=dt_bias, errors=errors)
+    return _run(GATED_DELTA_RULE, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias,
+                dict(cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
+                     chunk_indices=chunk_indices, cp_context=cp_context),
+                scale=scale, output_final_state=output_final_state,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                use_gate_in_kernel=use_gate_in_kernel,
+                use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first,
+                transpose_state_layout=transpose_state_layout, chunk_size=chunk_size,
+                head_first=head_first)
 
 
 def chunk_kda_kcp(
@@ -477,21 +477,27 @@ def chunk_kda_kcp(
     disable_recompute: bool = False,
     return_intermediate_states: bool = False,
     state_v_first: bool = False,
-    **kwargs,
+    *,
+    A_log: Optional[Tensor] = None,
+    dt_bias: Optional[Tensor] = None,
+    chunk_size: int = CHUNK_SIZE,
+    transpose_state_layout: Optional[bool] = None,
+    head_first: Optional[bool] = None,
+    cu_seqlens: None = None,
+    cu_seqlens_cpu: None = None,
+    cp_context: None = None,
 ):
     """cake.chunk_kda on this rank's shard of a context-parallel batch: g is ``[1, T_local, HV,
-    K]``; everything else as chunk_gated_delta_rule_kcp and cake.chunk_kda."""
-    errors = _common_errors(kwargs, single.KDA)
-    A_log = kwargs.pop("A_log", None)
-    dt_bias = kwargs.pop("dt_bias", None)
-    if kwargs:
-        raise TypeError(f"chunk_kda_kcp got unexpected arguments {sorted(kwargs)}")
-    if return_intermediate_states:
-        errors.append("return_intermediate_states is not supported by cake")
-    errors += single.safe_gate_errors(safe_gate, use_gate_in_kernel, lower_bound)
-    return _run(single.KDA, "chunk_kda_kcp", q, k, v, g, beta, ctx, scale=scale,
-                initial_state=initial_state, output_final_state=output_final_state,
-                use_qk_l2norm=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
-                lower_bound=lower_bound if use_gate_in_kernel else None,
-                use_beta_sigmoid=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-                state_v_first=state_v_first, A_log=A_log, dt_bias=dt_bias, errors=errors)
+    K]``; everything else as chunk_gated_delta_rule_kcp and cake.chunk_kda
+    (``return_intermediate_states`` is not supported here)."""
+    return _run(KDA_OP, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias,
+                dict(cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, cp_context=cp_context),
+                scale=scale, output_final_state=output_final_state,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                use_gate_in_kernel=use_gate_in_kernel,
+                use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate, lower_bound=lower_bound,
+                disable_recompute=disable_recompute,
+                return_intermediate_states=return_intermediate_states,
+                state_v_first=state_v_first, transpose_state_layout=transpose_state_layout,
+                chunk_size=chunk_size, head_first=head_first)
