@@ -1,6 +1,7 @@
 """The main job: one training step of a GDN layer and a KDA layer on a synthetic packed batch.
 
     python -m cake.demo            # GPU when there is one (and the layer has GPU kernels), else CPU
+    python -m cake.demo --help     # the options and what the printed lines mean
 
 Each layer projects x to q, k, v, a gate and beta, runs cake's op over packed documents, projects
 back, and takes an AdamW step on a regression loss. Printed: device, loss before and after the
@@ -91,10 +92,60 @@ def train_step(kind: str, device: torch.device, seed: int) -> None:
         raise SystemExit(f"{kind}: the training step did not reduce the loss with finite gradients")
 
 
+DESCRIPTION = """\
+One training step of a Gated DeltaNet (GDN) layer and of a Kimi Delta Attention (KDA) layer,
+each on random tensors: the layer projects x to q, k, v, a gate g and beta, runs cake's op
+(cake.chunk_gated_delta_rule, cake.chunk_kda) over several documents packed into one sequence
+(cu_seqlens), projects back, and takes one AdamW step (lr 1e-3) on the mean squared error to a
+random target.
+
+On a machine with a CUDA GPU, GDN runs cake's sm_90a kernels (bfloat16, dim 1024, 4 q/k heads,
+8 value heads, head dim 128, documents of 4096, 8192, 2048 and 1947 tokens); KDA has no GPU
+kernels yet and runs on the CPU. On the CPU, both run cake's FP64 C++ reference on a smaller
+layer (float32 tensors, dim 256, 2 q/k heads, 4 value heads, head dim 32, documents of 700, 1024,
+300, 64 and 1 tokens). The GPU path needs cake built with its CUDA kernels (CAKE_CUDA=AUTO finds
+nvcc, or ON); with a CPU-only build on a GPU machine, use --cpu."""
+
+EPILOG = """\
+output: one line per layer, e.g.
+  GDN on cuda: 4 documents, 16283 tokens, H=4 HV=8 K=V=128, bfloat16: loss 1.00021 -> 0.99874,
+  gradients finite: True, 1,234,567 tokens/s (forward + backward + step)
+where
+  GDN / KDA          the layer: GDN decays the state by a scalar per token and value head,
+                     KDA by one per key channel
+  on cuda / on cpu   where it ran: cuda = cake's GPU kernels, cpu = the FP64 reference
+  N documents,       the packed batch: N documents (B = 1) of T tokens in all
+  T tokens
+  H, HV, K=V         q/k heads, value heads (each group of HV/H value heads shares a q/k head),
+                     key and value head dims
+  bfloat16/float32   the dtype of the layer's weights and tensors (the CPU reference computes
+                     in FP64 inside)
+  loss A -> B        the loss before the AdamW step and after it, on the same batch: B < A
+                     shows the gradients point downhill (both near 1: random target)
+  gradients finite   every parameter got a gradient with no NaN or inf
+  tokens/s           T divided by the wall time of the one step (forward + backward + AdamW),
+                     first call included: a sanity figure, not a benchmark (bench/ has those)
+A line "KDA has no GPU kernels yet: running it on the CPU reference" precedes KDA's on a GPU
+machine. The exit status is 0 when both layers reduced the loss with finite gradients, else
+non-zero with a message naming the layer.
+
+examples:
+  python -m cake.demo                 GPU where present, else CPU
+  python -m cake.demo --cpu           the CPU reference even on a GPU machine
+  python -m cake.demo --seed 3        other random weights and tensors
+  bash tools/demo.sh --cpu            the same after tools/setup.sh (arguments pass through)"""
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is present")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = argparse.ArgumentParser(
+        prog="python -m cake.demo", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true",
+                        help="run both layers on the CPU (cake's FP64 reference, the smaller "
+                             "layer) even where a GPU is present")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of torch's generator, which draws the layer's weights, x and "
+                             "the target (default: %(default)s)")
     args = parser.parse_args()
     for kind in ("gdn", "kda"):
         use_gpu = not args.cpu and has_gpu_kernels(kind)
