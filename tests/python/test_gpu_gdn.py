@@ -376,3 +376,40 @@ def test_cuda_errors_are_clear():
         cake.chunk_kda(q, q, v, torch.zeros(1, 8, 1, K, device="cuda"), g)
     with pytest.raises(ValueError, match="q's device"):
         cake.chunk_gated_delta_rule(q, q, v, g.cpu(), g)
+    with pytest.raises(ValueError, match=r"q must be bfloat16 .*got float16"):
+        cake.chunk_gated_delta_rule(q.half(), q.half(), v.half(), g, g)
+    with pytest.raises(ValueError, match=r"initial_state must be float32 .*got float64"):
+        cake.chunk_gated_delta_rule(q, q, v, g, g,
+                                    initial_state=torch.zeros(1, 1, K, V, device="cuda").double())
+    with pytest.raises(NotImplementedError, match="use_gate_in_kernel"):
+        cake.chunk_gated_delta_rule(q, q, v, g, g, use_gate_in_kernel=True,
+                                    A_log=torch.zeros(1, device="cuda"))
+    with torch.inference_mode(), pytest.raises(NotImplementedError, match="chunk_kda"):
+        cake.chunk_kda(q, q, v, torch.zeros(1, 8, 1, K, device="cuda"), g,
+                       return_intermediate_states=True)
+    with pytest.raises(ValueError, match=r"^save_for_backward must be"):
+        cake.chunk_gated_delta_rule(q, q, v, g, g, save_for_backward="everything")
+
+
+def test_state_v_first_and_strided_inputs_on_cuda():
+    """The V-first state layout and strided views (a slice of a fused projection) give the same
+    results as dense K-first inputs, gradients included (the op copies them to dense rows)."""
+    inputs, dout, dht = make_inputs([100, 29], 1, 2, seed=41)
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    qk = torch.stack([x["q"], x["k"]], dim=2)  # [1, T, 2, H, K]: q and k are strided views
+
+    def run(q, k, h0, v_first):
+        leaves = [t.detach().requires_grad_() for t in (q, k, h0)]
+        o, ht = cake.chunk_gated_delta_rule(
+            *leaves[:2], x["v"], x["g"], x["beta"], initial_state=leaves[2],
+            output_final_state=True, state_v_first=v_first, cu_seqlens=x["cu_seqlens"],
+            use_qk_l2norm_in_kernel=True)
+        ht_k_first = ht.transpose(-1, -2) if v_first else ht
+        torch.autograd.backward([o, ht_k_first], [dout.cuda(), dht.cuda()])
+        dh0 = leaves[2].grad.transpose(-1, -2) if v_first else leaves[2].grad
+        return [o, ht_k_first, leaves[0].grad, leaves[1].grad, dh0]
+
+    want = run(x["q"], x["k"], x["initial_state"], False)
+    got = run(qk[:, :, 0], qk[:, :, 1], x["initial_state"].transpose(-1, -2), True)
+    for a, b in zip(want, got):
+        assert torch.equal(a, b)
