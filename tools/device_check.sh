@@ -3,7 +3,12 @@
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
 # Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, ncu.txt,
-# gpu_tests.log, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool returns at most 8).
+# gpu_tests.log, crash_bt.txt, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool
+# returns at most 8).
+# The "tests" stage runs all of tests/python in one pytest process, as users do (600 s at most),
+# and prints "GPU tests: passed", "FAILED", "CRASHED (signal N)" or "TIMED OUT"; after a crash it
+# reruns the crashing test under cuda-gdb for a native backtrace (crash_bt.txt). Any of these but
+# "passed" makes the exit status 1, after the other stages have run.
 # CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases),
 # CAKE_ACCURACY_SEEDS the draws per case (--seeds; errors pooled over them).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
@@ -97,14 +102,51 @@ fi
 if [[ $stages == *" demo "* ]]; then
   python3 -m cake.demo 2>&1
 fi
+stage_failed=""
 if [[ $stages == *" tests "* ]]; then
-  # One process per test function: a failure that breaks the CUDA context cannot hide the others,
-  # and a hang (a reverse walk waiting on a flag that is never set) ends at the timeout, reported.
-  for t in $(python3 -m pytest -q --collect-only tests/python/test_gpu_gdn.py -m "not slow" \
-             2>/dev/null | grep "::" | sed 's/\[.*//' | sort -u); do
-    timeout 300 python3 -m pytest -q -rs "$t" 2>&1 | tail -25
-    [ "${PIPESTATUS[0]}" = 124 ] && echo "$t: 1 failed (timed out after 300 s)"
-  done | tee "$OUT/gpu_tests.log"
+  # The whole of tests/python in ONE pytest process, as users run it (a crash of the process, e.g.
+  # a segmentation fault when cake raises for CUDA tensors, shows here; one process per test hid
+  # one). On a timeout SIGABRT makes faulthandler print where it hangs; 30 s later SIGKILL.
+  start=$SECONDS
+  timeout -s ABRT -k 30 600 python3 -X faulthandler -m pytest -q -rs tests/python \
+    > "$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  if [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge 600 ]; }; then
+    tail -40 "$OUT/gpu_tests.log"
+    echo "GPU tests: TIMED OUT after 600 s (where it hung: the traceback in gpu_tests.log)"
+    stage_failed+=" tests"
+  elif [ "$rc" -gt 128 ]; then
+    # faulthandler's traceback (innermost call first), else the log's end.
+    fatal=$(sed -n '/Fatal Python error/,$p' "$OUT/gpu_tests.log")
+    head -20 <<<"${fatal:-$(tail -20 "$OUT/gpu_tests.log")}"
+    echo "GPU tests: CRASHED (signal $((rc - 128)))"
+    stage_failed+=" tests"
+    # Rerun the crashing test under cuda-gdb for a native backtrace (this machine has no gdb;
+    # cuda-gdb debugs programs without GPU code too). The test: the innermost test function in
+    # faulthandler's traceback; else the test file it names; else the GPU test file.
+    test_file='tests/python/test_[A-Za-z0-9_]+\.py'
+    frame=$(grep -oE "$test_file\", line [0-9]+ in test_[A-Za-z0-9_]+" <<<"$fatal" | head -1)
+    file=$(grep -oE "$test_file" <<<"${frame:-$fatal}" | head -1)
+    target=("${file:-tests/python/test_gpu_gdn.py}")
+    [ -n "$frame" ] && target+=(-k "${frame##* in }")
+    gdb_bin=$(command -v cuda-gdb || echo /usr/local/cuda/bin/cuda-gdb)
+    if [ -x "$gdb_bin" ]; then
+      echo "GPU tests: rerunning ${target[*]} under cuda-gdb: native backtrace in crash_bt.txt"
+      timeout -k 30 300 "$gdb_bin" -q -batch -ex run -ex bt -ex "info sharedlibrary" \
+        --args python3 -X faulthandler -m pytest -q -x "${target[@]}" > "$OUT/crash_bt.txt" 2>&1
+      grep -E "received signal|^#[0-9]+ " "$OUT/crash_bt.txt" | head -25
+    else
+      echo "GPU tests: no cuda-gdb here ($gdb_bin): no native backtrace"
+    fi
+  else
+    tail -40 "$OUT/gpu_tests.log"
+    if [ "$rc" != 0 ]; then
+      echo "GPU tests: FAILED (pytest exit status $rc)"
+      stage_failed+=" tests"
+    else
+      echo "GPU tests: passed"
+    fi
+  fi
 fi
 if [[ $stages == *" profile "* ]]; then
   kernels='regex:^(qk_norm|kkt_solve|walk_a_fwd|walk_a_bwd|qk_grad)'
@@ -143,4 +185,8 @@ if [[ $stages == *" accuracy "* ]]; then
 fi
 if [[ $stages == *" bench "* ]]; then
   python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1
+fi
+if [ -n "$stage_failed" ]; then
+  echo "device_check: failed:$stage_failed (the other stages ran)"
+  exit 1
 fi
