@@ -58,22 +58,27 @@ case "${cake_cuda^^}" in
     if [ -n "$nvcc_path" ]; then
       echo "setup: building cake with the sm_90a CUDA kernels ($nvcc_path; the CUDA build takes" \
            "a minute or two the first time)"
-    else
+    elif [ "${cake_cuda^^}" = AUTO ]; then
       echo "setup: building cake without the CUDA kernels (no nvcc found: CPU only, ~20 s)"
+    else
+      echo "setup: building cake with the CUDA kernels required (CAKE_CUDA=$cake_cuda), but no" \
+           "nvcc found on PATH"
     fi ;;
 esac
 # pip -v shows the build's output: CMake's "cake:" line (with or without the kernels) and ninja's
 # progress ([n/N] per file, only where there is something to build) are printed, everything goes
-# to build/setup-build.log (its end printed when the build fails).
+# to build/setup-build.log (its errors printed when the build fails).
 mkdir -p build
 log=build/setup-build.log
 set +e
 CAKE_CUDA=$cake_cuda "${pip_install[@]}" -v --no-build-isolation --no-deps . 2>&1 | tee "$log" \
-  | { grep --line-buffered -E '^ *(-- cake: |\[[1-9][0-9]*/[0-9]+\] )' | sed -u 's/^ *-- /  /' || true; }
+  | { grep --line-buffered -E '^ *(-- cake: |\[[1-9][0-9]*/[0-9]+\] )' \
+      | sed -u 's/^ *-- /  /' || true; }
 status=${PIPESTATUS[0]}
 set -e
 if [ "$status" != 0 ]; then
-  tail -40 "$log" >&2
+  # CMake's or the compiler's errors where there are some, else the log's end.
+  { grep -E -A12 '(CMake Error|FAILED: |error:)' "$log" || tail -40 "$log"; } | head -60 >&2
   echo "setup: building cake failed (pip exit $status); its whole output is in $log" >&2
   exit "$status"
 fi
