@@ -59,7 +59,7 @@ run_ctest() {
   fi
 }
 
-echo "test: [1/3] C++ tests, CPU build, emulated kernels included (build/tests; ~2 minutes)"
+echo "test: [1/3] C++ tests, CPU build, emulated kernels included (build/tests; ~1 minute)"
 run_ctest "ctest (cpu build)" build/tests OFF
 
 # Where nvcc is (setup.sh then builds the module with the kernels), the C++ tests once more with
