@@ -80,6 +80,10 @@ else
   export PYTHONPATH=/tmp/cake:/tmp/site
   check=build/device/cake_cuda_check
 fi
+# What was built, and with what (the compiler, the CUDA runtime, nanobind and scikit-build-core as
+# imported): the first thing to compare when a staged build and this one behave differently.
+python3 -c "import cake, json; print('build_info:', json.dumps(cake.build_info()))" 2>&1
+python3 -m pip list 2>/dev/null | grep -iE "^(nanobind|scikit.build.core|cmake|torch) " || true
 # The results name the commit the module was built from: .devpkg/REF when staged (the checkout
 # there may be another commit), else this checkout's HEAD.
 if [ -f .devpkg/REF ] && [ -d .devpkg/cake ]; then
