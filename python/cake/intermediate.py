@@ -14,15 +14,15 @@ from torch import Tensor
 from .options import DeltaOptions
 
 
-def states(opts: DeltaOptions, inputs: tuple, scale: float) -> Tensor:
+def states(opts: DeltaOptions, inputs: tuple, scale: float, forward) -> Tensor:
     """h [B, NT, HV, K, V] in k's dtype (K-first), NT = ceil(T / C) per batch row, or with
     cu_seqlens B = 1 and NT the chunks of all documents in order.
 
     inputs: the validated (q, k, v, g, beta, initial_state [N, HV, K, V] or None, cu_seqlens,
-    A_log, dt_bias) of a call that has run. cu_seqlens on a GPU is read by the host here (a
-    synchronisation; this path is for inference and checks, not training).
+    A_log, dt_bias) of a call that has run; forward: the op's custom forward (cake.ops). cu_seqlens
+    on a GPU is read by the host here (a synchronisation; this path is for inference and checks,
+    not training).
     """
-    from .ops import _abi_options, _forward  # ops imports this module
 
     q, k, v, g, beta, h0, cu_seqlens, A_log, dt_bias = inputs
     B, T, HV, K, V = q.shape[0], q.shape[1], v.shape[2], q.shape[3], v.shape[3]
@@ -38,7 +38,6 @@ def states(opts: DeltaOptions, inputs: tuple, scale: float) -> Tensor:
              torch.zeros(N, HV, K, V, dtype=state_dtype, device=q.device))
     num_chunks = [-(-(bounds[n + 1] - bounds[n]) // C) for n in range(N)]
     h = [[] for _ in range(N)]
-    options = _abi_options(opts, scale, 0)[2:]
     for c in range(max(num_chunks, default=0)):
         walking = []  # documents with a chunk after chunk c
         for n in range(N):
@@ -52,8 +51,8 @@ def states(opts: DeltaOptions, inputs: tuple, scale: float) -> Tensor:
         pieces = [torch.cat([x[:, a:b] for a, b in ranges], dim=1) for x in flat]
         cu = torch.tensor([0] + [C * (i + 1) for i in range(len(walking))],
                           dtype=torch.int64, device=q.device)
-        _, final, _ = _forward(opts.variant, *pieces, state[walking].contiguous(), cu, A_log,
-                               dt_bias, scale, True, *options)
+        _, final, _ = forward(opts.variant, *pieces, state[walking].contiguous(), cu, A_log,
+                              dt_bias, scale, True, *opts.flags(), 0)
         state[walking] = final.to(state_dtype)
     empty = torch.empty(0, HV, K, V, dtype=k.dtype, device=q.device)
     if cu_seqlens is None:

@@ -234,18 +234,12 @@ class CudaSupportWarning(UserWarning):
 
 
 def _warn_if_cuda_refuses(opts: DeltaOptions, inputs: tuple, outputs: tuple, scale: float):
-    error = abi.support_error(*inputs, *outputs, *_abi_options(opts, scale, 0),
+    error = abi.support_error(*inputs, *outputs, opts.variant, scale, *opts.flags(), 0,
                               device_type=abi.CUDA)
     if isinstance(error, ValueError):
         warnings.warn(f"{opts.op.name} ran on the CPU reference, but CUDA tensors would be "
                       f"refused: {error} (cake.build_info() says what CUDA accepts)",
                       CudaSupportWarning, stacklevel=4)
-
-
-def _abi_options(opts: DeltaOptions, scale: float, save_for_backward: int) -> tuple:
-    """The options after the tensors of the C ABI's calls (cake.abi), in its order."""
-    return (opts.variant, scale, opts.use_qk_l2norm, opts.use_gate_in_kernel, opts.lower_bound,
-            opts.use_beta_sigmoid, opts.allow_neg_eigval, save_for_backward)
 
 
 def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
@@ -261,7 +255,7 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
         # dispatcher would route the call to the shape-only fake implementation.
         if t is not None and t.device != q.device:
             raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
-    scale = default_scale(q) if opts.scale is None else opts.scale
+    scale = float(default_scale(q) if opts.scale is None else opts.scale)
     if opts.state_v_first and initial_state is not None:
         _check_state_v_first(initial_state, q, v, cu_seqlens)
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
@@ -274,17 +268,16 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
-    o, final_state, _ = _forward(opts.variant, *inputs, float(scale), opts.output_final_state,
-                                 *_abi_options(opts, float(scale),
-                                               SAVE_MODES[mode] if needs_grad else 0)[2:])
+    o, final_state, _ = _forward(opts.variant, *inputs, scale, opts.output_final_state,
+                                 *opts.flags(), SAVE_MODES[mode] if needs_grad else 0)
     if q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta)):
         _warn_if_cuda_refuses(opts, inputs,
-                              (o, final_state if opts.output_final_state else None), float(scale))
+                              (o, final_state if opts.output_final_state else None), scale)
     if not opts.output_final_state:
         final_state = None
     elif opts.state_v_first:
         final_state = final_state.transpose(-1, -2).contiguous()
     if not opts.return_intermediate_states:
         return o, final_state
-    h = intermediate.states(opts, inputs, float(scale))
+    h = intermediate.states(opts, inputs, scale, _forward)
     return o, final_state, h.transpose(-1, -2).contiguous() if opts.state_v_first else h

@@ -26,15 +26,14 @@ CHUNK_SIZE = 64
 
 @dataclass(frozen=True)
 class Op:
-    """One public op: its name, its variant and what flash-linear-attention accepts for it."""
+    """One public op: its name, its variant and the chunk sizes flash-linear-attention accepts."""
     name: str
     variant: int
     chunk_sizes: tuple[int, ...]
-    dt_bias_shape: str  # in messages
 
 
-GATED_DELTA_RULE = Op("chunk_gated_delta_rule", GDN, (16, 32, 64), "[HV]")
-KDA_OP = Op("chunk_kda", KDA, (32, 64), "[HV * K]")
+GATED_DELTA_RULE = Op("chunk_gated_delta_rule", GDN, (16, 32, 64))
+KDA_OP = Op("chunk_kda", KDA, (32, 64))
 
 
 @dataclass(frozen=True)
@@ -57,6 +56,11 @@ class DeltaOptions:
     def variant(self) -> int:
         return self.op.variant
 
+    def flags(self) -> tuple:
+        """The options between scale and the save mode in the C ABI's order (cake.abi)."""
+        return (self.use_qk_l2norm, self.use_gate_in_kernel, self.lower_bound,
+                self.use_beta_sigmoid, self.allow_neg_eigval)
+
 
 def parse(op: Op, *, scale=None, output_final_state=False, use_qk_l2norm_in_kernel=False,
           use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
@@ -70,7 +74,8 @@ def parse(op: Op, *, scale=None, output_final_state=False, use_qk_l2norm_in_kern
     hold that many elements (flash-linear-attention accepts any shape, e.g. [1, 1, HV, 1]), and
     None without use_gate_in_kernel (flash-linear-attention ignores them then). num_v_heads and
     head_dim_k (None when v or q have the wrong rank; the C++ validation reports those) give the
-    element counts. errors: messages, empty when the options are valid.
+    element counts. errors: messages, empty when the options are valid (save_for_backward is
+    checked where its default is known, cake.ops).
     """
     errors = []
     if head_first is not None:
@@ -102,9 +107,6 @@ def parse(op: Op, *, scale=None, output_final_state=False, use_qk_l2norm_in_kern
                               "their gradients)")
             if disable_recompute:
                 errors.append("return_intermediate_states=True needs disable_recompute=False")
-    if save_for_backward is not None and save_for_backward not in SAVE_MODES:
-        errors.append(f"save_for_backward must be 'saved', 'inverse' or 'recompute' (None: "
-                      f"cake.set_default_save_for_backward's), got {save_for_backward!r}")
 
     if use_gate_in_kernel:
         A_log = _flat(A_log, num_v_heads)

@@ -36,9 +36,8 @@ std::string build_info() {
      << ", \"cuda_architectures\": [" << (cuda.kernels ? quoted(cuda.architectures) : "")
      << "], \"cuda_runtime_version\": " << cuda.runtime_version
      << ", \"compiler\": " << quoted(compiler()) << ", \"ops\": {";
-  char const* const names[] = {"chunk_gated_delta_rule", "chunk_kda"};
-  for (int variant : {cakeGdn, cakeKda}) {
-    os << (variant ? ", " : "") << quoted(names[variant]) << ": {";
+  for (cakeVariant_t variant : {cakeGdn, cakeKda}) {
+    os << (variant ? ", " : "") << quoted(cake::ops::op_name(variant)) << ": {";
     bool first = true;
     for (auto* row = cake::ops::implementations_begin(); row != cake::ops::implementations_end();
          ++row) {

@@ -60,14 +60,17 @@ Implementation const kTable[] = {
 
 }  // namespace
 
+char const* op_name(cakeVariant_t variant) {
+  return variant == cakeKda ? "chunk_kda" : "chunk_gated_delta_rule";
+}
+
 Implementation const& implementation_for(int32_t device_type, cakeVariant_t variant) {
   for (Implementation const& row : kTable) {
     if (row.device_type == device_type && row.variant == variant) return row;
   }
-  CAKE_CHECK(!(device_type == cakeCUDA && variant == cakeKda), cakeNotImplemented,
-             "chunk_kda has no CUDA kernels yet; pass CPU tensors to run the FP64 reference");
-  throw Error(cakeNotImplemented, concat("no implementation for device type ", device_type,
-                                         " and variant ", static_cast<int>(variant)));
+  // Validation admits only the CPU and CUDA, and the CPU reference runs every variant.
+  throw Error(cakeNotImplemented, concat(op_name(variant), " has no CUDA kernels yet; pass CPU "
+                                         "tensors to run the FP64 reference"));
 }
 
 Implementation const* implementations_begin() { return std::begin(kTable); }

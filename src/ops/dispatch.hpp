@@ -29,6 +29,9 @@ struct Implementation {
                    void const* saved, void* workspace, size_t workspace_bytes, void* stream);
 };
 
+// The public name of a variant's op: "chunk_gated_delta_rule" or "chunk_kda".
+char const* op_name(cakeVariant_t variant);
+
 // The implementation of variant on device_type; a cake::Error (cakeNotImplemented) naming what is
 // missing when there is none.
 Implementation const& implementation_for(int32_t device_type, cakeVariant_t variant);

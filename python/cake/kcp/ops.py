@@ -399,9 +399,8 @@ def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_
     tensors = (q, k, v, g, beta, initial_state, A_log, dt_bias)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, Tensor) and x.requires_grad for x in tensors)
-    opts = _Options(name, parsed.variant, float(scale), parsed.use_qk_l2norm,
-                    parsed.use_gate_in_kernel, parsed.lower_bound, parsed.use_beta_sigmoid,
-                    parsed.allow_neg_eigval, parsed.output_final_state, needs_grad)
+    opts = _Options(name, parsed.variant, float(scale), *parsed.flags(),
+                    parsed.output_final_state, needs_grad)
     error = "; ".join(errors) if errors else None
     o, final_state = _KCPFunction.apply(ctx, opts, error, *tensors)
     if not parsed.output_final_state:
