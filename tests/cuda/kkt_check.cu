@@ -20,8 +20,8 @@ namespace {
 using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
-using cake::testing::device_copy;
 using cake::testing::cu_seqlens_of;
+using cake::testing::device_copy;
 using cake::testing::host_copy;
 using cake::testing::kWorkloadADocs;
 using cake::testing::kWorkloadAH;
@@ -102,8 +102,10 @@ bool run_kkt_case(KktCase const& kc, std::mt19937& rng) {
   cudaMemset(p.gcum, 0xff, BT * HV * sizeof(float));  // NaN: unwritten elements fail
   cudaMemset(p.beta_f32, 0xff, BT * HV * sizeof(float));
   cudaMemset(p.a, 0xff, BT * HV * kChunk * sizeof(__nv_bfloat16));
-  bool ok = allocated && cake::kernels::kkt_solve::launch(p, nullptr) == cudaSuccess &&
-            cudaDeviceSynchronize() == cudaSuccess;
+  bool ok =
+      allocated &&
+      cake::kernels::kkt_solve::launch<cake::kernels::ScalarDecay>(p, nullptr) == cudaSuccess &&
+      cudaDeviceSynchronize() == cudaSuccess;
   std::vector<__nv_bfloat16> a = host_copy(p.a, BT * HV * kChunk);
   std::vector<float> gcum = host_copy(p.gcum, BT * HV);
   // beta in fp32: the input's value exactly (bf16 widens exactly), for every token and head
@@ -227,9 +229,13 @@ void time_kkt_solve() {
   kp.a = a;
   float kkt_ms = 0;
   if (ok) {
-    kkt_ms =
-        median_ms([&] { ok = cake::kernels::kkt_solve::launch(kp, nullptr) == cudaSuccess && ok; },
-                  15);
+    kkt_ms = median_ms(
+        [&] {
+          ok = cake::kernels::kkt_solve::launch<cake::kernels::ScalarDecay>(kp, nullptr) ==
+                   cudaSuccess &&
+               ok;
+        },
+        15);
     ok = cudaDeviceSynchronize() == cudaSuccess && ok;
   }
   std::printf("workload A: kkt_solve %.3f ms (median of 15, inputs warm)%s\n", kkt_ms,

@@ -125,7 +125,7 @@ struct Buffers {
     bp.dg = dg;
     bp.dh0 = dh0;
     bp.eo_split = h0 != nullptr;
-    return kn::kkt_solve::launch(kp, stream) == cudaSuccess &&
+    return kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
            kn::walk_a_fwd::launch(fp, stream) == cudaSuccess &&
            kn::walk_a_bwd::launch(bp, stream) == cudaSuccess;
   }

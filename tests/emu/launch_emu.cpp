@@ -4,6 +4,7 @@
 // kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a time.
 #include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/kkt_solve/kernel.cuh"
@@ -41,12 +42,16 @@ extern "C" cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStr
 }
 
 namespace cake::kernels::kkt_solve {
-alignas(16) char smem_raw[sizeof(SharedStorage)];
+alignas(16) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
+                                   sizeof(SharedStorage<ChannelDecay>))];
+template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
   emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_qk_heads)}, Dim3{kThreads}, smem_raw,
-              [&] { kkt_solve_kernel(p); });
+              [&] { kkt_solve_kernel<Decay>(p); });
   return cudaSuccess;
 }
+template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
+template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 }  // namespace cake::kernels::kkt_solve
 
 namespace cake::kernels::qk_norm {

@@ -43,7 +43,7 @@ Solved run_kkt_solve(Problem const& pr) {
   p.gcum = out.gcum.data();
   p.beta_f32 = out.beta.data();
   p.a = out.a.data();
-  EXPECT_EQ(kn::kkt_solve::launch(p, nullptr), cudaSuccess);
+  EXPECT_EQ(kn::kkt_solve::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
   return out;
 }
 

@@ -1,6 +1,9 @@
-// The un-gated chunk inverse (step 1 of docs/design/gdn-hopper-fused-walks.md): one CTA per (chunk,
-// q/k head), for the value heads of its group in turn (grouped value heads share the keys, so K is
-// loaded and K K^T formed once for the group):
+// The chunk inverse of the delta rule, for the decay policy Decay (common/decay.hpp): one CTA per
+// (chunk, q/k head), for the value heads of its group in turn (grouped value heads share the keys,
+// so K is loaded once for the group).
+//
+// ScalarDecay (GDN), the un-gated inverse (step 1 of docs/design/gdn-hopper-fused-walks.md), with
+// K K^T formed once for the group:
 //
 //   S    = K K^T                                                       [64 x 64] fp32, once
 //   per value head hv of the group:
@@ -18,13 +21,24 @@
 // from A). K K^T on the tensor cores (bf16 operands, fp32 accumulation); the solve by
 // substitution and 3xTF32 merges (common/tril_inverse.cuh); A rounded once to bf16. Also writes
 // beta in fp32 for the walk (whatever beta's dtype).
+//
+// ChannelDecay (KDA), the gated inverse, per value head hv of the group:
+//
+//   G    = cumsum(g) within the chunk, per key channel                 [64 x 128] fp32 out
+//   S_ij = sum_c k_ic k_jc e^{G_ic - G_jc}   (i > j; channel_kkt.cuh)  [64 x 64]  fp32
+//   A    = T = (I + diag(beta) strict(S))^-1                           [64 x 64]  bf16 out
+//
+// The per-channel gate cannot be moved out of the product, so A is the gated T itself, and S is
+// formed per value head. The same solve, stores and beta as above.
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/decay.hpp"
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/tile.cuh"
 #include "kernels/common/tril_inverse.cuh"
+#include "kernels/kkt_solve/channel_kkt.cuh"
 #include "kernels/kkt_solve/params.hpp"
 
 namespace cake::kernels::kkt_solve {
@@ -32,9 +46,13 @@ namespace cake::kernels::kkt_solve {
 inline constexpr int kThreads = kTrilThreads;
 inline constexpr int kWarps = kThreads / 32;
 
+template <class Decay>
+struct SharedStorage;
+
 // About 38 KB: three CTAs per SM, bound by registers (80 a thread; at four CTAs the kernel gets 64
 // and spills). A (fp32) takes K's place once S is formed.
-struct SharedStorage {
+template <>
+struct SharedStorage<ScalarDecay> {
   union {
     __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end)
     float t[kChunk * kLd64];            // [64 x 64]  A of the current value head, fp32
@@ -44,12 +62,50 @@ struct SharedStorage {
   float gcum[kChunk];       // G of the current value head
   float beta[kChunk];       // its beta, 0 past the end
 };
-static_assert(sizeof(SharedStorage) <= 75 * 1024, "kkt_solve must fit three CTAs per SM");
+static_assert(sizeof(SharedStorage<ScalarDecay>) <= 75 * 1024,
+              "kkt_solve must fit three CTAs per SM");
 
-__global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant__ Params const p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// About 90 KB: two CTAs per SM. K stays for every value head of the group (each forms its own S).
+template <>
+struct SharedStorage<ChannelDecay> {
+  __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end)
+  float gcum[kChunk * kLdGate];       // [64 x 128] g, then G of the current value head
+  float s[kChunk * kLd64];            // [64 x 64]  gated S of the current value head
+  float t[kChunk * kLd64];            // [64 x 64]  its A, fp32
+  float y[kTrilScratch];
+  float beta[kChunk];
+};
+static_assert(sizeof(SharedStorage<ChannelDecay>) <= 113 * 1024,
+              "kkt_solve with a per-channel gate must fit two CTAs per SM");
+
+template <class Decay>
+inline constexpr int kBlocksPerSm = Decay::kGatedKkt ? 2 : 3;
+
+// A (fp32 [64][kLd64] in shared memory, its strictly upper part ignored) -> a, rows 0..len-1 of
+// chunk c for value head hv, zeros above the diagonal (the solve leaves T's upper 32-block
+// unwritten), four columns per thread and step (8-byte stores, 128 bytes a row).
+__device__ __forceinline__ void store_a(Params const& p, float const* t, ChunkRef const& c,
+                                        int hv, int HV) {
+  __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
+  int64_t const stride = int64_t{HV} * kChunk;
+  for (int idx = threadIdx.x; idx < c.len * kChunk / 4; idx += kThreads) {
+    int const i = idx / (kChunk / 4);
+    int const j = idx % (kChunk / 4) * 4;
+    float4 x = *reinterpret_cast<float4 const*>(t + i * kLd64 + j);
+    x.x = j > i ? 0.f : x.x;
+    x.y = j + 1 > i ? 0.f : x.y;
+    x.z = j + 2 > i ? 0.f : x.z;
+    x.w = j + 3 > i ? 0.f : x.w;
+    __nv_bfloat162 const lo = __floats2bfloat162_rn(x.x, x.y);
+    __nv_bfloat162 const hi = __floats2bfloat162_rn(x.z, x.w);
+    *reinterpret_cast<uint2*>(a + i * stride + j) = make_uint2(
+        *reinterpret_cast<uint32_t const*>(&lo), *reinterpret_cast<uint32_t const*>(&hi));
+  }
+}
+
+__device__ __forceinline__ void scalar_decay_kkt_solve(Params const& p) {
   extern __shared__ __align__(16) char smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& s = *reinterpret_cast<SharedStorage<ScalarDecay>*>(smem_raw);
   ChunkRef c;
   if (!find_chunk(p.problem, blockIdx.x, c)) return;
   int const h = blockIdx.y;
@@ -98,24 +154,69 @@ __global__ void __launch_bounds__(kThreads, 3) kkt_solve_kernel(__grid_constant_
       if (p.beta_f32 != nullptr) p.beta_f32[(c.t0 + tid) * HV + hv] = s.beta[tid];
     }
 
-    // A -> a, rows of the chunk, four columns per thread and step (8-byte stores, 128 bytes a
-    // row); above the diagonal A is 0, which the solve leaves unwritten in T's upper 32-block
-    __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
-    int64_t const stride = int64_t{HV} * kChunk;
-    for (int idx = tid; idx < len * kChunk / 4; idx += kThreads) {
-      int const i = idx / (kChunk / 4);
-      int const j = idx % (kChunk / 4) * 4;
-      float4 x = *reinterpret_cast<float4 const*>(s.t + i * kLd64 + j);
-      x.x = j > i ? 0.f : x.x;
-      x.y = j + 1 > i ? 0.f : x.y;
-      x.z = j + 2 > i ? 0.f : x.z;
-      x.w = j + 3 > i ? 0.f : x.w;
-      __nv_bfloat162 const lo = __floats2bfloat162_rn(x.x, x.y);
-      __nv_bfloat162 const hi = __floats2bfloat162_rn(x.z, x.w);
-      *reinterpret_cast<uint2*>(a + i * stride + j) = make_uint2(
-          *reinterpret_cast<uint32_t const*>(&lo), *reinterpret_cast<uint32_t const*>(&hi));
-    }
+    store_a(p, s.t, c, hv, HV);
   }
+}
+
+__device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
+  extern __shared__ __align__(16) char smem_raw[];
+  auto& s = *reinterpret_cast<SharedStorage<ChannelDecay>*>(smem_raw);
+  ChunkRef c;
+  if (!find_chunk(p.problem, blockIdx.x, c)) return;
+  int const h = blockIdx.y;
+  int const HV = p.problem.num_v_heads;
+  int const H = p.problem.num_qk_heads;
+  int const group = p.problem.group_size();
+  int const len = c.len;
+  int const tid = threadIdx.x;
+
+  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                              int64_t{H} * kHeadDim, len);
+  for (int hv = h * group; hv < (h + 1) * group; ++hv) {
+    // g [64 x 128] (zero past the end, so G stays flat there) and beta of this value head; the
+    // previous head read g only before its solve's barriers, and its beta on the same thread
+    int64_t const row0 = c.t0 * HV + hv;
+    load_tile_async<kChunk, kHeadDim, kThreads>(s.gcum, kLdGate, p.g + row0 * kHeadDim,
+                                                int64_t{HV} * kHeadDim, len);
+    cp_async_commit();
+    if (tid < kChunk)
+      s.beta[tid] = tid < len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
+    cp_async_wait<0>();
+    __syncthreads();  // K, g and beta visible
+
+    // G: thread c < 128 runs down channel c
+    if (tid < kHeadDim) {
+      float acc = 0.f;
+      for (int r = 0; r < kChunk; ++r) {
+        acc += s.gcum[r * kLdGate + tid];
+        s.gcum[r * kLdGate + tid] = acc;
+      }
+    }
+    __syncthreads();  // G visible
+
+    channel_gated_kkt<kWarps>(s.k, s.gcum, s.s);
+    float* const gout = p.gcum + row0 * kHeadDim;
+    for (int idx = tid; idx < len * (kHeadDim / 4); idx += kThreads) {
+      int const r = idx / (kHeadDim / 4);
+      int const col = idx % (kHeadDim / 4) * 4;
+      *reinterpret_cast<float4*>(gout + int64_t{r} * HV * kHeadDim + col) =
+          *reinterpret_cast<float4 const*>(s.gcum + r * kLdGate + col);
+    }
+    __syncthreads();  // S visible
+    invert_unit_lower_64(s.s, s.beta, s.t, s.y);
+    if (tid < len && p.beta_f32 != nullptr) p.beta_f32[row0 + int64_t{tid} * HV] = s.beta[tid];
+    store_a(p, s.t, c, hv, HV);
+  }
+}
+
+template <class Decay>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<Decay>)
+    kkt_solve_kernel(__grid_constant__ Params const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (Decay::kGatedKkt)
+    channel_decay_kkt_solve(p);
+  else
+    scalar_decay_kkt_solve(p);
 #endif
 }
 

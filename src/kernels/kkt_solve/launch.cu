@@ -3,15 +3,19 @@
 
 namespace cake::kernels::kkt_solve {
 
+template <class Decay>
 cudaError_t launch(Params const& params, cudaStream_t stream) {
-  int const smem = sizeof(SharedStorage);
-  cudaError_t err =
-      cudaFuncSetAttribute(kkt_solve_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  int const smem = sizeof(SharedStorage<Decay>);
+  cudaError_t err = cudaFuncSetAttribute(kkt_solve_kernel<Decay>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   dim3 const grid(static_cast<unsigned>(params.problem.num_slots),
                   static_cast<unsigned>(params.problem.num_qk_heads));
-  kkt_solve_kernel<<<grid, kThreads, smem, stream>>>(params);
+  kkt_solve_kernel<Decay><<<grid, kThreads, smem, stream>>>(params);
   return cudaGetLastError();
 }
+
+template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
+template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 
 }  // namespace cake::kernels::kkt_solve

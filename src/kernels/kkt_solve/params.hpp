@@ -1,4 +1,5 @@
-// Host <-> device contract of the un-gated chunk inverse (kernel.cuh says what it computes).
+// Host <-> device contract of the chunk inverse (kernel.cuh says what it computes). The gate's
+// width W is the decay policy's: 1 (ScalarDecay, GDN) or K (ChannelDecay, KDA).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,13 +11,14 @@ namespace cake::kernels::kkt_solve {
 struct Params {
   Problem problem;
   __nv_bfloat16 const* k = nullptr;  // [BT, H, K]
-  float const* g = nullptr;          // [BT, HV]      natural-log decay per token
+  float const* g = nullptr;          // [BT, HV, W]   natural-log decay per token
   void const* beta = nullptr;        // [BT, HV]      fp32, or bf16 when beta_is_bf16
   bool beta_is_bf16 = false;
-  float* gcum = nullptr;       // [BT, HV]      out: G, inclusive cumsum of g in the chunk
+  float* gcum = nullptr;       // [BT, HV, W]   out: G, inclusive cumsum of g in the chunk
   float* beta_f32 = nullptr;   // [BT, HV]      out or nullptr: beta in fp32 (the walk's)
   __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
-                               //   (I + diag(beta) strict-lower(K K^T))^-1
+                               //   (I + diag(beta) strict-lower(K K^T))^-1, the K K^T gated
+                               //   per channel with ChannelDecay
 };
 
 }  // namespace cake::kernels::kkt_solve

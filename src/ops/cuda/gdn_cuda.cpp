@@ -122,7 +122,7 @@ void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* k_used
   kp.gcum = b.gcum;
   kp.beta_f32 = b.beta_f32;
   kp.a = b.a;
-  check_cuda(kernels::kkt_solve::launch(kp, stream), "kkt_solve launch");
+  check_cuda(kernels::kkt_solve::launch<kernels::ScalarDecay>(kp, stream), "kkt_solve launch");
 }
 
 // The forward walk: o and ht when o is given (the forward), h per chunk when h is given (saved

@@ -1,0 +1,146 @@
+// kkt_solve with the per-channel decay (ChannelDecay, KDA) on the CPU emulator, against the FP64
+// reference's stages 1 and 2 (chunk_local_cumsum, chunk_solve_forward): G [BT, HV, K] and the
+// gated inverse A = T [BT, HV, 64], on the gates that break a naive e^{G} e^{-G} split (g down to
+// -20 per token and channel, g = 0 and g = -20 side by side in one token), beta near 0 and 1,
+// documents of 1, 15, 16, 17, 63, 64 and 65 tokens (the 16-row sub-blocks' edges) and GVA ratios
+// 1, 3 and 4. Outputs poisoned (NaN) before each run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+
+#include "emu/gdn_emu_testing.hpp"
+#include "kernels/kkt_solve/launch.hpp"
+#include "ref/chunk_cumsum.hpp"
+#include "ref/chunk_solve.hpp"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cake::emu_testing::Errors;
+using cake::emu_testing::K;
+using cake::emu_testing::poisoned;
+using cake::emu_testing::widen;
+using cake::gdn_testing::Case;
+using cake::gdn_testing::Problem;
+namespace kn = cake::kernels;
+namespace ref = cake::ref;
+
+// How a case draws g [BT, HV, K] (natural-log decay per token and channel).
+using GateDraw = std::function<double(std::mt19937&, int64_t channel)>;
+
+struct KdaCase {
+  Case shape;  // documents, heads, beta's range (its g range is not used)
+  char const* gate_name;
+  GateDraw gate;
+};
+
+double logsigmoid(double x) {
+  return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
+}
+
+GateDraw uniform(double lo, double hi) {
+  return [=](std::mt19937& rng, int64_t) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+}
+// FLA's unbounded form: logsigmoid of N(0, 1), with one token and channel in 16 down to -20.
+GateDraw unbounded() {
+  return [](std::mt19937& rng, int64_t) {
+    double const x = std::normal_distribution<double>(0.0, 1.0)(rng);
+    bool const strong = std::uniform_int_distribution<int>(0, 15)(rng) == 0;
+    return strong ? std::uniform_real_distribution<double>(-20.0, -10.0)(rng) : logsigmoid(x);
+  };
+}
+// g = 0 on even channels and -20 on odd ones, in every token.
+GateDraw split_channels() {
+  return [](std::mt19937&, int64_t c) { return c % 2 == 0 ? 0.0 : -20.0; };
+}
+
+struct Pooled {
+  Errors G, A, strict;  // strict: A's strictly lower part alone (the gated products)
+};
+
+void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
+  Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+  std::vector<double> g(pr.BT * pr.HV * K);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = kc.gate(rng, static_cast<int64_t>(i % K));
+  std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
+
+  auto gcum = poisoned<float>(g.size());
+  auto beta = poisoned<float>(pr.BT * pr.HV);
+  auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
+  kn::kkt_solve::Params p;
+  p.problem = pr.kernel_problem();
+  p.k = pr.k16.data();
+  p.g = g32.data();
+  p.beta = pr.beta32.data();
+  p.gcum = gcum.data();
+  p.beta_f32 = beta.data();
+  p.a = a.data();
+  ASSERT_EQ(kn::kkt_solve::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+
+  ref::Shape shape = pr.shape();
+  shape.gate = ref::Gate::kChannel;
+  ref::ChunkTiling const tiling(shape, kn::kChunk);
+  std::vector<double> rG(g.size()), rA(a.size());
+  ref::chunk_local_cumsum(shape, tiling, g.data(), rG.data());
+  // k as the kernel reads it: q/k head h of value head hv (the reference's layout is the same)
+  ref::chunk_solve_forward(shape, tiling, pr.k.data(), pr.beta.data(), rG.data(), rA.data());
+
+  pool.G.add(gcum, rG);
+  std::vector<double> got = widen(a);
+  pool.A.add(got, rA);
+  std::vector<double> strict_got, strict_ref;
+  for (int64_t t = 0; t < pr.BT; ++t) {
+    // row r of its chunk: strictly lower columns are j < r
+    int64_t doc = 0;
+    while (pr.cu[doc + 1] <= t) ++doc;
+    int64_t const r = (t - pr.cu[doc]) % kn::kChunk;
+    for (int hv = 0; hv < pr.HV; ++hv)
+      for (int64_t j = 0; j < r; ++j) {
+        int64_t const at = (t * pr.HV + hv) * kn::kChunk + j;
+        strict_got.push_back(got[at]);
+        strict_ref.push_back(rA[at]);
+      }
+  }
+  pool.strict.add(strict_got, strict_ref);
+  EXPECT_EQ(std::vector<float>(beta.begin(), beta.end()), pr.beta32);
+}
+
+std::vector<KdaCase> cases() {
+  return {
+      {{"docs 1,15,16,17,63,64,65 GVA 1", {1, 15, 16, 17, 63, 64, 65}, 2, 2},
+       "U(-1,0)",
+       uniform(-1, 0)},
+      {{"docs 65,130 GVA 3", {65, 130}, 1, 3}, "bounded U(-5,0)", uniform(-5, 0)},
+      {{"docs 64,65 GVA 4", {64, 65}, 1, 4}, "logsigmoid, some to -20", unbounded()},
+      {{"docs 17,130", {17, 130}, 1, 2}, "g=-20", uniform(-20, -20)},
+      {{"docs 63,65", {63, 65}, 1, 2}, "g=0", uniform(0, 0)},
+      {{"docs 130", {130}, 1, 2}, "g=0 and -20 by channel", split_channels()},
+      {{"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f}, "U(-1,0)", uniform(-1, 0)},
+      {{"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f},
+       "U(-0.1,0)",
+       uniform(-0.1, 0)},
+  };
+}
+
+TEST(EmulatedKdaKktSolve, MatchesTheFp64Reference) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (KdaCase const& kc : cases()) {
+    Pooled pool;
+    for (int d = 0; d < 2; ++d) draw(kc, rng, pool);
+    char line[256];
+    std::snprintf(line, sizeof line, "%s, g %s: G %.1e/%.1e A %.1e/%.1e strict %.1e/%.1e",
+                  kc.shape.name.c_str(), kc.gate_name, pool.G.rel_rms(), pool.G.max_rel(),
+                  pool.A.rel_rms(), pool.A.max_rel(), pool.strict.rel_rms(), pool.strict.max_rel());
+    std::printf("%s\n", line);
+    EXPECT_TRUE(pool.G.pass() && pool.A.pass() && pool.strict.pass()) << line;
+  }
+}
+
+}  // namespace
