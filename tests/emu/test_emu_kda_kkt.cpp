@@ -1,9 +1,11 @@
 // kkt_solve with the per-channel decay (ChannelDecay, KDA) on the CPU emulator, against the FP64
 // reference's stages 1 and 2 (chunk_local_cumsum, chunk_solve_forward): G [BT, HV, K] and the
-// gated inverse A = T [BT, HV, 64], on the gates that break a naive e^{G} e^{-G} split (g down to
-// -20 per token and channel, g = 0 and g = -20 side by side in one token), beta near 0 and 1,
-// documents of 1, 15, 16, 17, 63, 64 and 65 tokens (the 16-row sub-blocks' edges) and GVA ratios
-// 1, 3 and 4. Outputs poisoned (NaN) before each run.
+// gated inverse A = T [BT, HV, 64], and the output's intra-chunk attention
+// P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j; FP64 from the reference's G, here), on the
+// gates that break a naive e^{G} e^{-G} split (g down to -20 per token and channel, g = 0 and g =
+// -20 side by side in one token), beta near 0 and 1, documents of 1, 15, 16, 17, 63, 64 and 65
+// tokens (the 16-row sub-blocks' edges) and GVA ratios 1, 3 and 4. Outputs poisoned (NaN) before
+// each run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,8 +62,29 @@ GateDraw split_channels() {
 }
 
 struct Pooled {
-  Errors G, A, strict;  // strict: A's strictly lower part alone (the gated products)
+  Errors G, A, strict, P;  // strict: A's strictly lower part alone (the gated products)
 };
+
+// P in FP64 from the reference's G: row t of its chunk's P, columns j <= r (zeros above).
+std::vector<double> reference_p(Problem const& pr, std::vector<double> const& G) {
+  std::vector<double> P(pr.BT * pr.HV * kn::kChunk, 0.0);
+  for (int n = 0; n < pr.N; ++n)
+    for (int64_t t = pr.cu[n]; t < pr.cu[n + 1]; ++t) {
+      int64_t const r = (t - pr.cu[n]) % kn::kChunk;
+      int64_t const t0 = t - r;
+      for (int hv = 0; hv < pr.HV; ++hv) {
+        int const h = hv / (pr.HV / pr.H);
+        for (int64_t j = 0; j <= r; ++j) {
+          double sum = 0;
+          for (int c = 0; c < K; ++c)
+            sum += pr.q[(t * pr.H + h) * K + c] * pr.k[((t0 + j) * pr.H + h) * K + c] *
+                   std::exp(G[(t * pr.HV + hv) * K + c] - G[((t0 + j) * pr.HV + hv) * K + c]);
+          P[(t * pr.HV + hv) * kn::kChunk + j] = pr.scale * sum;
+        }
+      }
+    }
+  return P;
+}
 
 void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
@@ -72,6 +95,7 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   auto gcum = poisoned<float>(g.size());
   auto beta = poisoned<float>(pr.BT * pr.HV);
   auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
+  auto aqk = poisoned<bf16>(a.size());
   kn::kkt_solve::Params p;
   p.problem = pr.kernel_problem();
   p.k = pr.k16.data();
@@ -80,6 +104,8 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   p.gcum = gcum.data();
   p.beta_f32 = beta.data();
   p.a = a.data();
+  p.q = pr.q16.data();
+  p.aqk = aqk.data();
   ASSERT_EQ(kn::kkt_solve::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
 
   ref::Shape shape = pr.shape();
@@ -107,6 +133,7 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
       }
   }
   pool.strict.add(strict_got, strict_ref);
+  pool.P.add(widen(aqk), reference_p(pr, rG));
   EXPECT_EQ(std::vector<float>(beta.begin(), beta.end()), pr.beta32);
 }
 
@@ -127,19 +154,21 @@ std::vector<KdaCase> cases() {
   };
 }
 
-TEST(EmulatedKdaKktSolve, MatchesTheFp64Reference) {
+TEST(EmulatedKdaKktSolve, GAandPMatchTheFp64Reference) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
   for (KdaCase const& kc : cases()) {
     Pooled pool;
     for (int d = 0; d < 2; ++d) draw(kc, rng, pool);
-    char line[256];
-    std::snprintf(line, sizeof line, "%s, g %s: G %.1e/%.1e A %.1e/%.1e strict %.1e/%.1e",
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "%s, g %s: G %.1e/%.1e A %.1e/%.1e strict %.1e/%.1e P %.1e/%.1e",
                   kc.shape.name.c_str(), kc.gate_name, pool.G.rel_rms(), pool.G.max_rel(),
-                  pool.A.rel_rms(), pool.A.max_rel(), pool.strict.rel_rms(), pool.strict.max_rel());
+                  pool.A.rel_rms(), pool.A.max_rel(), pool.strict.rel_rms(), pool.strict.max_rel(),
+                  pool.P.rel_rms(), pool.P.max_rel());
     std::printf("%s\n", line);
-    EXPECT_TRUE(pool.G.pass() && pool.A.pass() && pool.strict.pass()) << line;
+    EXPECT_TRUE(pool.G.pass() && pool.A.pass() && pool.strict.pass() && pool.P.pass()) << line;
   }
 }
 

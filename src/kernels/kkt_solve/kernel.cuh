@@ -29,7 +29,10 @@
 //   A    = T = (I + diag(beta) strict(S))^-1                           [64 x 64]  bf16 out
 //
 // The per-channel gate cannot be moved out of the product, so A is the gated T itself, and S is
-// formed per value head. The same solve, stores and beta as above.
+// formed per value head. The same solve, stores and beta as above. With aqk, also the output's
+// intra-chunk attention by the same gated product:
+//
+//   P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc}   (i >= j)                 [64 x 64]  bf16 out
 #pragma once
 
 #include <cuda_bf16.h>
@@ -65,12 +68,14 @@ struct SharedStorage<ScalarDecay> {
 static_assert(sizeof(SharedStorage<ScalarDecay>) <= 75 * 1024,
               "kkt_solve must fit three CTAs per SM");
 
-// About 90 KB: two CTAs per SM. K stays for every value head of the group (each forms its own S).
+// About 108 KB: two CTAs per SM. K (and Q) stay for every value head of the group (each forms its
+// own S and P).
 template <>
 struct SharedStorage<ChannelDecay> {
   __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128] keys (zero past the end)
+  __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128] queries, when P is wanted
   float gcum[kChunk * kLdGate];       // [64 x 128] g, then G of the current value head
-  float s[kChunk * kLd64];            // [64 x 64]  gated S of the current value head
+  float s[kChunk * kLd64];            // [64 x 64]  gated S of the current value head, then its P
   float t[kChunk * kLd64];            // [64 x 64]  its A, fp32
   float y[kTrilScratch];
   float beta[kChunk];
@@ -81,12 +86,13 @@ static_assert(sizeof(SharedStorage<ChannelDecay>) <= 113 * 1024,
 template <class Decay>
 inline constexpr int kBlocksPerSm = Decay::kGatedKkt ? 2 : 3;
 
-// A (fp32 [64][kLd64] in shared memory, its strictly upper part ignored) -> a, rows 0..len-1 of
-// chunk c for value head hv, zeros above the diagonal (the solve leaves T's upper 32-block
-// unwritten), four columns per thread and step (8-byte stores, 128 bytes a row).
-__device__ __forceinline__ void store_a(Params const& p, float const* t, ChunkRef const& c,
-                                        int hv, int HV) {
-  __nv_bfloat16* const a = p.a + (c.t0 * HV + hv) * kChunk;
+// A lower-triangular [64 x 64] tile (fp32 [64][kLd64] in shared memory, its strictly upper part
+// ignored: the solve leaves T's upper 32-block unwritten) -> out [BT, HV, 64] (A or P), rows
+// 0..len-1 of chunk c for value head hv, zeros above the diagonal, four columns per thread and
+// step (8-byte stores, 128 bytes a row).
+__device__ __forceinline__ void store_lower(__nv_bfloat16* out, float const* t, ChunkRef const& c,
+                                            int hv, int HV) {
+  __nv_bfloat16* const a = out + (c.t0 * HV + hv) * kChunk;
   int64_t const stride = int64_t{HV} * kChunk;
   for (int idx = threadIdx.x; idx < c.len * kChunk / 4; idx += kThreads) {
     int const i = idx / (kChunk / 4);
@@ -154,7 +160,7 @@ __device__ __forceinline__ void scalar_decay_kkt_solve(Params const& p) {
       if (p.beta_f32 != nullptr) p.beta_f32[(c.t0 + tid) * HV + hv] = s.beta[tid];
     }
 
-    store_a(p, s.t, c, hv, HV);
+    store_lower(p.a, s.t, c, hv, HV);
   }
 }
 
@@ -172,6 +178,9 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                               int64_t{H} * kHeadDim, len);
+  if (p.aqk != nullptr)
+    load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                                int64_t{H} * kHeadDim, len);
   for (int hv = h * group; hv < (h + 1) * group; ++hv) {
     // g [64 x 128] (zero past the end, so G stays flat there) and beta of this value head; the
     // previous head read g only before its solve's barriers, and its beta on the same thread
@@ -194,7 +203,7 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     }
     __syncthreads();  // G visible
 
-    channel_gated_kkt<kWarps>(s.k, s.gcum, s.s);
+    channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
     float* const gout = p.gcum + row0 * kHeadDim;
     for (int idx = tid; idx < len * (kHeadDim / 4); idx += kThreads) {
       int const r = idx / (kHeadDim / 4);
@@ -205,7 +214,14 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     __syncthreads();  // S visible
     invert_unit_lower_64(s.s, s.beta, s.t, s.y);
     if (tid < len && p.beta_f32 != nullptr) p.beta_f32[row0 + int64_t{tid} * HV] = s.beta[tid];
-    store_a(p, s.t, c, hv, HV);
+    store_lower(p.a, s.t, c, hv, HV);
+    if (p.aqk != nullptr) {
+      // P over S (the solve is done with it); G is read until the barrier
+      channel_gated_product<kWarps, true>(s.q, s.k, s.gcum, p.problem.scale, s.s);
+      __syncthreads();  // P visible
+      store_lower(p.aqk, s.s, c, hv, HV);
+      __syncthreads();  // P read: the next head's S may overwrite it
+    }
   }
 }
 

@@ -19,6 +19,9 @@ struct Params {
   __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
                                //   (I + diag(beta) strict-lower(K K^T))^-1, the K K^T gated
                                //   per channel with ChannelDecay
+  // ChannelDecay only: the output's intra-chunk attention, or nullptr
+  __nv_bfloat16 const* q = nullptr;  // [BT, H, K]
+  __nv_bfloat16* aqk = nullptr;      // [BT, HV, 64] out: P = s causal(Q K^T gated), diagonal in
 };
 
 }  // namespace cake::kernels::kkt_solve
