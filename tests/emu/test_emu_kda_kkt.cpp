@@ -1,13 +1,15 @@
 // kkt_solve with the per-channel decay (ChannelDecay, KDA) on the CPU emulator, against the FP64
 // reference's stages 1 and 2 (chunk_local_cumsum, chunk_solve_forward): G [BT, HV, K] and the
 // gated inverse A = T [BT, HV, 64], and the output's intra-chunk attention
-// P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j; FP64 from the reference's G, here), on the
+// P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j) and the walks' operands qg, kg, kbar (FP64
+// from the reference's G, here), on the
 // gates that break a naive e^{G} e^{-G} split (g down to -20 per token and channel, g = 0 and g =
 // -20 side by side in one token), beta near 0 and 1, documents of 1, 15, 16, 17, 63, 64 and 65
 // tokens (the 16-row sub-blocks' edges) and GVA ratios 1, 3 and 4. Outputs poisoned (NaN) before
 // each run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -62,8 +64,33 @@ GateDraw split_channels() {
 }
 
 struct Pooled {
-  Errors G, A, strict, P;  // strict: A's strictly lower part alone (the gated products)
+  Errors G, A, strict, P, qg, kg, kbar;  // strict: A's strictly lower part alone
 };
+
+// The walks' operands in FP64 from the reference's G: q o e^G, k o e^G, k o e^{G_last - G}
+// (G_last: G of the chunk's last token), each [BT, HV, K].
+struct Operands {
+  std::vector<double> qg, kg, kbar;
+};
+Operands reference_operands(Problem const& pr, std::vector<double> const& G) {
+  size_t const n = pr.BT * pr.HV * K;
+  Operands out{std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+  for (int d = 0; d < pr.N; ++d)
+    for (int64_t t = pr.cu[d]; t < pr.cu[d + 1]; ++t) {
+      int64_t const r = (t - pr.cu[d]) % kn::kChunk;
+      int64_t const last = std::min<int64_t>(t - r + kn::kChunk, pr.cu[d + 1]) - 1;
+      for (int hv = 0; hv < pr.HV; ++hv)
+        for (int c = 0; c < K; ++c) {
+          int64_t const at = (t * pr.HV + hv) * K + c;
+          int64_t const qk = (t * pr.H + hv / (pr.HV / pr.H)) * K + c;
+          double const g = G[at];
+          out.qg[at] = pr.q[qk] * std::exp(g);
+          out.kg[at] = pr.k[qk] * std::exp(g);
+          out.kbar[at] = pr.k[qk] * std::exp(G[(last * pr.HV + hv) * K + c] - g);
+        }
+    }
+  return out;
+}
 
 // P in FP64 from the reference's G: row t of its chunk's P, columns j <= r (zeros above).
 std::vector<double> reference_p(Problem const& pr, std::vector<double> const& G) {
@@ -96,6 +123,9 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   auto beta = poisoned<float>(pr.BT * pr.HV);
   auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
   auto aqk = poisoned<bf16>(a.size());
+  auto qg = poisoned<bf16>(g.size());
+  auto kg = poisoned<bf16>(g.size());
+  auto kbar = poisoned<bf16>(g.size());
   kn::kkt_solve::Params p;
   p.problem = pr.kernel_problem();
   p.k = pr.k16.data();
@@ -106,6 +136,9 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   p.a = a.data();
   p.q = pr.q16.data();
   p.aqk = aqk.data();
+  p.qg = qg.data();
+  p.kg = kg.data();
+  p.kbar = kbar.data();
   ASSERT_EQ(kn::kkt_solve::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
 
   ref::Shape shape = pr.shape();
@@ -134,6 +167,10 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   }
   pool.strict.add(strict_got, strict_ref);
   pool.P.add(widen(aqk), reference_p(pr, rG));
+  Operands const ro = reference_operands(pr, rG);
+  pool.qg.add(widen(qg), ro.qg);
+  pool.kg.add(widen(kg), ro.kg);
+  pool.kbar.add(widen(kbar), ro.kbar);
   EXPECT_EQ(std::vector<float>(beta.begin(), beta.end()), pr.beta32);
 }
 
@@ -154,21 +191,25 @@ std::vector<KdaCase> cases() {
   };
 }
 
-TEST(EmulatedKdaKktSolve, GAandPMatchTheFp64Reference) {
+TEST(EmulatedKdaKktSolve, OutputsMatchTheFp64Reference) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
   for (KdaCase const& kc : cases()) {
     Pooled pool;
     for (int d = 0; d < 2; ++d) draw(kc, rng, pool);
-    char line[320];
+    char line[400];
     std::snprintf(line, sizeof line,
-                  "%s, g %s: G %.1e/%.1e A %.1e/%.1e strict %.1e/%.1e P %.1e/%.1e",
+                  "%s, g %s: G %.1e/%.1e A %.1e/%.1e strict %.1e/%.1e P %.1e/%.1e qg %.1e/%.1e "
+                  "kg %.1e/%.1e kbar %.1e/%.1e",
                   kc.shape.name.c_str(), kc.gate_name, pool.G.rel_rms(), pool.G.max_rel(),
                   pool.A.rel_rms(), pool.A.max_rel(), pool.strict.rel_rms(), pool.strict.max_rel(),
-                  pool.P.rel_rms(), pool.P.max_rel());
+                  pool.P.rel_rms(), pool.P.max_rel(), pool.qg.rel_rms(), pool.qg.max_rel(),
+                  pool.kg.rel_rms(), pool.kg.max_rel(), pool.kbar.rel_rms(), pool.kbar.max_rel());
     std::printf("%s\n", line);
-    EXPECT_TRUE(pool.G.pass() && pool.A.pass() && pool.strict.pass() && pool.P.pass()) << line;
+    bool const ok = pool.G.pass() && pool.A.pass() && pool.strict.pass() && pool.P.pass() &&
+                    pool.qg.pass() && pool.kg.pass() && pool.kbar.pass();
+    EXPECT_TRUE(ok) << line;
   }
 }
 

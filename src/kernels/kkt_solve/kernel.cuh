@@ -30,9 +30,10 @@
 //
 // The per-channel gate cannot be moved out of the product, so A is the gated T itself, and S is
 // formed per value head. The same solve, stores and beta as above. With aqk, also the output's
-// intra-chunk attention by the same gated product:
+// intra-chunk attention by the same gated product, and the walks' operands:
 //
 //   P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc}   (i >= j)                 [64 x 64]  bf16 out
+//   qg = q o e^G, kg = k o e^G, kbar = k o e^{G_last - G}               [64 x 128] bf16 out
 #pragma once
 
 #include <cuda_bf16.h>
@@ -164,6 +165,37 @@ __device__ __forceinline__ void scalar_decay_kkt_solve(Params const& p) {
   }
 }
 
+// The walks' operands of one chunk and value head, rows 0..len-1, two channels per thread and step
+// (4-byte stores): qg = q o e^G, kg = k o e^G, kbar = k o e^{G_last - G}, each factor one
+// exponential of a difference <= 0 (never e^{G_last} / e^{G}: that overflows). q, k: bf16
+// [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV + hv.
+__device__ __forceinline__ void store_walk_operands(Params const& p, __nv_bfloat16 const* q,
+                                                    __nv_bfloat16 const* k, float const* G,
+                                                    int64_t row0, int HV, int len) {
+  float const* const g_last = G + (len - 1) * kLdGate;
+  for (int idx = threadIdx.x; idx < len * (kHeadDim / 2); idx += kThreads) {
+    int const r = idx / (kHeadDim / 2);
+    int const c = idx % (kHeadDim / 2) * 2;
+    float2 const gr = *reinterpret_cast<float2 const*>(G + r * kLdGate + c);
+    float2 const gl = *reinterpret_cast<float2 const*>(g_last + c);
+    float2 const kr =
+        __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(k + r * kLdBf16 + c));
+    float const e0 = __expf(gr.x);
+    float const e1 = __expf(gr.y);
+    int64_t const at = (row0 + int64_t{r} * HV) * kHeadDim + c;
+    if (p.qg != nullptr) {
+      float2 const qr =
+          __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(q + r * kLdBf16 + c));
+      *reinterpret_cast<__nv_bfloat162*>(p.qg + at) = __floats2bfloat162_rn(qr.x * e0, qr.y * e1);
+    }
+    if (p.kg != nullptr)
+      *reinterpret_cast<__nv_bfloat162*>(p.kg + at) = __floats2bfloat162_rn(kr.x * e0, kr.y * e1);
+    if (p.kbar != nullptr)
+      *reinterpret_cast<__nv_bfloat162*>(p.kbar + at) =
+          __floats2bfloat162_rn(kr.x * __expf(gl.x - gr.x), kr.y * __expf(gl.y - gr.y));
+  }
+}
+
 __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<ChannelDecay>*>(smem_raw);
@@ -178,7 +210,8 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                               int64_t{H} * kHeadDim, len);
-  if (p.aqk != nullptr)
+  bool const reads_q = p.aqk != nullptr || p.qg != nullptr;
+  if (reads_q)
     load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
                                                 int64_t{H} * kHeadDim, len);
   for (int hv = h * group; hv < (h + 1) * group; ++hv) {
@@ -204,6 +237,8 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     __syncthreads();  // G visible
 
     channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
+    if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr)
+      store_walk_operands(p, s.q, s.k, s.gcum, row0, HV, len);
     float* const gout = p.gcum + row0 * kHeadDim;
     for (int idx = tid; idx < len * (kHeadDim / 4); idx += kThreads) {
       int const r = idx / (kHeadDim / 4);

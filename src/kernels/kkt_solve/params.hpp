@@ -19,9 +19,14 @@ struct Params {
   __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
                                //   (I + diag(beta) strict-lower(K K^T))^-1, the K K^T gated
                                //   per channel with ChannelDecay
-  // ChannelDecay only: the output's intra-chunk attention, or nullptr
-  __nv_bfloat16 const* q = nullptr;  // [BT, H, K]
-  __nv_bfloat16* aqk = nullptr;      // [BT, HV, 64] out: P = s causal(Q K^T gated), diagonal in
+  // ChannelDecay only, each out or nullptr: the output's intra-chunk attention and the walks'
+  // operands (the decay applied per channel, rounded to bf16 once; G_last: G of the chunk's last
+  // token)
+  __nv_bfloat16 const* q = nullptr;  // [BT, H, K]    read when aqk or qg is wanted
+  __nv_bfloat16* aqk = nullptr;      // [BT, HV, 64]  P = s causal(Q K^T gated), diagonal in
+  __nv_bfloat16* qg = nullptr;       // [BT, HV, K]   q o e^{G}
+  __nv_bfloat16* kg = nullptr;       // [BT, HV, K]   k o e^{G}
+  __nv_bfloat16* kbar = nullptr;     // [BT, HV, K]   k o e^{G_last - G}
 };
 
 }  // namespace cake::kernels::kkt_solve
