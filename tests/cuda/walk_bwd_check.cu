@@ -22,14 +22,14 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
+using cake::gdn_testing::Case;
 using cake::kernels::kChunk;
 using cake::kernels::kHeadDim;
 using cake::kernels::Problem;
-using cake::gdn_testing::Case;
 using cake::testing::compare;
+using cake::testing::cu_seqlens_of;
 using cake::testing::device_copy;
 using cake::testing::Errors;
-using cake::testing::cu_seqlens_of;
 using cake::testing::host_copy;
 using cake::testing::kWorkloadADocs;
 using cake::testing::kWorkloadAH;
@@ -38,7 +38,6 @@ using cake::testing::make_problem;
 using cake::testing::median_ms;
 
 constexpr int K = kHeadDim;
-
 
 // The device buffers of one run of the three stages.
 struct Buffers {
@@ -126,7 +125,7 @@ struct Buffers {
     bp.dh0 = dh0;
     bp.eo_split = h0 != nullptr;
     return kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
-           kn::walk_a_fwd::launch(fp, stream) == cudaSuccess &&
+           kn::walk_a_fwd::launch<kn::ScalarDecay>(fp, stream) == cudaSuccess &&
            kn::walk_a_bwd::launch(bp, stream) == cudaSuccess;
   }
   void release() {
@@ -168,7 +167,7 @@ bool run_case(Case const& wc, std::mt19937& rng) {
   // FP64 reference on the same (rounded) inputs
   std::vector<double> rq(pr.q.size()), rk(pr.k.size()), rv(pr.v.size()), rg(pr.g.size()),
       rbeta(pr.beta.size()), rh0(pr.states_size());
-  cake::ref::Inputs const in{pr.q.data(), pr.k.data(),    pr.v.data(),  pr.g.data(),
+  cake::ref::Inputs const in{pr.q.data(),    pr.k.data(),  pr.v.data(), pr.g.data(),
                              pr.beta.data(), pr.h0.data(), pr.scale};
   cake::ref::OutputGrads const out{pr.dout.data(), pr.dht.data()};
   cake::ref::InputGrads const grad{rq.data(), rk.data(),    rv.data(),

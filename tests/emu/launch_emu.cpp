@@ -2,18 +2,17 @@
 // launch.cu computes, run by emu::launch, so that the emulated tests call the stages as the GPU
 // check and the op (src/ops/cuda/gdn_cuda.cpp, compiled into the emulated tests) do. Also each
 // kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a time.
-#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
-
 #include <algorithm>
 #include <cstring>
 
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
+#include "kernels/common/tensor_map_encode.hpp"
 #include "kernels/kkt_solve/kernel.cuh"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/qk_grad/kernel.cuh"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/kernel.cuh"
 #include "kernels/qk_norm/launch.hpp"
-#include "kernels/common/tensor_map_encode.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
@@ -90,28 +89,37 @@ cudaError_t encode_h_map(TensorMap& map, void const* h, int64_t num_slots, int H
 
 namespace cake::kernels::walk_a_fwd {
 namespace roles {
-alignas(1024) char smem_raw[sizeof(SharedStorage)];
+alignas(1024) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
+                                     sizeof(SharedStorage<ChannelDecay>))];
 }  // namespace roles
 // launch.cu checks and launches as here
+template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
   if (p.walk_done != nullptr && p.o != nullptr) return cudaErrorInvalidValue;
   if (p.o == nullptr && p.h == nullptr) return cudaErrorInvalidValue;
   Problem const& pr = p.problem;
-  roles::RolesParams rp{p, {}, {}, {}, {}, {}};
-  encode_tile_map(rp.q_map, p.q, pr.num_tokens, pr.num_qk_heads, kHeadDim);
-  encode_tile_map(rp.k_map, p.k, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  bool const channel = Decay::kGatedKkt;
+  int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
+  roles::RolesParams rp{p, {}, {}, {}, {}, {}, {}, {}};
+  encode_tile_map(rp.q_map, channel ? p.qg : p.q, pr.num_tokens, qk_heads, kHeadDim);
+  encode_tile_map(rp.k_map, channel ? p.kg : p.k, pr.num_tokens, qk_heads, kHeadDim);
   encode_tile_map(rp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim);
   encode_tile_map(rp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
+  if (channel) encode_tile_map(rp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim);
+  if (channel && p.o != nullptr)
+    encode_tile_map(rp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk);
   if (p.h != nullptr) encode_h_map(rp.h_map, p.h, pr.num_slots, pr.num_v_heads);
   Dim3 const grid{u(int64_t{pr.num_seqs} * pr.num_v_heads)};
   if (p.o != nullptr)
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
-                [&] { roles::walk_a_fwd_roles_kernel<true>(rp); });
+                [&] { roles::walk_a_fwd_roles_kernel<Decay, true>(rp); });
   else
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
-                [&] { roles::walk_a_fwd_roles_kernel<false>(rp); });
+                [&] { roles::walk_a_fwd_roles_kernel<Decay, false>(rp); });
   return cudaSuccess;
 }
+template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
+template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 }  // namespace cake::kernels::walk_a_fwd
 
 namespace cake::kernels::walk_a_bwd {

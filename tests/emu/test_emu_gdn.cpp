@@ -18,12 +18,12 @@
 namespace {
 
 using bf16 = __nv_bfloat16;
-using cake::gdn_testing::Case;
 using cake::emu_testing::Errors;
-using cake::emu_testing::poisoned;
 using cake::emu_testing::K;
-using cake::gdn_testing::Problem;
+using cake::emu_testing::poisoned;
 using cake::emu_testing::widen;
+using cake::gdn_testing::Case;
+using cake::gdn_testing::Problem;
 namespace kn = cake::kernels;
 
 // G, A and beta in fp32 of a problem (kkt_solve).
@@ -98,7 +98,7 @@ void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   kn::walk_a_fwd::Params p = walk_inputs(c, pr, s);
   p.o = o.data();
   p.ht = ht.data();
-  EXPECT_EQ(kn::walk_a_fwd::launch(p, nullptr), cudaSuccess);
+  EXPECT_EQ(kn::walk_a_fwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
 
   std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size());
   cake::ref::Inputs const in = reference_inputs(c, pr);
@@ -115,7 +115,7 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   {  // the h-walk: the forward walk without o, bf16 h per chunk
     kn::walk_a_fwd::Params p = walk_inputs(c, pr, s);
     p.h = h.data();
-    EXPECT_EQ(kn::walk_a_fwd::launch(p, nullptr), cudaSuccess);
+    EXPECT_EQ(kn::walk_a_fwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
   }
   auto dq_hv = poisoned<float>(pr.BT * pr.HV * K);
   auto dk_hv = poisoned<float>(pr.BT * pr.HV * K);

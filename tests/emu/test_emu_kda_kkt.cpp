@@ -1,21 +1,17 @@
 // kkt_solve with the per-channel decay (ChannelDecay, KDA) on the CPU emulator, against the FP64
 // reference's stages 1 and 2 (chunk_local_cumsum, chunk_solve_forward): G [BT, HV, K] and the
-// gated inverse A = T [BT, HV, 64], and the output's intra-chunk attention
-// P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j) and the walks' operands qg, kg, kbar (FP64
-// from the reference's G, here), on the
-// gates that break a naive e^{G} e^{-G} split (g down to -20 per token and channel, g = 0 and g =
-// -20 side by side in one token), beta near 0 and 1, documents of 1, 15, 16, 17, 63, 64 and 65
-// tokens (the 16-row sub-blocks' edges) and GVA ratios 1, 3 and 4. Outputs poisoned (NaN) before
-// each run.
+// gated inverse A = T [BT, HV, 64]; and against FP64 formed here from the reference's G: the
+// output's intra-chunk attention P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j) and the walks'
+// operands qg, kg, kbar. On the cases of kda_emu_testing.hpp, whose gates break a naive
+// e^{G} e^{-G} split. Outputs poisoned (NaN) before each run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <random>
 
-#include "emu/gdn_emu_testing.hpp"
+#include "emu/kda_emu_testing.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "ref/chunk_cumsum.hpp"
 #include "ref/chunk_solve.hpp"
@@ -29,39 +25,9 @@ using cake::emu_testing::poisoned;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
+using cake::kda_emu_testing::KdaCase;
 namespace kn = cake::kernels;
 namespace ref = cake::ref;
-
-// How a case draws g [BT, HV, K] (natural-log decay per token and channel).
-using GateDraw = std::function<double(std::mt19937&, int64_t channel)>;
-
-struct KdaCase {
-  Case shape;  // documents, heads, beta's range (its g range is not used)
-  char const* gate_name;
-  GateDraw gate;
-};
-
-double logsigmoid(double x) {
-  return x < 0 ? x - std::log1p(std::exp(x)) : -std::log1p(std::exp(-x));
-}
-
-GateDraw uniform(double lo, double hi) {
-  return [=](std::mt19937& rng, int64_t) {
-    return std::uniform_real_distribution<double>(lo, hi)(rng);
-  };
-}
-// FLA's unbounded form: logsigmoid of N(0, 1), with one token and channel in 16 down to -20.
-GateDraw unbounded() {
-  return [](std::mt19937& rng, int64_t) {
-    double const x = std::normal_distribution<double>(0.0, 1.0)(rng);
-    bool const strong = std::uniform_int_distribution<int>(0, 15)(rng) == 0;
-    return strong ? std::uniform_real_distribution<double>(-20.0, -10.0)(rng) : logsigmoid(x);
-  };
-}
-// g = 0 on even channels and -20 on odd ones, in every token.
-GateDraw split_channels() {
-  return [](std::mt19937&, int64_t c) { return c % 2 == 0 ? 0.0 : -20.0; };
-}
 
 struct Pooled {
   Errors G, A, strict, P, qg, kg, kbar;  // strict: A's strictly lower part alone
@@ -115,8 +81,7 @@ std::vector<double> reference_p(Problem const& pr, std::vector<double> const& G)
 
 void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
-  std::vector<double> g(pr.BT * pr.HV * K);
-  for (size_t i = 0; i < g.size(); ++i) g[i] = kc.gate(rng, static_cast<int64_t>(i % K));
+  std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
   std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
 
   auto gcum = poisoned<float>(g.size());
@@ -174,28 +139,11 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   EXPECT_EQ(std::vector<float>(beta.begin(), beta.end()), pr.beta32);
 }
 
-std::vector<KdaCase> cases() {
-  return {
-      {{"docs 1,15,16,17,63,64,65 GVA 1", {1, 15, 16, 17, 63, 64, 65}, 2, 2},
-       "U(-1,0)",
-       uniform(-1, 0)},
-      {{"docs 65,130 GVA 3", {65, 130}, 1, 3}, "bounded U(-5,0)", uniform(-5, 0)},
-      {{"docs 64,65 GVA 4", {64, 65}, 1, 4}, "logsigmoid, some to -20", unbounded()},
-      {{"docs 17,130", {17, 130}, 1, 2}, "g=-20", uniform(-20, -20)},
-      {{"docs 63,65", {63, 65}, 1, 2}, "g=0", uniform(0, 0)},
-      {{"docs 130", {130}, 1, 2}, "g=0 and -20 by channel", split_channels()},
-      {{"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f}, "U(-1,0)", uniform(-1, 0)},
-      {{"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f},
-       "U(-0.1,0)",
-       uniform(-0.1, 0)},
-  };
-}
-
 TEST(EmulatedKdaKktSolve, OutputsMatchTheFp64Reference) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
-  for (KdaCase const& kc : cases()) {
+  for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
     Pooled pool;
     for (int d = 0; d < 2; ++d) draw(kc, rng, pool);
     char line[400];

@@ -111,6 +111,21 @@ __device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* bet
   }
 }
 
+// G of the last token of chunk [t0, t0 + len) of value head hv (gcum [BT, HV, 128] fp32: a decay
+// per key channel) -> glast_dst [128] by threads tid 0 .. 31 (16-byte cp.async each), and beta as
+// load_gcum_beta_async does (threads 64 .. 127); committed with the caller's tiles.
+__device__ __forceinline__ void load_glast_beta_async(float* glast_dst, float* beta_dst,
+                                                      float const* gcum, float const* beta,
+                                                      int64_t t0, int len, int HV, int hv,
+                                                      int tid) {
+  if (tid < kHeadDim / 4) {
+    cp_async_16(&glast_dst[4 * tid], gcum + ((t0 + len - 1) * HV + hv) * kHeadDim + 4 * tid, true);
+  } else if (tid >= kChunk && tid < 2 * kChunk) {
+    int const r = tid - kChunk;
+    cp_async_4(&beta_dst[r], beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);
+  }
+}
+
 // Rows len .. 63 of a swizzled [64 x cols] tile (wgmma.cuh) zeroed in 16-byte vectors by threads
 // tid 0 .. kThreads - 1: a TMA box of a document's last chunk reads on into the next document,
 // whose values (a NaN included) must not reach this one's products.
@@ -157,14 +172,11 @@ __device__ __forceinline__ void store_state_half(StateHalf& st, float* dst, int 
   });
 }
 
-// The share <- gamma x share + K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles read through
-// the views kt (K^T: K read M-major) and x (N-major): MNMajorTile<128> for blocked tiles,
-// MNMajorSwizzledTile<kChunk> for 128-byte swizzled ones (wgmma.cuh); complete on return.
+// The share += K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles read through the views kt (K^T:
+// K read M-major) and x (N-major): MNMajorTile<128> for blocked tiles, MNMajorSwizzledTile<kChunk>
+// for 128-byte swizzled ones (wgmma.cuh); complete on return.
 template <class KT, class XT>
-__device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT const& kt,
-                                               XT const& x, int c0) {
-  for (float& v : st.lo) v *= gamma;
-  for (float& v : st.hi) v *= gamma;
+__device__ __forceinline__ void add_kt_x(StateHalf& st, KT const& kt, XT const& x, int c0) {
   fence_accumulators(st.lo);
   fence_accumulators(st.hi);
   wgmma_fence();
@@ -174,6 +186,39 @@ __device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT co
   wgmma_wait<0>();
   fence_accumulators(st.lo);
   fence_accumulators(st.hi);
+}
+
+// The share <- gamma x share + K^T X[:, c0 .. c0 + 63] (a scalar decay, GDN).
+template <class KT, class XT>
+__device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT const& kt,
+                                               XT const& x, int c0) {
+  for (float& v : st.lo) v *= gamma;
+  for (float& v : st.hi) v *= gamma;
+  add_kt_x(st, kt, x, c0);
+}
+
+// The share <- diag(e^{log_gamma}) share + K^T X[:, c0 .. c0 + 63] (a decay per row of the state,
+// per key channel: KDA); log_gamma [128] in shared memory, each factor one exponential. A thread
+// holds rows r0 and r0 + 8 of each 64-row half (for_each_wgmma_pair's layout): four factors.
+template <class KT, class XT>
+__device__ __forceinline__ void decay_rows_add_kt_x(StateHalf& st, float const* log_gamma,
+                                                    KT const& kt, XT const& x, int c0) {
+  int const r0 = 16 * (threadIdx.x % 128 / 32) + threadIdx.x % 32 / 4;
+  float const lo0 = __expf(log_gamma[r0]);
+  float const lo8 = __expf(log_gamma[r0 + 8]);
+  float const hi0 = __expf(log_gamma[kStateHalf + r0]);
+  float const hi8 = __expf(log_gamma[kStateHalf + r0 + 8]);
+  for_each_wgmma_pair<kStateHalf>(0, c0, st.lo, [&](int r, int, float& x0, float& x1) {
+    float const gamma = r == r0 ? lo0 : lo8;
+    x0 *= gamma;
+    x1 *= gamma;
+  });
+  for_each_wgmma_pair<kStateHalf>(kStateHalf, c0, st.hi, [&](int r, int, float& x0, float& x1) {
+    float const gamma = r == kStateHalf + r0 ? hi0 : hi8;
+    x0 *= gamma;
+    x1 *= gamma;
+  });
+  add_kt_x(st, kt, x, c0);
 }
 
 // The causal gates Gamma_ij = e^{G_i - G_j} of the pair (i, j), (i, j + 1) of a chunk: 0 above the

@@ -1,5 +1,7 @@
-// Host <-> device contract of the forward walk on the un-gated inverse (kernel.cuh says what it
-// computes).
+// Host <-> device contract of the forward walk (roles.cuh says what it computes), for the decay
+// policy of the launch (common/decay.hpp): ScalarDecay (GDN) reads q, k, kkt_solve's un-gated A and
+// G [BT, HV]; ChannelDecay (KDA) reads kkt_solve<ChannelDecay>'s gated A, P and the operands qg,
+// kg, kbar in place of q and k, and G [BT, HV, K] (its chunks' last rows).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,11 +12,11 @@ namespace cake::kernels::walk_a_fwd {
 
 struct Params {
   Problem problem;
-  __nv_bfloat16 const* q = nullptr;  // [BT, H, K]
-  __nv_bfloat16 const* k = nullptr;  // [BT, H, K]
+  __nv_bfloat16 const* q = nullptr;  // [BT, H, K]     ScalarDecay
+  __nv_bfloat16 const* k = nullptr;  // [BT, H, K]     ScalarDecay
   __nv_bfloat16 const* v = nullptr;  // [BT, HV, V]
   __nv_bfloat16 const* a = nullptr;  // [BT, HV, 64]    from kkt_solve: (I + diag(beta) L)^-1
-  float const* gcum = nullptr;       // [BT, HV]        from kkt_solve
+  float const* gcum = nullptr;       // [BT, HV, W]     from kkt_solve (W = 1, or K: ChannelDecay)
   float const* beta = nullptr;       // [BT, HV]        fp32 (a bf16 beta goes through a copy)
   float const* h0 = nullptr;         // [N, HV, K, V]   or nullptr (zero initial state)
   __nv_bfloat16* o = nullptr;        // [BT, HV, V]     out, or nullptr: the h-walk (no o)
@@ -26,6 +28,11 @@ struct Params {
   // walk launch at its start (launch_dependents), so that each reverse walk starts as soon as its
   // own h is there instead of after the last h-walk (walk_a_bwd::Params::h_ready).
   int* walk_done = nullptr;
+  // ChannelDecay: from kkt_solve<ChannelDecay>
+  __nv_bfloat16 const* qg = nullptr;    // [BT, HV, K]  q o e^G
+  __nv_bfloat16 const* kg = nullptr;    // [BT, HV, K]  k o e^G
+  __nv_bfloat16 const* kbar = nullptr;  // [BT, HV, K]  k o e^{G_last - G}
+  __nv_bfloat16 const* aqk = nullptr;   // [BT, HV, 64] P (o only)
 };
 
 }  // namespace cake::kernels::walk_a_fwd

@@ -34,10 +34,21 @@
 // swizzled tiles (TMA's layout), Ag, P and Delta blocked 8 x 8 core matrices (wgmma.cuh).
 // Measured and not kept (docs/perf-notes.md): o staged in shared memory for 16-byte stores
 // (+0.7 ms at A), Ag handed over before P is formed (+3.1 ms).
+//
+// The decay is the template policy Decay (common/decay.hpp). Above is ScalarDecay (GDN). With
+// ChannelDecay (KDA: a decay per key channel, docs/design/kda-hopper.md) kkt_solve has put the
+// decay into the operands: A is the gated T, P comes ready, and qg = Q o e^G, kg = K o e^G,
+// kbar = K o e^{G_last - G} replace Q and K, so per chunk
+//   R     = beta_i (V - (kg h)_i)          Delta = A R
+//   h     = diag(e^{G_last}) h + kbar^T Delta   (a factor per row of h, per key channel)
+//   O     = scale (qg h) + P Delta
+// with the same roles and hand-overs, less the gates: the output roles form no Ag or P (their
+// barriers are unused), and A and P are read as TMA left them.
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/decay.hpp"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/tensor_map.hpp"
 #include "kernels/common/walk.cuh"
@@ -48,7 +59,7 @@ namespace cake::kernels::walk_a_fwd::roles {
 
 using bf16 = __nv_bfloat16;
 
-inline constexpr int kRoleThreads = 128;              // one warpgroup
+inline constexpr int kRoleThreads = 128;                 // one warpgroup
 inline constexpr int kOutputThreads = 2 * kRoleThreads;  // the two output warpgroups
 inline constexpr int kThreads = 2 * kRoleThreads + kOutputThreads;
 // Registers per thread (setmaxnreg; 65,536 per SM over 512 threads; ptxas allocates each role's
@@ -64,14 +75,18 @@ static_assert(2 * kRoleThreads * kStateRegs + kOutputThreads * kOutputRegs <= 65
 // A [BT, HV, 64] as 2-D tensors (all heads' columns, tokens), 128-byte swizzled boxes of 64
 // columns by one chunk's tokens: a head's tile is two boxes (one for A), a swizzled tile
 // (wgmma.cuh); h_map (when p.h is given) h [num_slots, HV, 128, 128] in boxes of 64 columns by
-// 128 rows (tensor_map.hpp: tile_map_shape, h_map_shape; launch.cu encodes them).
+// 128 rows (tensor_map.hpp: tile_map_shape, h_map_shape; launch.cu encodes them). ChannelDecay:
+// q_map and k_map map qg and kg [BT, HV, 128], kbar_map kbar, aqk_map P [BT, HV, 64].
 struct RolesParams {
   Params p;
-  TensorMap q_map, k_map, v_map, a_map, h_map;
+  TensorMap q_map, k_map, v_map, a_map, h_map, kbar_map, aqk_map;
 };
 // One chunk's operands; two of them alternate. Q, K, V and A as TMA writes them (swizzled tiles,
 // wgmma.cuh: each 1024-byte aligned).
-struct alignas(1024) ChunkTiles {
+template <class Decay>
+struct ChunkTiles;
+template <>
+struct alignas(1024) ChunkTiles<ScalarDecay> {
   bf16 q[kChunk * kHeadDim];  // [64 x 128] swizzled
   bf16 k[kChunk * kHeadDim];  // [64 x 128] swizzled
   bf16 v[kChunk * kHeadDim];  // [64 x 128] swizzled: V; then R, then bf16(e^{G_last - G} Delta)
@@ -79,12 +94,29 @@ struct alignas(1024) ChunkTiles {
   float gcum[kChunk];         // G; rows past the end repeat G of the last token
   float beta[kChunk];         // beta; 0 past the end
 };
-// The bytes one chunk's TMA copies bring (Q, K, V, A)
-inline constexpr uint32_t kTmaBytes = (3 * kChunk * kHeadDim + kChunk * kChunk) * 2;
+template <>
+struct alignas(1024) ChunkTiles<ChannelDecay> {
+  bf16 q[kChunk * kHeadDim];     // [64 x 128] swizzled: qg
+  bf16 k[kChunk * kHeadDim];     // [64 x 128] swizzled: kg
+  bf16 v[kChunk * kHeadDim];     // [64 x 128] swizzled: V; then R, then bf16(Delta)
+  bf16 kbar[kChunk * kHeadDim];  // [64 x 128] swizzled: kbar
+  bf16 a[kChunk * kChunk];       // [64 x 64]  A (the gated T), swizzled
+  bf16 p[kChunk * kChunk];       // [64 x 64]  P, swizzled (with o)
+  float glast[kHeadDim];         // G of the chunk's last token, per key channel
+  float beta[kChunk];            // beta; 0 past the end
+};
+// The bytes one chunk's TMA copies bring (Q, K, V, A; ChannelDecay: also kbar and, with o, P)
+template <class Decay, bool kWithO>
+inline constexpr uint32_t kTmaBytes =
+    Decay::kGatedKkt ? (4 * kChunk * kHeadDim + (kWithO ? 2 : 1) * kChunk * kChunk) * 2
+                     : (3 * kChunk * kHeadDim + kChunk * kChunk) * 2;
 
+template <class Decay>
+struct SharedStorage;
 // About 193 KB: one CTA per SM.
-struct SharedStorage {
-  ChunkTiles tiles[2];
+template <>
+struct SharedStorage<ScalarDecay> {
+  ChunkTiles<ScalarDecay> tiles[2];
   bf16 hb[kHeadDim * kHeadDim];   // [128 x 128] bf16(h), swizzled: operand of K h and Q h, and
                                   // the source of h's TMA stores
   bf16 delta[kChunk * kHeadDim];  // [64 x 128]  bf16(Delta), operand of P Delta
@@ -92,7 +124,18 @@ struct SharedStorage {
   bf16 p[2][kChunk * kChunk];     // [64 x 64]   bf16(P), by chunk parity
   uint64_t tiles_landed[2];       // mbarriers: a chunk's TMA copies, by chunk parity
 };
-static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_fwd shared memory exceeds 227 KB");
+static_assert(sizeof(SharedStorage<ScalarDecay>) <= 227 * 1024,
+              "walk_a_fwd shared memory exceeds 227 KB");
+// About 214 KB: no Ag or P of the walk's own (A and P are read from the tiles).
+template <>
+struct SharedStorage<ChannelDecay> {
+  ChunkTiles<ChannelDecay> tiles[2];
+  bf16 hb[kHeadDim * kHeadDim];   // [128 x 128] bf16(h), swizzled
+  bf16 delta[kChunk * kHeadDim];  // [64 x 128]  bf16(Delta), operand of P Delta
+  uint64_t tiles_landed[2];
+};
+static_assert(sizeof(SharedStorage<ChannelDecay>) <= 227 * 1024,
+              "walk_a_fwd shared memory exceeds 227 KB with a per-channel decay");
 
 // Named barriers (0 is __syncthreads). The *0 ones come in pairs, by chunk parity.
 enum Barrier : int {
@@ -112,14 +155,14 @@ enum Barrier : int {
 // warpgroup ow): Ag = causal(A o Gamma) -> ag and, kWithP, P = causal(scale (Q K^T) o Gamma) -> p,
 // one exponential per element for both. tid: the thread's index in the two output warpgroups.
 template <bool kWithP>
-__device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16* p, float scale,
-                                            int tid) {
+__device__ __forceinline__ void chunk_gates(ChunkTiles<ScalarDecay> const& t, bf16* ag, bf16* p,
+                                            float scale, int tid) {
   constexpr int kHalf = kChunk / 2;
   int const ow = tid / kRoleThreads;
   float qk[kHalf / 2] = {};
   if constexpr (kWithP)
-    warpgroup_mma<kHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q},
-                                   KMajorSwizzledTile<kChunk>{t.k}, 0, kHalf * ow, qk);
+    warpgroup_mma<kHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q}, KMajorSwizzledTile<kChunk>{t.k},
+                                   0, kHalf * ow, qk);
   // pairs in for_each_wgmma_pair's order: pair q at row i_lo (+ 8 for odd q), columns jc, jc + 1
   uint32_t a[kHalf / 4];
   load_swizzled_frag<kChunk, kHalf>(t.a, 0, kHalf * ow, a);
@@ -142,8 +185,8 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles const& t, bf16* ag, bf16*
 // A state warpgroup (wg 0 or 1) of document n: h's columns c0 .. c0 + 63 as two [64 x 64]
 // accumulators (rows 0 .. 63 and 64 .. 127 of K), walked over the document's chunks; with p.h,
 // its thread 0 stores bf16(h)'s columns c0 .. c0 + 63 per chunk from hb by TMA.
-template <bool kWithO>
-__device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& rp,
+template <class Decay, bool kWithO>
+__device__ __forceinline__ void state_role(SharedStorage<Decay>& s, RolesParams const& rp,
                                            WalkSpan const& span, int n, int hv, int wg) {
   Params const& p = rp.p;
   int const HV = p.problem.num_v_heads;
@@ -159,7 +202,7 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
 
   int64_t const num_chunks = span.num_chunks();
   for (int64_t j = 0; j < num_chunks; ++j) {
-    ChunkTiles& t = s.tiles[j % 2];
+    ChunkTiles<Decay>& t = s.tiles[j % 2];
     int const parity = static_cast<int>(j % 2);
     int const len = span.chunk_len(j);
 
@@ -183,9 +226,15 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
     // (complete by now: the output roles waited for it before TilesFull; chunk j + 2 reuses the
     // barrier only after this step's TilesFree)
     mbarrier_wait(&s.tiles_landed[parity], static_cast<int>(j / 2 % 2));
-    float const g_lo = t.gcum[row_lo];
-    float const g_hi = t.gcum[row_hi];
-    float const g_last = t.gcum[len - 1];
+    // GDN's gates of this thread's rows (ChannelDecay's are in the operands)
+    float g_lo = 0.f;
+    float g_hi = 0.f;
+    float g_last = 0.f;
+    if constexpr (!Decay::kGatedKkt) {
+      g_lo = t.gcum[row_lo];
+      g_hi = t.gcum[row_hi];
+      g_last = t.gcum[len - 1];
+    }
 
     // K h on this warpgroup's columns; R = beta_i (V - e^{G_i} (K h)_i) -> t.v in place (each
     // thread rewrites the elements it read; rows past the end: beta is zero there, so R is)
@@ -193,8 +242,8 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
       float kh[kStateHalf / 2] = {};
       warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.k},
                                           MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, c0, kh);
-      float const eg_lo = __expf(g_lo);
-      float const eg_hi = __expf(g_hi);
+      float const eg_lo = Decay::kGatedKkt ? 1.f : __expf(g_lo);
+      float const eg_hi = Decay::kGatedKkt ? 1.f : __expf(g_hi);
       float const beta_lo = t.beta[row_lo];
       float const beta_hi = t.beta[row_hi];
       uint32_t v[kStateHalf / 4];  // pair q: row_lo (even q) or row_hi (odd q)
@@ -213,19 +262,25 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
     if (stores_h) bulk_wait_group_read<0>();  // hb may be rewritten after this barrier
     named_barrier_sync(group, kRoleThreads);
 
-    // Delta = Ag R on this warpgroup's columns
-    named_barrier_sync(kAgFull0 + parity, kThreads);
+    // Delta = Ag R on this warpgroup's columns (ChannelDecay: A R, A from the tiles)
+    if constexpr (!Decay::kGatedKkt) named_barrier_sync(kAgFull0 + parity, kThreads);
     float d[kStateHalf / 2] = {};
-    warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]},
-                                      MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
-    if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
+    if constexpr (Decay::kGatedKkt)
+      warpgroup_mma<kStateHalf, kChunk>(KMajorSwizzledTile<kChunk>{t.a},
+                                        MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
+    else
+      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]},
+                                        MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
+    if constexpr (!Decay::kGatedKkt)
+      if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
     named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
 
-    // delta <- bf16(Delta) (for P Delta), t.v <- bf16(e^{G_last - G} Delta) (for the update)
+    // delta <- bf16(Delta) (for P Delta), t.v <- bf16(e^{G_last - G} Delta) (for the update;
+    // ChannelDecay: bf16(Delta), the decay is in kbar)
     if (kWithO && j >= 1) named_barrier_sync(kDeltaFree, kThreads);
     {
-      float const decay_lo = row_lo < len ? __expf(g_last - g_lo) : 0.f;
-      float const decay_hi = row_hi < len ? __expf(g_last - g_hi) : 0.f;
+      float const decay_lo = row_lo < len ? (Decay::kGatedKkt ? 1.f : __expf(g_last - g_lo)) : 0.f;
+      float const decay_hi = row_hi < len ? (Decay::kGatedKkt ? 1.f : __expf(g_last - g_hi)) : 0.f;
       if constexpr (kWithO) store_blocked_acc<kHeadDim, kStateHalf>(s.delta, 0, c0, d);
 #pragma unroll
       for (int q = 0; q < kStateHalf / 4; ++q) {
@@ -240,8 +295,13 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
     if constexpr (kWithO) named_barrier_arrive(kDeltaFull, kThreads);
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
-    decay_add_kt_x(h, __expf(g_last), MNMajorSwizzledTile<kChunk>{t.k},
-                   MNMajorSwizzledTile<kChunk>{t.v}, c0);
+    // (ChannelDecay: h = diag(e^{G_last}) h + kbar^T Delta)
+    if constexpr (Decay::kGatedKkt)
+      decay_rows_add_kt_x(h, t.glast, MNMajorSwizzledTile<kChunk>{t.kbar},
+                          MNMajorSwizzledTile<kChunk>{t.v}, c0);
+    else
+      decay_add_kt_x(h, __expf(g_last), MNMajorSwizzledTile<kChunk>{t.k},
+                     MNMajorSwizzledTile<kChunk>{t.v}, c0);
     if (j + 2 < num_chunks) named_barrier_arrive(kTilesFree0 + parity, kThreads);
   }
 
@@ -254,13 +314,13 @@ __device__ __forceinline__ void state_role(SharedStorage& s, RolesParams const& 
 
 // The two output warpgroups: the loads, the gates and (kWithO) O = scale e^G (Q h) + P Delta per
 // chunk, each warpgroup half of the copies and of P's and O's columns.
-template <bool kWithO>
-__device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const& rp,
+template <class Decay, bool kWithO>
+__device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams const& rp,
                                             WalkSpan const& span, int h, int hv) {
   Params const& p = rp.p;
   int const tid = threadIdx.x - 2 * kRoleThreads;  // 0 .. 255
-  int const ow = tid / kRoleThreads;                // this warpgroup's half
-  int const oc0 = kStateHalf * ow;                  // its columns of O
+  int const ow = tid / kRoleThreads;               // this warpgroup's half
+  int const oc0 = kStateHalf * ow;                 // its columns of O
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
@@ -271,25 +331,35 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
   // tiles[jj % 2]; then, once landed, rows past a document's end zeroed (a box reads on into the
   // next document, whose values, a NaN included, must not reach this one's products) and the
   // tiles handed over.
+  // (ChannelDecay: qg and kg of value head hv for Q and K, and kbar and P too; G's last row.)
+  int const qk_head = Decay::kGatedKkt ? hv : h;
   auto load_chunk = [&](int64_t jj) {
-    ChunkTiles& t = s.tiles[jj % 2];
+    ChunkTiles<Decay>& t = s.tiles[jj % 2];
     int64_t const t0 = span.begin + jj * kChunk;
     if (tid == 0) {
-      mbarrier_arrive_expect_tx(&s.tiles_landed[jj % 2], kTmaBytes);
+      mbarrier_arrive_expect_tx(&s.tiles_landed[jj % 2], kTmaBytes<Decay, kWithO>);
       int const row = static_cast<int>(t0);
       uint64_t* const bar = &s.tiles_landed[jj % 2];
       for (int half = 0; half < 2; ++half) {  // 64 columns each, kChunk x 64 elements apart
-        tma_load_2d(t.q + half * kChunk * 64, &rp.q_map, h * kHeadDim + 64 * half, row, bar);
-        tma_load_2d(t.k + half * kChunk * 64, &rp.k_map, h * kHeadDim + 64 * half, row, bar);
+        tma_load_2d(t.q + half * kChunk * 64, &rp.q_map, qk_head * kHeadDim + 64 * half, row, bar);
+        tma_load_2d(t.k + half * kChunk * 64, &rp.k_map, qk_head * kHeadDim + 64 * half, row, bar);
         tma_load_2d(t.v + half * kChunk * 64, &rp.v_map, hv * kHeadDim + 64 * half, row, bar);
+        if constexpr (Decay::kGatedKkt)
+          tma_load_2d(t.kbar + half * kChunk * 64, &rp.kbar_map, hv * kHeadDim + 64 * half, row,
+                      bar);
       }
       tma_load_2d(t.a, &rp.a_map, hv * kChunk, row, bar);
+      if constexpr (Decay::kGatedKkt && kWithO)
+        tma_load_2d(t.p, &rp.aqk_map, hv * kChunk, row, bar);
     }
-    load_gcum_beta_async(t.gcum, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
+    if constexpr (Decay::kGatedKkt)
+      load_glast_beta_async(t.glast, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
+    else
+      load_gcum_beta_async(t.gcum, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
     cp_async_commit();
   };
   auto hand_over_chunk = [&](int64_t jj) {
-    ChunkTiles& t = s.tiles[jj % 2];
+    ChunkTiles<Decay>& t = s.tiles[jj % 2];
     mbarrier_wait(&s.tiles_landed[jj % 2], static_cast<int>(jj / 2 % 2));
     int const len = span.chunk_len(jj);
     // Rows len .. 63 zeroed in 16-byte vectors, 16 per row of Q, K and V, 8 of A, in one loop
@@ -301,8 +371,13 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
         *reinterpret_cast<int4*>(t.q + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
         *reinterpret_cast<int4*>(t.k + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
         *reinterpret_cast<int4*>(t.v + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
-        if (i % 16 < 8)
+        if constexpr (Decay::kGatedKkt)
+          *reinterpret_cast<int4*>(t.kbar + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        if (i % 16 < 8) {
           *reinterpret_cast<int4*>(t.a + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+          if constexpr (Decay::kGatedKkt && kWithO)
+            *reinterpret_cast<int4*>(t.p + swizzled_offset<kChunk>(r, 8 * (i % 16))) = zero;
+        }
       }
     }
     cp_async_wait<0>();
@@ -311,12 +386,22 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     named_barrier_arrive(kTilesFull0 + static_cast<int>(jj % 2), kThreads);
   };
 
-  // Chunk jj's gates, handed over
+  // Chunk jj's gates, handed over (ScalarDecay; ChannelDecay's are in its operands, and the walk
+  // reads A and P from the tiles)
   auto gates_chunk = [&](int64_t jj) {
-    int const parity = static_cast<int>(jj % 2);
-    chunk_gates<kWithO>(s.tiles[parity], s.ag[parity], s.p[parity], scale, tid);
-    named_barrier_sync(kOutputGroup, kOutputThreads);
-    named_barrier_arrive(kAgFull0 + parity, kThreads);
+    if constexpr (!Decay::kGatedKkt) {
+      int const parity = static_cast<int>(jj % 2);
+      chunk_gates<kWithO>(s.tiles[parity], s.ag[parity], s.p[parity], scale, tid);
+      named_barrier_sync(kOutputGroup, kOutputThreads);
+      named_barrier_arrive(kAgFull0 + parity, kThreads);
+    }
+  };
+  // The gates of chunk j + 1 at walk step j, once its Ag buffer (parity next) is free
+  auto next_gates = [&](int64_t j, int next) {
+    if constexpr (!Decay::kGatedKkt) {
+      if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
+      gates_chunk(j + 1);
+    }
   };
 
   // Chunk 0's tiles and gates
@@ -330,15 +415,14 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
       if (j >= 1) named_barrier_sync(kTilesFree0 + next, kThreads);
       load_chunk(j + 1);
       hand_over_chunk(j + 1);
-      if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
-      gates_chunk(j + 1);
+      next_gates(j, next);
     }
     return;
   }
 
   int const row_lo = 16 * (tid % kRoleThreads / 32) + tid % 32 / 4;
   for (int64_t j = 0; j < num_chunks; ++j) {
-    ChunkTiles& t = s.tiles[j % 2];
+    ChunkTiles<Decay>& t = s.tiles[j % 2];
     int const parity = static_cast<int>(j % 2);
     int const next = 1 - parity;
     int64_t const t0 = span.begin + j * kChunk;
@@ -362,9 +446,14 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
       if (j >= 1) named_barrier_sync(kTilesFree0 + next, kThreads);
       load_chunk(j + 1);
     }
-    // O's first term scale e^{G_i} (Q h)_i (the row scale on the fp32 product, as FLA does)
-    float const q_lo = scale * __expf(t.gcum[row_lo]);
-    float const q_hi = scale * __expf(t.gcum[row_lo + 8]);
+    // O's first term scale e^{G_i} (Q h)_i (the row scale on the fp32 product, as FLA does;
+    // ChannelDecay: scale (qg h)_i)
+    float q_lo = scale;
+    float q_hi = scale;
+    if constexpr (!Decay::kGatedKkt) {
+      q_lo = scale * __expf(t.gcum[row_lo]);
+      q_hi = scale * __expf(t.gcum[row_lo + 8]);
+    }
     for_each_wgmma_pair<kStateHalf>(0, oc0, o_acc, [&](int r, int, float& x0, float& x1) {
       float const q_scale = r == row_lo ? q_lo : q_hi;
       x0 *= q_scale;
@@ -375,8 +464,12 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     named_barrier_sync(kDeltaFull, kThreads);
     fence_accumulators(o_acc);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p[parity]},
-                                            MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
+    if constexpr (Decay::kGatedKkt)
+      warpgroup_mma_async<kStateHalf, kChunk>(KMajorSwizzledTile<kChunk>{t.p},
+                                              MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
+    else
+      warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p[parity]},
+                                              MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o_acc);
@@ -391,20 +484,19 @@ __device__ __forceinline__ void output_role(SharedStorage& s, RolesParams const&
     // role sets the walk's pace: the state roles waited on it, docs/perf-notes.md)
     if (has_next) {
       hand_over_chunk(j + 1);
-      if (j >= 1) named_barrier_sync(kAgFree0 + next, kThreads);
-      gates_chunk(j + 1);
+      next_gates(j, next);
     }
   }
 }
 
 // kWithO: o (the forward, h per chunk too where p.h is given) or not (the backward's h-walk). A
 // template parameter, not a branch: the roles' registers are tight.
-template <bool kWithO>
+template <class Decay, bool kWithO>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_fwd_roles_kernel(__grid_constant__ RolesParams const rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& s = *reinterpret_cast<SharedStorage<Decay>*>(smem_raw);
   Params const& p = rp.p;
   // Every block of the h-walk is resident once it gets here (one per SM), so the reverse walk's
   // blocks, which wait on these blocks' flags, can take the SMs this grid leaves idle without a
@@ -419,8 +511,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   WalkSpan const span = walk_span(p.problem, walk);
   run_roles<kStateRegs, kOutputRegs>(
-      [&](int wg) { state_role<kWithO>(s, rp, span, walk.n, walk.hv, wg); },
-      [&] { output_role<kWithO>(s, rp, span, walk.hv / p.problem.group_size(), walk.hv); });
+      [&](int wg) { state_role<Decay, kWithO>(s, rp, span, walk.n, walk.hv, wg); },
+      [&] { output_role<Decay, kWithO>(s, rp, span, walk.hv / p.problem.group_size(), walk.hv); });
   if (!kWithO && p.walk_done != nullptr)
     signal_flag(p.walk_done + int64_t{walk.n} * p.problem.num_v_heads + walk.hv);
 #endif

@@ -13,6 +13,8 @@
 // h-walk. The same kernels on the same inputs (the h-walk's h is the forward walk's, product for
 // product), so the modes agree bitwise.
 // docs/design/gdn-hopper.md says why the work is split this way.
+#include "ops/gdn_cuda.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -24,7 +26,6 @@
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
-#include "ops/gdn_cuda.hpp"
 
 namespace cake::ops {
 
@@ -35,8 +36,8 @@ using kernels::Problem;
 
 void check_cuda(cudaError_t err, char const* what) {
   if (err != cudaSuccess)
-    throw Error(cakeCudaError, concat(what, ": ", cudaGetErrorName(err), " (",
-                                      cudaGetErrorString(err), ")"));
+    throw Error(cakeCudaError,
+                concat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
 }
 
 template <class T>
@@ -48,8 +49,8 @@ T* ptr(cakeTensor_t const& t) {
 Problem make_problem(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& v,
                      cakeTensor_t const& cu_seqlens) {
   CAKE_CHECK(q.shape[3] == kernels::kHeadDim && v.shape[3] == kernels::kHeadDim, cakeNotSupported,
-             "the GDN CUDA kernels are built for K = V = ", kernels::kHeadDim, ", got K = ",
-             q.shape[3], ", V = ", v.shape[3]);
+             "the GDN CUDA kernels are built for K = V = ", kernels::kHeadDim,
+             ", got K = ", q.shape[3], ", V = ", v.shape[3]);
   Problem p;
   p.num_tokens = q.shape[0] * q.shape[1];
   p.seq_len = q.shape[1];
@@ -77,9 +78,7 @@ void check_aligned(char const* name, cakeTensor_t const& t, uintptr_t bytes) {
              "-byte aligned for the CUDA kernels, got address ", t.data);
 }
 
-bool empty(Problem const& p) {
-  return p.num_seqs == 0 || p.num_v_heads == 0;
-}
+bool empty(Problem const& p) { return p.num_seqs == 0 || p.num_v_heads == 0; }
 
 // The inputs of the forward's stages (the forward's own, or the backward's for its recompute).
 struct ForwardInputs {
@@ -143,7 +142,7 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
   wp.ht = ht;
   wp.h = h;
   wp.walk_done = walk_done;
-  check_cuda(kernels::walk_a_fwd::launch(wp, stream), "walk_a_fwd launch");
+  check_cuda(kernels::walk_a_fwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_fwd launch");
 }
 
 using cuda::Pass;
@@ -155,8 +154,8 @@ SaveMode save_mode(cakeOptions_t const& options) {  // validated: 0, 1 or 2
 
 // The layout's sizes for a call (null bases: counting only).
 cuda::GdnBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
-  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options),
-                                 nullptr, nullptr);
+  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr,
+                                 nullptr);
 }
 
 // The buffers of one call, carved from the caller's saved buffer (its size checked by
@@ -251,10 +250,10 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
     if (mode == SaveMode::kRecompute) run_kkt_solve(p, in, k_used, b, stream);
     // the h-walk, with a flag per walk (cleared first, in stream order: capturable) that lets
     // each reverse walk start as soon as its own h is stored
-    check_cuda(cudaMemsetAsync(b.walk_done, 0,
-                               sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads,
-                               stream),
-               "walk flags memset");
+    check_cuda(
+        cudaMemsetAsync(b.walk_done, 0,
+                        sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads, stream),
+        "walk flags memset");
     run_walk(p, in, q_used, k_used, b, nullptr, nullptr, b.h, b.walk_done, stream);
   }
 
