@@ -1,7 +1,7 @@
 // A precision study (not part of the build): which bf16 rounding points of walk_a_bwd (and of the
 // kkt_solve -> h-walk feeding it) cause the dg / dbeta error at beta near 1.
 // CPU emulation of the kernel's data flow, product by product in kernel.cuh's order, with a flag
-// per rounding point. Reference: the FP64 model (reverse_walk_model.hpp) on the same inputs.
+// per rounding point. Reference: the FP64 model (ref/gdn_walk_model.hpp) on the same inputs.
 //
 // build (from the repository root): g++ -O2 -std=c++20 -Isrc -Itests/cpp
 //   tools/precision/walk_bwd_rounding.cpp -o /tmp/walk_bwd_rounding
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "ref_testing.hpp"
-#include "reverse_walk_model.hpp"
+#include "ref/gdn_walk_model.hpp"
 
 using Vec = std::vector<double>;
 
@@ -621,7 +621,7 @@ Grads reference(Problem const& p) {
   cake::ref::OutputGrads const out{p.dout.data(), p.dht.data()};
   cake::ref::InputGrads const g{r.dq.data(),    r.dk.data(),    r.dv.data(),
                                 r.dg.data(),    r.dbeta.data(), r.dh0.data()};
-  cake::testing::reverse_walk_backward(shape, in, out, g, 64);
+  cake::ref::gdn_model::walk_backward(shape, in, out, g, 64);
   return r;
 }
 

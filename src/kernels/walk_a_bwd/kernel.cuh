@@ -3,7 +3,7 @@
 // state, [128 x 128] fp32) in registers, and forming every gradient of a chunk on chip from its
 // inputs, A (kkt_solve), G, beta and its start state h (the h-walk, walk_a_fwd with o == nullptr);
 // nothing per chunk but the gradients reaches HBM. The maths, product by product, is the FP64 model
-// tests/cpp/reverse_walk_model.hpp (held to the reference by test_reverse_walk_model.cpp).
+// ref/gdn_walk_model.hpp (held to the reference by tests/cpp/test_gdn_walk_model.cpp).
 //
 // Per chunk (e = e^G, ebar = e^{G_last - G}, gamma = e^{G_last}, Gamma_ij = e^{G_i - G_j} for
 // i >= j; rows past the chunk's end are zero in every tile, so every product sees zeros there):

@@ -3,7 +3,7 @@
 // of a chunk from that chunk's inputs, its start state h, the un-gated inverse A and the gradient
 // dS of its end state. No W, U, T, Delta, dDelta or dS leaves the step (the GPU kernel keeps them
 // on chip). It is the specification that the CUDA kernel (walk_a_bwd) follows, product by
-// product; the test (test_reverse_walk_model.cpp) holds it to the stage-by-stage reference
+// product; the test (tests/cpp/test_gdn_walk_model.cpp) holds it to the stage-by-stage reference
 // (ref/chunked.hpp).
 //
 // Per chunk (C tokens; G = within-chunk cumsum of g; e_i = e^{G_i}, ebar_i = e^{G_last - G_i},
@@ -38,13 +38,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "ref/problem.hpp"
 
-namespace cake::testing {
+namespace cake::ref::gdn_model {
 
-namespace reverse_walk_detail {
+namespace detail {
 
 using Mat = std::vector<double>;  // row-major
 
@@ -138,14 +139,13 @@ inline Mat next_state(ChunkForward const& f, Mat const& K, Mat const& h, int64_t
   return next;
 }
 
-}  // namespace reverse_walk_detail
+}  // namespace detail
 
 // The backward of the GDN chunked algorithm as an h-walk plus one reverse walk (see the top of
 // this file). Same contract as ref::chunked_backward for Gate::kScalar.
-inline void reverse_walk_backward(ref::Shape const& shape, ref::Inputs const& in,
-                                  ref::OutputGrads const& grad_out, ref::InputGrads const& grad,
-                                  int64_t chunk_size) {
-  using namespace reverse_walk_detail;
+inline void walk_backward(Shape const& shape, Inputs const& in, OutputGrads const& grad_out,
+                          InputGrads const& grad, int64_t chunk_size) {
+  using namespace detail;
   int64_t const H = shape.num_qk_heads, HV = shape.num_v_heads;
   int64_t const dk = shape.head_dim_k, dv = shape.head_dim_v;
   int64_t const T = shape.num_tokens;
@@ -292,4 +292,4 @@ inline void reverse_walk_backward(ref::Shape const& shape, ref::Inputs const& in
   }
 }
 
-}  // namespace cake::testing
+}  // namespace cake::ref::gdn_model

@@ -1,4 +1,4 @@
-// The FP64 model of the planned fused GDN backward (reverse_walk_model.hpp: an h-walk, then one
+// The FP64 model of the planned fused GDN backward (ref/gdn_walk_model.hpp: an h-walk, then one
 // reverse walk per document and value head from A, G and h only) against the stage-by-stage
 // chunked reference (ref/chunked.hpp), on varlen packs with grouped value heads, initial and final
 // state gradients, edge document lengths and adversarial gates and betas.
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "ref/chunked.hpp"
+#include "ref/gdn_walk_model.hpp"
 #include "ref_testing.hpp"
-#include "reverse_walk_model.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ void expect_model_matches_chunked(RefProblem const& p, int chunk_size, uint64_t 
                                    b.dv.data(),    b.dg.data(),
                                    b.dbeta.data(), b.dh0.empty() ? nullptr : b.dh0.data()};
     if (model)
-      cake::testing::reverse_walk_backward(p.shape, p.inputs(), out, in, chunk_size);
+      cake::ref::gdn_model::walk_backward(p.shape, p.inputs(), out, in, chunk_size);
     else
       cake::ref::chunked_backward(p.shape, p.inputs(), out, in, chunk_size);
     return b;
@@ -56,18 +56,18 @@ void expect_model_matches_chunked(RefProblem const& p, int chunk_size, uint64_t 
   }
 }
 
-TEST(ReverseWalkModel, SmallChunksVarlenGva) {
+TEST(GdnWalkModel, SmallChunksVarlenGva) {
   RefProblem const p = random_problem(Gate::kScalar, {1, 3, 4, 5, 9, 17}, 2, 6, 8, 4, true, 11);
   expect_model_matches_chunked(p, 4, 12);
   expect_model_matches_chunked(p, 8, 13);
 }
 
-TEST(ReverseWalkModel, EdgeLengthsChunk64) {
+TEST(GdnWalkModel, EdgeLengthsChunk64) {
   RefProblem const p = random_problem(Gate::kScalar, {1, 63, 64, 65, 130}, 1, 2, 16, 8, true, 21);
   expect_model_matches_chunked(p, 64, 22);
 }
 
-TEST(ReverseWalkModel, StrongAndZeroDecay) {
+TEST(GdnWalkModel, StrongAndZeroDecay) {
   // g = -20 per token: e^G underflows within a chunk; every factor the model forms is <= 1.
   expect_model_matches_chunked(
       random_problem(Gate::kScalar, {5, 17, 9}, 2, 4, 8, 4, true, 31, -20.0, -20.0), 8, 32);
@@ -75,7 +75,7 @@ TEST(ReverseWalkModel, StrongAndZeroDecay) {
       random_problem(Gate::kScalar, {5, 17, 9}, 2, 4, 8, 4, true, 33, 0.0, 0.0), 8, 34);
 }
 
-TEST(ReverseWalkModel, BetaNearZeroAndOne) {
+TEST(GdnWalkModel, BetaNearZeroAndOne) {
   for (double b : {1e-4, 1.0 - 1e-4}) {
     RefProblem p = random_problem(Gate::kScalar, {7, 20}, 1, 3, 8, 4, true, 41);
     for (auto& x : p.beta) x = b;
@@ -83,7 +83,7 @@ TEST(ReverseWalkModel, BetaNearZeroAndOne) {
   }
 }
 
-TEST(ReverseWalkModel, NoInitialState) {
+TEST(GdnWalkModel, NoInitialState) {
   RefProblem const p = random_problem(Gate::kScalar, {12, 3}, 2, 2, 8, 4, false, 51);
   expect_model_matches_chunked(p, 4, 52);
 }
