@@ -8,27 +8,30 @@
 // (kkt_solve/channel_kkt.cuh) this forms e^{G_i - G_j} directly.
 //
 // Per chunk of c rows (G [c x K] the chunk-local cumsum of g, per key channel; e = e^G,
-// ebar = e^{G_last - G}, gamma = e^{G_last} [K]; Gamma_ij = e^{G_i - G_j} per channel, i >= j):
-//   chunk pass:   S_ij = <k_i, k_j o Gamma_ij> (i > j)      A = T = (I + strict(diag(beta) S))^-1
-//                 P_ij = s <q_i, k_j o Gamma_ij> (i >= j)  qg = Q o e, kg = K o e, kbar = K o ebar
-//   forward step: Rt = V - kg h   R = beta o Rt   Delta = A R
-//                 O = s qg h + P Delta                      h' = diag(gamma) h + kbar^T Delta
-//   reverse step, given dO and dS = dL/dh' (the chain: dDelta, Z, dS_prev):
-//                 dDelta = P^T dO + kbar dS                 Z = A^T dDelta
-//                 dS_prev = diag(gamma) dS + s qg^T dO - kg^T (beta o Z)
-//                 dv = beta o Z                             dbeta = rowdot(Z, Rt) + rowdot(dL, S)
-//                 dqg = s dO h^T   dkg = -(beta o Z) h^T    dkbar = Delta dS^T   dgamma =
-//                 rowdot(dS, h) dA = mask_{i >= j}(dDelta R^T)   dL = strict(-A^T dA A^T)   M =
-//                 diag(beta) dL dP = mask_{i >= j}(dO Delta^T)
-//   intra pass (the gated products' adjoints; each a K-vector per pair, channel by channel):
-//                 dq_i += sum_j s dP_ij k_j o Gamma_ij                      (j <= i)
-//                 dk_j += sum_i s dP_ij q_i o Gamma_ij + sum_i M_ij k_i o Gamma_ij   (i >= j; i >
-//                 j) dk_i += sum_j M_ij k_j o Gamma_ij                         (j < i) dG_i += q_i
-//                 o (row sums above) - k_i o (column sums above), per product dq += dqg o e, dk +=
-//                 dkg o e + dkbar o ebar dG += dqg o qg + dkg o kg - dkbar o kbar (rows but the
-//                 last) + at the last row
-//                       gamma o dgamma + sum_i (dkbar o kbar)_i (rows but the last)
-//                 dg = reverse cumsum of dG within the chunk
+// ebar = e^{G_last - G}, gamma = e^{G_last} [K]; Gamma_ij = e^{G_i - G_j} per channel, i >= j).
+// Chunk pass:
+//   S_ij = <k_i, k_j o Gamma_ij> (i > j)        A = T = (I + strict(diag(beta) S))^-1
+//   P_ij = s <q_i, k_j o Gamma_ij> (i >= j)     qg = Q o e, kg = K o e, kbar = K o ebar
+// Forward step:
+//   Rt = V - kg h    R = beta o Rt    Delta = A R
+//   O = s qg h + P Delta                        h' = diag(gamma) h + kbar^T Delta
+// Reverse step, given dO and dS = dL/dh' (the chain: dDelta, Z, dS_prev):
+//   dDelta = P^T dO + kbar dS                   Z = A^T dDelta
+//   dS_prev = diag(gamma) dS + s qg^T dO - kg^T (beta o Z)
+//   dv = beta o Z                               dbeta_walk = rowdot(Z, Rt)
+//   dqg = s dO h^T    dkg = -(beta o Z) h^T     dkbar = Delta dS^T    dgamma = rowdot(dS, h)
+//   dA = mask_{i >= j}(dDelta R^T)              dL = strict(-A^T dA A^T)
+//   dP = mask_{i >= j}(dO Delta^T)
+// Intra pass (the gated products' adjoints, channel by channel; M = diag(beta) dL):
+//   dbeta = dbeta_walk + rowdot(dL, S)
+//   dq_i += sum_{j <= i} s dP_ij k_j o Gamma_ij
+//   dk_j += sum_{i >= j} s dP_ij q_i o Gamma_ij + sum_{i > j} M_ij k_i o Gamma_ij
+//   dk_i += sum_{j < i} M_ij k_j o Gamma_ij
+//   dG_i += q_i o (its row sums) + k_i o (its row sums of M), dG_j -= k_j o (its column sums)
+//   dq += dqg o e    dk += dkg o e + dkbar o ebar
+//   dG += dqg o qg + dkg o kg - dkbar o kbar (rows but the last); the last row also gets
+//         gamma o dgamma + the sum of dkbar o kbar over the other rows
+//   dg = reverse cumsum of dG within the chunk
 // dG leaves out what cancels exactly (P's diagonal pairs, ebar's last row, where ebar = 1), as the
 // GDN kernels do: summed in floating point it leaves residue that swamps a true dg ~ e^-20.
 #pragma once
@@ -150,10 +153,10 @@ inline WalkStep walk_step(ChunkPass const& f, Mat const& V, Mat const& h, int64_
 // What the reverse walk's step hands on (the chain's dS_prev) and leaves for the intra pass.
 struct ReverseStep {
   Mat dS_prev;          // [dk x dv]
-  Mat dv, dbeta;        // [c x dv], [c]
+  Mat dv, dbeta_walk;   // [c x dv], [c]: rowdot(Z, Rt)
   Mat dqg, dkg, dkbar;  // [c x dk]
   Mat dgamma;           // [dk]
-  Mat M, dP;            // [c x c]: diag(beta) dL (strict), s-free dP (i >= j)
+  Mat dL, dP;           // [c x c]: dL (strict), s-free dP (i >= j)
 };
 
 inline ReverseStep reverse_step(ChunkPass const& f, WalkStep const& w, Mat const& h, Mat const& dO,
@@ -191,36 +194,33 @@ inline ReverseStep reverse_step(ChunkPass const& f, WalkStep const& w, Mat const
   for (int64_t i = 0; i < c; ++i)
     for (int64_t j = i + 1; j < c; ++j) dA[i * c + j] = r.dP[i * c + j] = 0.0;
   Mat const At_dA = matmul(f.A, dA, c, c, c, true);
-  Mat dL = matmul(At_dA, f.A, c, c, c, false, true);
-  r.M.assign(c * c, 0.0);
-  r.dbeta.resize(c);
+  r.dL = matmul(At_dA, f.A, c, c, c, false, true);
+  r.dbeta_walk.resize(c);
   for (int64_t i = 0; i < c; ++i) {
-    double l_s = 0;
-    for (int64_t j = 0; j < i; ++j) {
-      dL[i * c + j] = -dL[i * c + j];
-      r.M[i * c + j] = f.beta[i] * dL[i * c + j];
-      l_s += dL[i * c + j] * f.S[i * c + j];
-    }
+    for (int64_t j = 0; j < c; ++j) r.dL[i * c + j] = j < i ? -r.dL[i * c + j] : 0.0;
     double z_rt = 0;
     for (int64_t x = 0; x < dv; ++x) z_rt += Z[i * dv + x] * w.Rt[i * dv + x];
-    r.dbeta[i] = z_rt + l_s;
+    r.dbeta_walk[i] = z_rt;
   }
   return r;
 }
 
-// The intra pass: dq, dk (this value head's terms) and dG [c x dk] of a chunk from the reverse
-// step's outputs.
+// The intra pass: dq, dk (this value head's terms), dG [c x dk] and dbeta of a chunk from the
+// reverse step's outputs.
 struct IntraGrads {
   Mat dq, dk, dG;  // [c x dk]
+  Mat dbeta;       // [c]
 };
 
 inline IntraGrads intra_backward(ChunkPass const& f, ReverseStep const& r, double s) {
   int64_t const c = f.c, dk = f.dk;
-  IntraGrads out{Mat(c * dk, 0.0), Mat(c * dk, 0.0), Mat(c * dk, 0.0)};
+  IntraGrads out{Mat(c * dk, 0.0), Mat(c * dk, 0.0), Mat(c * dk, 0.0), r.dbeta_walk};
+  for (int64_t i = 0; i < c; ++i)
+    for (int64_t j = 0; j < i; ++j) out.dbeta[i] += r.dL[i * c + j] * f.S[i * c + j];
   for (int64_t i = 0; i < c; ++i)
     for (int64_t j = 0; j <= i; ++j) {
       double const p = s * r.dP[i * c + j];
-      double const m = j < i ? r.M[i * c + j] : 0.0;
+      double const m = f.beta[i] * r.dL[i * c + j];
       for (int64_t x = 0; x < dk; ++x) {
         double const gate = f.gate(i, j, x);
         double const qi = f.Q[i * dk + x], ki = f.K[i * dk + x], kj = f.K[j * dk + x];
@@ -326,7 +326,7 @@ inline void walk_backward(Shape const& shape, Inputs const& in, OutputGrads cons
         for (int64_t i = 0; i < c; ++i) {
           for (int64_t x = 0; x < dv; ++x)
             grad.dv[((t0 + i) * HV + hv) * dv + x] = r.dv[i * dv + x];
-          grad.dbeta[(t0 + i) * HV + hv] = r.dbeta[i];
+          grad.dbeta[(t0 + i) * HV + hv] = g.dbeta[i];
           for (int64_t x = 0; x < dk; ++x) {
             int64_t const at = ((t0 + i) * H + head) * dk + x;
             grad.dq[at] += g.dq[i * dk + x];
