@@ -7,6 +7,8 @@
 
 #include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 #include "kernels/common/tensor_map_encode.hpp"
+#include "kernels/intra_bwd/kernel.cuh"
+#include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/kernel.cuh"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/qk_grad/kernel.cuh"
@@ -52,6 +54,15 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
 template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 }  // namespace cake::kernels::kkt_solve
+
+namespace cake::kernels::intra_bwd {
+alignas(16) char smem_raw[sizeof(SharedStorage)];
+cudaError_t launch(Params const& p, cudaStream_t) {
+  emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_v_heads)}, Dim3{kThreads}, smem_raw,
+              [&] { intra_bwd_kernel(p); });
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::intra_bwd
 
 namespace cake::kernels::qk_norm {
 cudaError_t launch(Params const& p, cudaStream_t) {

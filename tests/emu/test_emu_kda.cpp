@@ -1,18 +1,22 @@
-// The KDA forward (kkt_solve<ChannelDecay> -> walk_a_fwd<ChannelDecay>) on the CPU emulator,
-// against the FP64 chunked reference with a per-channel gate: o and the final state on the cases
-// of kda_emu_testing.hpp (initial states given). Also the walk's other two uses: with h per chunk
-// (saved mode) and without o (the backward's h-walk), whose h must equal the first's bitwise (the
-// same products in the same order), every chunk's h written. Outputs poisoned (NaN) before each
-// run.
+// The KDA kernels on the CPU emulator, on the cases of kda_emu_testing.hpp (initial states given).
+// The forward (kkt_solve<ChannelDecay> -> walk_a_fwd<ChannelDecay>) against the FP64 chunked
+// reference with a per-channel gate: o and the final state; and the walk's other two uses, with h
+// per chunk (saved mode) and without o (the backward's h-walk), whose h must equal the first's
+// bitwise (the same products in the same order), every chunk's h written. The intra pass
+// (intra_bwd) against the FP64 model's (ref/kda_walk_model.hpp), fed the model's reverse-walk
+// outputs. Outputs poisoned (NaN) before each run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
 #include "emu/kda_emu_testing.hpp"
+#include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "ref/chunked.hpp"
+#include "ref/kda_walk_model.hpp"
 
 namespace {
 
@@ -25,6 +29,7 @@ using cake::gdn_testing::Problem;
 using cake::kda_emu_testing::KdaCase;
 namespace kn = cake::kernels;
 namespace ref = cake::ref;
+namespace model = cake::ref::kda_model;
 
 // kkt_solve<ChannelDecay>'s outputs for a problem and its gate g (fp32 [BT, HV, K]).
 struct ChunkPass {
@@ -148,6 +153,147 @@ TEST(EmulatedKda, ForwardMatchesTheFp64Reference) {
                   pool.ht.max_rel());
     std::printf("%s\n", line);
     EXPECT_TRUE(pool.o.pass() && pool.ht.pass()) << line;
+  }
+}
+
+// The intra pass's inputs (the model's reverse walk, rounded to fp32) and the model's outputs for
+// them, per value head.
+struct IntraCase {
+  std::vector<float> dqk, dl, dqg, dkg, dkbar, dgamma, dbeta_walk;
+  std::vector<double> dq, dk, dg, dbeta;
+};
+
+IntraCase model_intra(Problem const& pr, std::vector<double> const& g, bool states,
+                      std::mt19937& rng) {
+  kn::Problem const kp = pr.kernel_problem();
+  int64_t const keys = pr.BT * pr.HV * K, rows = pr.BT * pr.HV * kn::kChunk;
+  IntraCase x{std::vector<float>(rows),          std::vector<float>(rows),
+              std::vector<float>(keys),          std::vector<float>(keys),
+              std::vector<float>(keys),          std::vector<float>(kp.num_slots * pr.HV * K, 0.f),
+              std::vector<float>(pr.BT * pr.HV), std::vector<double>(keys),
+              std::vector<double>(keys),         std::vector<double>(keys),
+              std::vector<double>(pr.BT * pr.HV)};
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int n = 0; n < pr.N; ++n)
+    for (int hv = 0; hv < pr.HV; ++hv) {
+      int const head = hv / (pr.HV / pr.H);
+      int64_t const bos = pr.cu[n], eos = pr.cu[n + 1];
+      int64_t const chunks = (eos - bos + kn::kChunk - 1) / kn::kChunk;
+      auto pass = [&](int64_t j) {
+        int64_t const t0 = bos + j * kn::kChunk, c = std::min<int64_t>(kn::kChunk, eos - t0);
+        return model::chunk_pass(model::rows(pr.q.data(), t0, c, pr.H, head, K),
+                                 model::rows(pr.k.data(), t0, c, pr.H, head, K),
+                                 model::rows(pr.beta.data(), t0, c, pr.HV, hv, 1),
+                                 model::rows(g.data(), t0, c, pr.HV, hv, K), c, K, pr.scale);
+      };
+      std::vector<model::Mat> hs(chunks);
+      model::Mat h(K * K, 0.0);
+      if (states)
+        h.assign(pr.h0.begin() + (n * pr.HV + hv) * K * K,
+                 pr.h0.begin() + (n * pr.HV + hv + 1) * K * K);
+      for (int64_t j = 0; j < chunks; ++j) {
+        int64_t const t0 = bos + j * kn::kChunk;
+        hs[j] = h;
+        h = model::walk_step(pass(j), model::rows(pr.v.data(), t0, pass(j).c, pr.HV, hv, K), h, K,
+                             pr.scale)
+                .next;
+      }
+      model::Mat dS(K * K);
+      for (double& v : dS) v = normal(rng);
+      for (int64_t j = chunks - 1; j >= 0; --j) {
+        int64_t const t0 = bos + j * kn::kChunk;
+        model::ChunkPass const f = pass(j);
+        int64_t const c = f.c;
+        model::WalkStep const w =
+            model::walk_step(f, model::rows(pr.v.data(), t0, c, pr.HV, hv, K), hs[j], K, pr.scale);
+        model::ReverseStep const r = model::reverse_step(
+            f, w, hs[j], model::rows(pr.dout.data(), t0, c, pr.HV, hv, K), dS, K, pr.scale);
+        model::IntraGrads const ig = model::intra_backward(f, r, pr.scale);
+        int64_t const slot = kp.slot_base(n) + j;
+        for (int64_t y = 0; y < K; ++y) x.dgamma[(slot * pr.HV + hv) * K + y] = r.dgamma[y];
+        for (int64_t i = 0; i < c; ++i) {
+          int64_t const row = (t0 + i) * pr.HV + hv;
+          x.dbeta_walk[row] = static_cast<float>(r.dbeta_walk[i]);
+          x.dbeta[row] = ig.dbeta[i];
+          for (int64_t jj = 0; jj < kn::kChunk; ++jj) {
+            bool const in = jj < c;
+            x.dqk[row * kn::kChunk + jj] =
+                in ? static_cast<float>(pr.scale * r.dP[i * c + jj]) : 0.f;
+            x.dl[row * kn::kChunk + jj] = in ? static_cast<float>(r.dL[i * c + jj]) : 0.f;
+          }
+          for (int64_t y = 0; y < K; ++y) {
+            int64_t const at = row * K + y;
+            x.dqg[at] = static_cast<float>(r.dqg[i * K + y]);
+            x.dkg[at] = static_cast<float>(r.dkg[i * K + y]);
+            x.dkbar[at] = static_cast<float>(r.dkbar[i * K + y]);
+            x.dq[at] = ig.dq[i * K + y];
+            x.dk[at] = ig.dk[i * K + y];
+          }
+        }
+        for (int64_t y = 0; y < K; ++y) {  // dg: the reverse cumsum of dG
+          double acc = 0;
+          for (int64_t i = c - 1; i >= 0; --i) {
+            acc += ig.dG[i * K + y];
+            x.dg[((t0 + i) * pr.HV + hv) * K + y] = acc;
+          }
+        }
+        dS = r.dS_prev;
+      }
+    }
+  return x;
+}
+
+struct IntraPool {
+  Errors dq, dk, dg, dbeta;
+};
+
+void intra_draw(KdaCase const& kc, std::mt19937& rng, IntraPool& pool) {
+  Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+  std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+  std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
+  IntraCase const x = model_intra(pr, g, kc.shape.states, rng);
+  size_t const keys = pr.BT * pr.HV * K;
+  auto dq = poisoned<float>(keys), dk = poisoned<float>(keys), dg = poisoned<float>(keys);
+  auto dbeta = poisoned<float>(pr.BT * pr.HV);
+  kn::intra_bwd::Params p;
+  p.problem = pr.kernel_problem();
+  p.q = pr.q16.data();
+  p.k = pr.k16.data();
+  p.g = g32.data();
+  p.beta = pr.beta32.data();
+  p.dqk = x.dqk.data();
+  p.dl = x.dl.data();
+  p.dqg = x.dqg.data();
+  p.dkg = x.dkg.data();
+  p.dkbar = x.dkbar.data();
+  p.dgamma = x.dgamma.data();
+  p.dbeta_walk = x.dbeta_walk.data();
+  p.dq = dq.data();
+  p.dk = dk.data();
+  p.dg = dg.data();
+  p.dbeta = dbeta.data();
+  ASSERT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
+  pool.dq.add(dq, x.dq);
+  pool.dk.add(dk, x.dk);
+  pool.dg.add(dg, x.dg);
+  pool.dbeta.add(dbeta, x.dbeta);
+}
+
+TEST(EmulatedKda, IntraPassMatchesTheFp64Model) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
+    IntraPool pool;
+    intra_draw(kc, rng, pool);
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%s, g %s: dq %.1e/%.1e dk %.1e/%.1e dg %.1e/%.1e dbeta %.1e/%.1e",
+                  kc.shape.name.c_str(), kc.gate_name, pool.dq.rel_rms(), pool.dq.max_rel(),
+                  pool.dk.rel_rms(), pool.dk.max_rel(), pool.dg.rel_rms(), pool.dg.max_rel(),
+                  pool.dbeta.rel_rms(), pool.dbeta.max_rel());
+    std::printf("%s\n", line);
+    EXPECT_TRUE(pool.dq.pass() && pool.dk.pass() && pool.dg.pass() && pool.dbeta.pass()) << line;
   }
 }
 
