@@ -126,7 +126,7 @@ struct Buffers {
     bp.eo_split = h0 != nullptr;
     return kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
            kn::walk_a_fwd::launch<kn::ScalarDecay>(fp, stream) == cudaSuccess &&
-           kn::walk_a_bwd::launch(bp, stream) == cudaSuccess;
+           kn::walk_a_bwd::launch<kn::ScalarDecay>(bp, stream) == cudaSuccess;
   }
   void release() {
     for (void* x : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),

@@ -134,18 +134,29 @@ template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 }  // namespace cake::kernels::walk_a_fwd
 
 namespace cake::kernels::walk_a_bwd {
-alignas(1024) char smem_raw[sizeof(SharedStorage)];
+alignas(1024) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
+                                     sizeof(SharedStorage<ChannelDecay>))];
+template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
-  KernelParams kp{p, {}, {}, {}, {}, {}, {}};
-  encode_tile_map(kp.q_map, p.q, pr.num_tokens, pr.num_qk_heads, kHeadDim);
-  encode_tile_map(kp.k_map, p.k, pr.num_tokens, pr.num_qk_heads, kHeadDim);
+  if (Decay::kGatedKkt && p.eo_split) return cudaErrorInvalidValue;
+  bool const channel = Decay::kGatedKkt;
+  int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
+  KernelParams kp{p, {}, {}, {}, {}, {}, {}, {}, {}};
+  encode_tile_map(kp.q_map, p.q, pr.num_tokens, qk_heads, kHeadDim);
+  encode_tile_map(kp.k_map, p.k, pr.num_tokens, qk_heads, kHeadDim);
   encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim);
   encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim);
   encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
   encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads);
+  if (channel) {
+    encode_tile_map(kp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim);
+    encode_tile_map(kp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk);
+  }
   emu::launch(Dim3{u(int64_t{pr.num_seqs} * pr.num_v_heads)}, Dim3{kThreads}, smem_raw,
-              [&] { walk_a_bwd_kernel(kp); });
+              [&] { walk_a_bwd_kernel<Decay>(kp); });
   return cudaSuccess;
 }
+template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
+template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 }  // namespace cake::kernels::walk_a_bwd

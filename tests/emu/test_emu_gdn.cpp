@@ -142,7 +142,7 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.dg = dg.data();
     p.dh0 = dh0.data();
     p.eo_split = c.states;
-    EXPECT_EQ(kn::walk_a_bwd::launch(p, nullptr), cudaSuccess);
+    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
   }
   // dq, dk per value head, summed over each q/k head's value heads
   std::vector<double> dq(pr.BT * pr.H * K, 0.0), dk(pr.BT * pr.H * K, 0.0);

@@ -4,7 +4,9 @@
 // per chunk (saved mode) and without o (the backward's h-walk), whose h must equal the first's
 // bitwise (the same products in the same order), every chunk's h written. The intra pass
 // (intra_bwd) against the FP64 model's (ref/kda_walk_model.hpp), fed the model's reverse-walk
-// outputs. Outputs poisoned (NaN) before each run.
+// outputs. The whole backward (the chunk pass, the h-walk, walk_a_bwd<ChannelDecay>, intra_bwd,
+// the sum over value heads) against the FP64 chunked reference. Outputs poisoned (NaN) before
+// each run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "emu/kda_emu_testing.hpp"
 #include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "ref/chunked.hpp"
 #include "ref/kda_walk_model.hpp"
@@ -294,6 +297,128 @@ TEST(EmulatedKda, IntraPassMatchesTheFp64Model) {
                   pool.dbeta.rel_rms(), pool.dbeta.max_rel());
     std::printf("%s\n", line);
     EXPECT_TRUE(pool.dq.pass() && pool.dk.pass() && pool.dg.pass() && pool.dbeta.pass()) << line;
+  }
+}
+
+struct BackwardPool {
+  Errors dq, dk, dv, dg, dbeta, dh0;
+};
+
+void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
+  Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+  std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+  std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
+  bool const states = kc.shape.states;
+  ChunkPass const c = run_chunk_pass(pr, g32);
+  kn::Problem const kp = pr.kernel_problem();
+  size_t const keys = pr.BT * pr.HV * K, rows = pr.BT * pr.HV * kn::kChunk;
+
+  auto h = poisoned<bf16>(kp.num_slots * pr.HV * K * K);  // the h-walk
+  kn::walk_a_fwd::Params hp = walk_inputs(pr, c, states);
+  hp.h = h.data();
+  hp.aqk = nullptr;
+  EXPECT_EQ(kn::walk_a_fwd::launch<kn::ChannelDecay>(hp, nullptr), cudaSuccess);
+
+  // the reverse walk; dgamma of slots that hold no chunk is never read
+  auto dqk = poisoned<float>(rows), dl = poisoned<float>(rows);
+  auto dqg = poisoned<float>(keys), dkg = poisoned<float>(keys), dkbar = poisoned<float>(keys);
+  auto dgamma = poisoned<float>(kp.num_slots * pr.HV * K);
+  auto dbeta_walk = poisoned<float>(pr.BT * pr.HV);
+  auto dv = poisoned<bf16>(pr.BT * pr.HV * K);
+  auto dh0 = poisoned<float>(pr.states_size());
+  {
+    kn::walk_a_bwd::Params p;
+    p.problem = kp;
+    p.q = c.qg.data();
+    p.k = c.kg.data();
+    p.v = pr.v16.data();
+    p.dout = pr.dout16.data();
+    p.a = c.a.data();
+    p.gcum = c.gcum.data();
+    p.beta = c.beta.data();
+    p.h = h.data();
+    p.dht = states ? pr.dht32.data() : nullptr;
+    p.dv = dv.data();
+    p.dh0 = dh0.data();
+    p.kbar = c.kbar.data();
+    p.aqk = c.aqk.data();
+    p.dqk = dqk.data();
+    p.dl = dl.data();
+    p.dqg = dqg.data();
+    p.dkg = dkg.data();
+    p.dkbar = dkbar.data();
+    p.dgamma = dgamma.data();
+    p.dbeta_walk = dbeta_walk.data();
+    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+  }
+  auto dq_hv = poisoned<float>(keys), dk_hv = poisoned<float>(keys), dg = poisoned<float>(keys);
+  auto dbeta = poisoned<float>(pr.BT * pr.HV);
+  {
+    kn::intra_bwd::Params p;
+    p.problem = kp;
+    p.q = pr.q16.data();
+    p.k = pr.k16.data();
+    p.g = g32.data();
+    p.beta = pr.beta32.data();
+    p.dqk = dqk.data();
+    p.dl = dl.data();
+    p.dqg = dqg.data();
+    p.dkg = dkg.data();
+    p.dkbar = dkbar.data();
+    p.dgamma = dgamma.data();
+    p.dbeta_walk = dbeta_walk.data();
+    p.dq = dq_hv.data();
+    p.dk = dk_hv.data();
+    p.dg = dg.data();
+    p.dbeta = dbeta.data();
+    EXPECT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
+  }
+  std::vector<double> dq(pr.BT * pr.H * K, 0.0), dk(dq.size(), 0.0);
+  for (int64_t t = 0; t < pr.BT; ++t)
+    for (int hv = 0; hv < pr.HV; ++hv)
+      for (int i = 0; i < K; ++i) {
+        int64_t const at = (t * pr.H + hv / (pr.HV / pr.H)) * K + i;
+        dq[at] += dq_hv[(t * pr.HV + hv) * K + i];
+        dk[at] += dk_hv[(t * pr.HV + hv) * K + i];
+      }
+
+  ref::Shape shape = pr.shape();
+  shape.gate = ref::Gate::kChannel;
+  std::vector<double> rq(dq.size()), rk(dq.size()), rv(pr.BT * pr.HV * K), rg(keys),
+      rbeta(pr.BT * pr.HV), rh0(pr.states_size());
+  ref::Inputs const in{pr.q.data(), pr.k.data(),    pr.v.data(),
+                       g.data(),    pr.beta.data(), states ? pr.h0.data() : nullptr,
+                       pr.scale};
+  ref::chunked_backward(
+      shape, in, ref::OutputGrads{pr.dout.data(), states ? pr.dht.data() : nullptr},
+      ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
+  pool.dq.add(dq, rq);
+  pool.dk.add(dk, rk);
+  pool.dv.add(widen(dv), rv);
+  pool.dg.add(dg, rg);
+  pool.dbeta.add(dbeta, rbeta);
+  pool.dh0.add(dh0, rh0);
+}
+
+TEST(EmulatedKda, BackwardMatchesTheFp64Reference) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
+    BackwardPool pool;
+    for (int d = 0; d < 2; ++d) backward_draw(kc, rng, pool);
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "%s, g %s: dq %.1e/%.1e dk %.1e/%.1e dv %.1e/%.1e dg %.1e/%.1e dbeta %.1e/%.1e "
+                  "dh0 %.1e/%.1e",
+                  kc.shape.name.c_str(), kc.gate_name, pool.dq.rel_rms(), pool.dq.max_rel(),
+                  pool.dk.rel_rms(), pool.dk.max_rel(), pool.dv.rel_rms(), pool.dv.max_rel(),
+                  pool.dg.rel_rms(), pool.dg.max_rel(), pool.dbeta.rel_rms(), pool.dbeta.max_rel(),
+                  pool.dh0.rel_rms(), pool.dh0.max_rel());
+    std::printf("%s\n", line);
+    bool const ok = pool.dq.pass() && pool.dk.pass() && pool.dv.pass() && pool.dg.pass() &&
+                    pool.dbeta.pass() && pool.dh0.pass();
+    EXPECT_TRUE(ok) << line;
   }
 }
 

@@ -197,12 +197,10 @@ __device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT co
   add_kt_x(st, kt, x, c0);
 }
 
-// The share <- diag(e^{log_gamma}) share + K^T X[:, c0 .. c0 + 63] (a decay per row of the state,
-// per key channel: KDA); log_gamma [128] in shared memory, each factor one exponential. A thread
-// holds rows r0 and r0 + 8 of each 64-row half (for_each_wgmma_pair's layout): four factors.
-template <class KT, class XT>
-__device__ __forceinline__ void decay_rows_add_kt_x(StateHalf& st, float const* log_gamma,
-                                                    KT const& kt, XT const& x, int c0) {
+// The share <- diag(e^{log_gamma}) share (a decay per row of the state, per key channel: KDA);
+// log_gamma [128] in shared memory, each factor one exponential. A thread holds rows r0 and r0 + 8
+// of each 64-row half (for_each_wgmma_pair's layout): four factors.
+__device__ __forceinline__ void decay_rows(StateHalf& st, float const* log_gamma, int c0) {
   int const r0 = 16 * (threadIdx.x % 128 / 32) + threadIdx.x % 32 / 4;
   float const lo0 = __expf(log_gamma[r0]);
   float const lo8 = __expf(log_gamma[r0 + 8]);
@@ -218,6 +216,13 @@ __device__ __forceinline__ void decay_rows_add_kt_x(StateHalf& st, float const* 
     x0 *= gamma;
     x1 *= gamma;
   });
+}
+
+// The share <- diag(e^{log_gamma}) share + K^T X[:, c0 .. c0 + 63] (decay_rows, then add_kt_x).
+template <class KT, class XT>
+__device__ __forceinline__ void decay_rows_add_kt_x(StateHalf& st, float const* log_gamma,
+                                                    KT const& kt, XT const& x, int c0) {
+  decay_rows(st, log_gamma, c0);
   add_kt_x(st, kt, x, c0);
 }
 

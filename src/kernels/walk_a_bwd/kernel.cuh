@@ -57,10 +57,25 @@
 // warpgroup (or warp) and are added in ascending slot order (bitwise deterministic, no atomics).
 // With the h-walk's flags (Params::h_ready) the walk runs beside the h-walk, each CTA waiting for
 // its own h (walk_a_bwd_kernel).
+//
+// The decay is the template policy Decay (common/decay.hpp). Above is ScalarDecay (GDN). With
+// ChannelDecay (KDA, docs/design/kda-hopper.md; the FP64 model's reverse_step in
+// ref/kda_walk_model.hpp) the decay is in kkt_solve's operands: Q, K are qg = Q o e and
+// kg = K o e, T = A and P come ready (P by TMA), kbar = K o ebar comes as a tile, and dS decays
+// by a factor per row (key channel), so per chunk
+//   Rt = V - kg h;  R = beta Rt;  Delta = A R;  dDelta = kbar dS + P^T dO;  Z = A^T dDelta
+//   dS <- diag(gamma) dS + qg^T (s dO) - kg^T (beta Z);  dv = beta Z
+//   dA = mask(dDelta R^T);  dL = -strict(A^T dA A^T)
+// and the walk hands the gated products' adjoints to the intra pass (intra_bwd) instead of
+// forming dq, dk and dg: per chunk it writes dL and s mask(dO Delta^T) [64 x 64], dqg = s dO h^T,
+// dkg = -(beta Z) h^T and dkbar = Delta dS^T [64 x 128], rowdot(dS, h) per row of h and
+// rowdot(Z, Rt) per token. The same roles and hand-overs; the side roles form no gates and no
+// row sums for dG, and eO enters as one bf16 product (kbar takes the tile of eO's low part).
 #pragma once
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/decay.hpp"
 #include "kernels/common/gemm.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/tensor_map.hpp"
@@ -86,8 +101,11 @@ static_assert(2 * kRoleThreads * (kColumnRegs + kSideRegs) <= 65536,
 // One chunk's tiles and row sums; about 221 KB: one CTA per SM. Q, K, V, dO, h and A come by TMA
 // and are 128-byte swizzled tiles (each 1024-byte aligned), and so are what is written over K and
 // V (eO, dDelta; Zs) and eO's low part; the others are blocked (wgmma.cuh).
-struct alignas(1024) SharedStorage {
-  bf16 q[kChunk * kHeadDim];         // [64 x 128] Q, swizzled
+template <class Decay>
+struct SharedStorage;
+template <>
+struct alignas(1024) SharedStorage<ScalarDecay> {
+  bf16 q[kChunk * kHeadDim];  // [64 x 128] Q, swizzled
   // [2][64 x 128]: K of chunk j in kd[j % 2] (k_of); eO = s e dO, then bf16(dDelta), in the
   // other one (ddelta_of), where K of chunk j - 1 lands once dT has read dDelta: so K loads
   // a phase before the step's end, not after its last product (M K)
@@ -110,15 +128,15 @@ struct alignas(1024) SharedStorage {
   float kdsd[2 * kChunk];  // <K dS, Delta>
   float zrt[2 * kChunk];   // <Z, Rt>
   // by side warpgroup
-  float oqh[2 * kChunk];       // <Q, dO h^T> = <dO, Q h>
-  float zkh[2 * kChunk];       // <Zs h^T, K> = -beta e <Z, K h>
+  float oqh[2 * kChunk];         // <Q, dO h^T> = <dO, Q h>
+  float zkh[2 * kChunk];         // <Zs h^T, K> = -beta e <Z, K h>
   float gate_row_p[2 * kChunk];  // row sums of P o dP (i > j)
   float gate_col_p[4 * kChunk];  // its column sums, by the warp's 16 rows
   // by column warpgroup
   float gate_row_t[2 * kChunk];  // row sums of T o dT (i > j)
   float gate_col_t[4 * kChunk];  // its column sums, by the warp's 16 rows
   float dlk[2 * kChunk];         // <dL K, K>
-  float dsh[8];                // <dS, h>, by column warp
+  float dsh[8];                  // <dS, h>, by column warp
   // The walk's document and value head, read by the roles at each step (read_here)
   WalkSpan span;
   WalkRef walk;
@@ -126,24 +144,64 @@ struct alignas(1024) SharedStorage {
   // chunk j's load has parity (num_chunks - 1 - j) % 2 (landed_parity)
   uint64_t landed[5];
 };
-static_assert(sizeof(SharedStorage) <= 227 * 1024, "walk_a_bwd shared memory exceeds 227 KB");
-__device__ __forceinline__ bf16* k_of(SharedStorage& s, int64_t j) { return s.kd[j & 1]; }
-__device__ __forceinline__ bf16* ddelta_of(SharedStorage& s, int64_t j) { return s.kd[~j & 1]; }
+static_assert(sizeof(SharedStorage<ScalarDecay>) <= 227 * 1024,
+              "walk_a_bwd shared memory exceeds 227 KB");
+// ChannelDecay: the same tiles where they mean the same (q, k: qg, kg; p: P as TMA leaves it,
+// swizzled), kbar in the place of eO's low part and ebar Delta, and the row sums the walk hands on.
+template <>
+struct alignas(1024) SharedStorage<ChannelDecay> {
+  bf16 q[kChunk * kHeadDim];      // [64 x 128] qg, swizzled
+  bf16 kd[2][kChunk * kHeadDim];  // kg of chunk j, and eO = s dO then bf16(dDelta) (as above)
+  bf16 v[kChunk * kHeadDim];      // [64 x 128] V; then Zs = -beta Z (swizzled)
+  bf16 dout[kChunk * kHeadDim];   // [64 x 128] dO, swizzled
+  bf16 h[kHeadDim * kHeadDim];    // [128 x 128] the chunk's start state, swizzled
+  bf16 ds[kHeadDim * kHeadDim];   // [128 x 128] bf16(dS) of the chunk's end state
+  bf16 a[kChunk * kChunk];        // [64 x 64] A (the gated T), swizzled
+  bf16 t[kChunk * kChunk];        // [64 x 64] T = A (blocked); then dA, then Y
+  bf16 p[kChunk * kChunk];        // [64 x 64] P, swizzled
+  bf16 r[kChunk * kHeadDim];      // [64 x 128] R
+  bf16 delta[kChunk * kHeadDim];  // [64 x 128] bf16(Delta)
+  bf16 kbar[kChunk * kHeadDim];   // [64 x 128] kbar, swizzled
+  float glast[kHeadDim];          // G of the chunk's last token, per key channel
+  float beta[kChunk];             // beta; 0 past the end
+  float zrt[2 * kChunk];          // <Z, Rt> by column warpgroup
+  float dsh[2][2 * kHeadDim];     // <dS, h> per row of h, by column warpgroup and chunk parity
+                                  // (stored at once: E reads the other parity)
+  WalkSpan span;
+  WalkRef walk;
+  uint64_t landed[5];
+};
+static_assert(sizeof(SharedStorage<ChannelDecay>) <= 227 * 1024,
+              "walk_a_bwd shared memory exceeds 227 KB with a per-channel decay");
+// eO's low part (Params::eo_split; ScalarDecay only)
+__device__ __forceinline__ bf16* eo_low(SharedStorage<ScalarDecay>& s) { return s.delta_eb; }
+__device__ __forceinline__ bf16* eo_low(SharedStorage<ChannelDecay>&) { return nullptr; }
+template <class S>
+__device__ __forceinline__ bf16* k_of(S& s, int64_t j) {
+  return s.kd[j & 1];
+}
+template <class S>
+__device__ __forceinline__ bf16* ddelta_of(S& s, int64_t j) {
+  return s.kd[~j & 1];
+}
 
 // The kernel's parameters: the walk's, and the TMA maps (tensor_map.hpp) of Q [BT, H, 128],
-// K [BT, H, 128], V and dO [BT, HV, 128], A [BT, HV, 64] (tile maps) and h (the h map).
+// K [BT, H, 128], V and dO [BT, HV, 128], A [BT, HV, 64] (tile maps) and h (the h map);
+// ChannelDecay: qg and kg [BT, HV, 128] in Q's and K's, kbar [BT, HV, 128], P [BT, HV, 64].
 struct KernelParams {
   Params p;
-  TensorMap q_map, k_map, v_map, dout_map, a_map, h_map;
+  TensorMap q_map, k_map, v_map, dout_map, a_map, h_map, kbar_map, aqk_map;
 };
 // The TMA loads' mbarriers in SharedStorage::landed
 enum Landed : int { kDoutLanded = 0, kQhLanded = 1, kALanded = 2, kKLanded = 3, kVLanded = 4 };
-__device__ __forceinline__ int landed_parity(SharedStorage const& s, int64_t j) {
+template <class S>
+__device__ __forceinline__ int landed_parity(S const& s, int64_t j) {
   return static_cast<int>((s.span.num_chunks() - 1 - j) & 1);
 }
 // Waits until chunk j's load of `which` has landed: its bytes are then this thread's to read
 // (the async proxy's writes, through the mbarrier's phase).
-__device__ __forceinline__ void wait_landed(SharedStorage& s, Landed which, int64_t j) {
+template <class S>
+__device__ __forceinline__ void wait_landed(S& s, Landed which, int64_t j) {
   mbarrier_wait(&s.landed[which], landed_parity(s, j));
 }
 
@@ -266,9 +324,20 @@ __device__ __forceinline__ void gate_grad(float (&acc)[kGateCols / 2], bf16* x, 
 
 // ---- the column roles
 
+// dA = mask(dT) (i >= j) -> x (blocked, columns n0 ..) for ChannelDecay: no gate, and no gate sums
+// (the intra pass forms dG).
+__device__ __forceinline__ void mask_grad(float (&acc)[kGateCols / 2], bf16* x, int n0) {
+  for_each_blocked_pair<kChunk, kGateCols>(
+      0, n0, acc, [&](int i, int jc, int at, float& x0, float& x1) {
+        st_pair(x, at, i >= jc ? x0 : 0.f, i >= jc + 1 ? x1 : 0.f);
+      });
+}
+
 // A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
 // of its document (s.span), last to first.
-__device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, int wg) {
+template <class Decay>
+__device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params const& p, int wg) {
+  constexpr bool kChannel = Decay::kGatedKkt;
   int const HV = p.problem.num_v_heads;
   int const c0 = kStateHalf * wg;
   int const group = kColumnGroup0 + wg;
@@ -293,29 +362,36 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     int const row_lo = 16 * (warp % 4) + lane / 4;  // this thread's accumulator rows
     int const row_hi = row_lo + 8;
     // bf16(dS) -> ds (this warpgroup's columns), under the side roles' loads
-    for_each_state_blocked_pair(ds, c0, [&](int, int, int at, float& x0, float& x1) {
-      st_pair(s.ds, at, x0, x1);
-    });
+    for_each_state_blocked_pair(
+        ds, c0, [&](int, int, int at, float& x0, float& x1) { st_pair(s.ds, at, x0, x1); });
     named_barrier_sync(kTilesFull, kThreads);
     wait_landed(s, kDoutLanded, j);  // landed before TilesFull (the side roles waited)
     wait_landed(s, kQhLanded, j);
     wait_landed(s, kKLanded, j);
     wait_landed(s, kVLanded, j);
 
-    float const g_last = s.gcum[len - 1];
-    float const g_lo = s.gcum[row_lo];
-    float const g_hi = s.gcum[row_hi];
-    float const e_lo = __expf(g_lo);
-    float const e_hi = __expf(g_hi);
-    float const eb_lo = __expf(g_last - g_lo);
-    float const eb_hi = __expf(g_last - g_hi);
+    // GDN's decays of this thread's rows (ChannelDecay's are in the operands: 1 here)
+    float g_last = 0.f;
+    float g_lo = 0.f;
+    float g_hi = 0.f;
+    if constexpr (!kChannel) {
+      g_last = s.gcum[len - 1];
+      g_lo = s.gcum[row_lo];
+      g_hi = s.gcum[row_hi];
+    }
+    float const e_lo = kChannel ? 1.f : __expf(g_lo);
+    float const e_hi = kChannel ? 1.f : __expf(g_hi);
+    float const eb_lo = kChannel ? 1.f : __expf(g_last - g_lo);
+    float const eb_hi = kChannel ? 1.f : __expf(g_last - g_hi);
     float const b_lo = s.beta[row_lo];
     float const b_hi = s.beta[row_hi];
     auto const by_row = [&](int r, float lo, float hi) { return r == row_lo ? lo : hi; };
 
     // <dS, h> over this warpgroup's share (dS as it enters the chunk); stored after GatesFull,
-    // once the side roles' E of the previous chunk has read the slot
+    // once the side roles' E of the previous chunk has read the slot. ChannelDecay: by rows of h
+    // (a row's 64 columns here are a quad's: rows row_lo, row_hi of each half), stored at once
     float dsh = 0.f;
+    float dsh_rows[2][2] = {};
 #pragma unroll
     for (int part = 0; part < 2; ++part) {  // h's rows 0 .. 63 (ds.lo), then 64 .. 127 (ds.hi)
       float const(&acc)[kStateHalf / 2] = part == 0 ? ds.lo : ds.hi;
@@ -324,10 +400,26 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 #pragma unroll
       for (int q = 0; q < kStateHalf / 4; ++q) {
         float2 const hh = bits_float2(hf[q]);
-        dsh += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
+        if constexpr (kChannel)
+          dsh_rows[part][q % 2] += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
+        else
+          dsh += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
       }
     }
-    for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
+    if constexpr (kChannel) {
+      float* const out = s.dsh[j & 1] + wg * kHeadDim;
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        float const lo = quad_sum(dsh_rows[part][0]);
+        float const hi = quad_sum(dsh_rows[part][1]);
+        if (lane % 4 == 0) {
+          out[kStateHalf * part + row_lo] = lo;
+          out[kStateHalf * part + row_hi] = hi;
+        }
+      }
+    } else {
+      for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
+    }
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
     // By fragments (ldmatrix, stmatrix), in two 32-column halves (registers): pair q of a half
@@ -348,15 +440,21 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
         frag[q] = bf16x2_bits(eo);
       }
       store_swizzled_frag<kChunk, kStateHalf / 2>(ddelta_of(s, j), 0, n0, frag);
-      if (eo_split) store_swizzled_frag<kChunk, kStateHalf / 2>(s.delta_eb, 0, n0, lo);
+      if constexpr (!kChannel)
+        if (eo_split) store_swizzled_frag<kChunk, kStateHalf / 2>(s.delta_eb, 0, n0, lo);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
 
-    // K h, then K dS and dS <- gamma dS + Q^T eO (K^T Zs follows at the end)
-    float const gamma = __expf(g_last);
-    for (float& x : ds.lo) x *= gamma;
-    for (float& x : ds.hi) x *= gamma;
+    // K h, then K dS and dS <- gamma dS + Q^T eO (K^T Zs follows at the end); ChannelDecay:
+    // kg h, kbar dS, dS <- diag(gamma) dS + qg^T eO
+    if constexpr (kChannel) {
+      decay_rows(ds, s.glast, c0);
+    } else {
+      float const gamma = __expf(g_last);
+      for (float& x : ds.lo) x *= gamma;
+      for (float& x : ds.hi) x *= gamma;
+    }
     float kh[kStateHalf / 2] = {};
     float kds[kStateHalf / 2] = {};
     fence_accumulators(kh);
@@ -367,15 +465,18 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
                                               MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
     wgmma_commit();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                              MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
+    if constexpr (kChannel)
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.kbar},
+                                                MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
+    else
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                                MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
-      bf16 const* const eo = part == 0 ? ddelta_of(s, j) : s.delta_eb;
+      bf16 const* const eo = part == 0 ? ddelta_of(s, j) : eo_low(s);
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
                                               MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
-                                              MNMajorSwizzledTile<kChunk>{eo}, kStateHalf, c0,
-                                              ds.hi);
+      warpgroup_mma_async<kStateHalf, kChunk>(
+          MNMajorSwizzledTile<kChunk>{s.q}, MNMajorSwizzledTile<kChunk>{eo}, kStateHalf, c0, ds.hi);
     }
     wgmma_commit();
     wgmma_wait<1>();
@@ -404,7 +505,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     named_barrier_sync(kGatesFull, kThreads);  // T, P, E's reads; also R's columns here
-    if (lane == 0) s.dsh[warp] = dsh;
+    if constexpr (!kChannel)
+      if (lane == 0) s.dsh[warp] = dsh;
 
     // Delta = T R in two [64 x 32] halves (registers: a column warpgroup holds dS, Rt and K dS):
     // <K dS, Delta> by rows (both fp32), bf16(Delta) -> delta, bf16(ebar Delta) -> delta_eb
@@ -416,31 +518,43 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
         float d[kStateHalf / 4] = {};
         warpgroup_mma<kStateHalf / 2, kChunk>(KMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.r},
                                               0, n0, d);
+        if constexpr (kChannel) {
+          for_each_blocked_pair<kHeadDim, kStateHalf / 2>(
+              0, n0, d,
+              [&](int, int, int at, float& x0, float& x1) { st_pair(s.delta, at, x0, x1); });
+        } else {
 #pragma unroll
-        for (int e = 0; e < kStateHalf / 4; ++e) {
-          float const x = d[e] * kds[kStateHalf / 4 * half + e];
-          (e % 4 < 2 ? dot.x : dot.y) += x;
+          for (int e = 0; e < kStateHalf / 4; ++e) {
+            float const x = d[e] * kds[kStateHalf / 4 * half + e];
+            (e % 4 < 2 ? dot.x : dot.y) += x;
+          }
+          for_each_blocked_pair<kHeadDim, kStateHalf / 2>(
+              0, n0, d, [&](int r, int, int at, float& x0, float& x1) {
+                float const eb = by_row(r, eb_lo, eb_hi);
+                st_pair(s.delta, at, x0, x1);
+                st_pair(s.delta_eb, at, eb * x0, eb * x1);
+              });
         }
-        for_each_blocked_pair<kHeadDim, kStateHalf / 2>(0, n0, d, [&](int r, int, int at,
-                                                                      float& x0, float& x1) {
-          float const eb = by_row(r, eb_lo, eb_hi);
-          st_pair(s.delta, at, x0, x1);
-          st_pair(s.delta_eb, at, eb * x0, eb * x1);
-        });
       }
-      store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
+      if constexpr (!kChannel) store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
     }
     fence_proxy_async_shared();
     named_barrier_arrive(kDeltaFull, kThreads);
 
-    // dDelta = ebar (K dS) + P^T dO
-    for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int, float& x0, float& x1) {
-      float const eb = by_row(r, eb_lo, eb_hi);
-      x0 *= eb;
-      x1 *= eb;
-    });
-    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorSwizzledTile<kChunk>{s.dout},
-                                      0, c0, kds);
+    // dDelta = ebar (K dS) + P^T dO (ChannelDecay: kbar dS + P^T dO, P as TMA left it)
+    if constexpr (kChannel) {
+      wait_landed(s, kALanded, j);  // P lands with A (before GatesFull: the side roles waited)
+      warpgroup_mma<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.p},
+                                        MNMajorSwizzledTile<kChunk>{s.dout}, 0, c0, kds);
+    } else {
+      for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int, float& x0, float& x1) {
+        float const eb = by_row(r, eb_lo, eb_hi);
+        x0 *= eb;
+        x1 *= eb;
+      });
+      warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
+                                        MNMajorSwizzledTile<kChunk>{s.dout}, 0, c0, kds);
+    }
     named_barrier_arrive(kPFree, kThreads);
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
@@ -488,7 +602,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
         store_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
       }
       store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
-      store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
+      if constexpr (!kChannel)
+        store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
@@ -505,8 +620,8 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
                                             ds.hi);
     wgmma_commit();
     if (p.dv != nullptr) {
-      bf16* const dv = p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 +
-                       2 * (lane % 4);
+      bf16* const dv =
+          p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 + 2 * (lane % 4);
       store_wgmma_rows<kStateHalf>(dv, v_stride, row_lo, len, z, [&](float x0, float x1, bool hi) {
         float const b = hi ? b_hi : b_lo;
         return __floats2bfloat162_rn(b * x0, b * x1);
@@ -524,7 +639,10 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       float dt[kGateCols / 2] = {};
       warpgroup_mma<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{ddelta_of(s, j)},
                                          KMajorTile<kHeadDim>{s.r}, 0, n0, dt);
-      gate_grad(dt, s.t, 1.f, s.gcum, s.gate_row_t, s.gate_col_t, n0, wg);
+      if constexpr (kChannel)
+        mask_grad(dt, s.t, n0);
+      else
+        gate_grad(dt, s.t, 1.f, s.gcum, s.gate_row_t, s.gate_col_t, n0, wg);
     }
     named_barrier_arrive(kDdeltaFree, kThreads);
     fence_proxy_async_shared();
@@ -535,14 +653,24 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
       wait_landed(s, kALanded, j);  // landed before GatesFull (the side roles' T waited)
       warpgroup_mma<kGateCols, kChunk>(MNMajorSwizzledTile<kChunk>{s.a}, MNMajorTile<kChunk>{s.t},
                                        0, n0, y);
-      for_each_blocked_pair<kChunk, kGateCols>(0, n0, y, [&](int, int, int at, float& x0,
-                                                             float& x1) {
-        st_pair(s.t, at, x0, x1);
-      });
+      for_each_blocked_pair<kChunk, kGateCols>(
+          0, n0, y, [&](int, int, int at, float& x0, float& x1) { st_pair(s.t, at, x0, x1); });
     }
     fence_proxy_async_shared();
     named_barrier_sync(kColumnPair, 2 * kRoleThreads);  // all of Y; every reader of R (dT) done
-    {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
+    if constexpr (kChannel) {  // dL = -strict(Y A^T) -> p.dl (fp32 rows of the chunk)
+      float dl[kGateCols / 2] = {};
+      warpgroup_mma<kGateCols, kChunk>(KMajorTile<kChunk>{s.t}, KMajorSwizzledTile<kChunk>{s.a}, 0,
+                                       n0, dl);
+      float* const out =
+          p.dl + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kChunk + n0 + 2 * (lane % 4);
+      for_each_wgmma_pair<kGateCols>(0, n0, dl, [&](int i, int jc, float& x0, float& x1) {
+        x0 = jc < i ? -x0 : 0.f;
+        x1 = jc + 1 < i ? -x1 : 0.f;
+      });
+      store_wgmma_rows<kGateCols>(out, int64_t{HV} * kChunk, row_lo, len, dl,
+                                  [](float x0, float x1, bool) { return make_float2(x0, x1); });
+    } else {  // dL = -strict(Y A^T); M = beta dL -> m; <dL K, K>_i = sum_j dL_ij (K K^T)_ij by rows
       float dl[kGateCols / 2] = {};
       float kk[kGateCols / 2] = {};
       fence_accumulators(dl);
@@ -592,8 +720,9 @@ __device__ __forceinline__ void column_role(SharedStorage& s, Params const& p, i
 // chunk's tiles load during the step before, each group as soon as its tiles' last reader there
 // is done (side_role), so that a step starts on tiles that have landed.
 
-__device__ __forceinline__ void load_dout(SharedStorage& s, KernelParams const& kp, int64_t t0,
-                                          int hv, int tid) {
+template <class S>
+__device__ __forceinline__ void load_dout(S& s, KernelParams const& kp, int64_t t0, int hv,
+                                          int tid) {
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kDoutLanded];
   mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
@@ -601,26 +730,34 @@ __device__ __forceinline__ void load_dout(SharedStorage& s, KernelParams const& 
     tma_load_2d(s.dout + half * kChunk * 64, &kp.dout_map, hv * kHeadDim + 64 * half,
                 static_cast<int>(t0), bar);
 }
-__device__ __forceinline__ void load_a(SharedStorage& s, KernelParams const& kp, int64_t t0,
+// (ChannelDecay: P with A, into p)
+template <class Decay>
+__device__ __forceinline__ void load_a(SharedStorage<Decay>& s, KernelParams const& kp, int64_t t0,
                                        int hv, int tid) {
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kALanded];
-  mbarrier_arrive_expect_tx(bar, kChunk * kChunk * 2);
+  mbarrier_arrive_expect_tx(bar, (Decay::kGatedKkt ? 2 : 1) * kChunk * kChunk * 2);
   tma_load_2d(s.a, &kp.a_map, hv * kChunk, static_cast<int>(t0), bar);
+  if constexpr (Decay::kGatedKkt)
+    tma_load_2d(s.p, &kp.aqk_map, hv * kChunk, static_cast<int>(t0), bar);
 }
-__device__ __forceinline__ void load_q_h(SharedStorage& s, KernelParams const& kp, int64_t t0,
-                                         int64_t slot, int h, int hv, int tid) {
+// (h: Q's head in q_map, the value head with ChannelDecay: qg)
+template <class S>
+__device__ __forceinline__ void load_q_h(S& s, KernelParams const& kp, int64_t t0, int64_t slot,
+                                         int h, int hv, int tid) {
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kQhLanded];
   mbarrier_arrive_expect_tx(bar, (kChunk + kHeadDim) * kHeadDim * 2);
   int const state = static_cast<int>(slot * kp.p.problem.num_v_heads + hv);
   for (int half = 0; half < 2; ++half) {
-    tma_load_2d(s.q + half * kChunk * 64, &kp.q_map, h * kHeadDim + 64 * half,
-                static_cast<int>(t0), bar);
+    tma_load_2d(s.q + half * kChunk * 64, &kp.q_map, h * kHeadDim + 64 * half, static_cast<int>(t0),
+                bar);
     tma_load_3d(s.h + half * kHeadDim * 64, &kp.h_map, 64 * half, 0, state, bar);
   }
 }
-__device__ __forceinline__ void load_v_g_beta(SharedStorage& s, KernelParams const& kp,
+// (ChannelDecay: G's last row for G, glast)
+template <class Decay>
+__device__ __forceinline__ void load_v_g_beta(SharedStorage<Decay>& s, KernelParams const& kp,
                                               int64_t t0, int len, int hv, int tid) {
   Params const& p = kp.p;
   if (tid == 0) {
@@ -630,24 +767,33 @@ __device__ __forceinline__ void load_v_g_beta(SharedStorage& s, KernelParams con
       tma_load_2d(s.v + half * kChunk * 64, &kp.v_map, hv * kHeadDim + 64 * half,
                   static_cast<int>(t0), bar);
   }
-  load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, p.problem.num_v_heads, hv, tid);
+  if constexpr (Decay::kGatedKkt)
+    load_glast_beta_async(s.glast, s.beta, p.gcum, p.beta, t0, len, p.problem.num_v_heads, hv, tid);
+  else
+    load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, p.problem.num_v_heads, hv, tid);
   cp_async_commit();
 }
-__device__ __forceinline__ void load_k(SharedStorage& s, bf16* k, KernelParams const& kp,
+// (h: K's head in k_map, the value head with ChannelDecay: kg, and kbar with it)
+template <class Decay>
+__device__ __forceinline__ void load_k(SharedStorage<Decay>& s, bf16* k, KernelParams const& kp,
                                        int64_t t0, int h, int tid) {
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kKLanded];
-  mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
-  for (int half = 0; half < 2; ++half)
+  mbarrier_arrive_expect_tx(bar, (Decay::kGatedKkt ? 2 : 1) * kChunk * kHeadDim * 2);
+  for (int half = 0; half < 2; ++half) {
     tma_load_2d(k + half * kChunk * 64, &kp.k_map, h * kHeadDim + 64 * half, static_cast<int>(t0),
                 bar);
+    if constexpr (Decay::kGatedKkt)
+      tma_load_2d(s.kbar + half * kChunk * 64, &kp.kbar_map, h * kHeadDim + 64 * half,
+                  static_cast<int>(t0), bar);
+  }
 }
 
 // E (one warp; lane l: rows l and l + 32) of the chunk at t0 of len tokens: dbeta, dG and its
 // reverse cumsum dg from the chunk's row sums and G (g_prev), which stay in shared memory until
 // the next chunk's GatesFull.
-__device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const& p, int64_t t0,
-                                            int len, int hv) {
+__device__ __forceinline__ void finish_rows(SharedStorage<ScalarDecay> const& s, Params const& p,
+                                            int64_t t0, int len, int hv) {
   int const lane = threadIdx.x % 32;
   int const HV = p.problem.num_v_heads;
   float const scale = p.problem.scale;
@@ -700,6 +846,26 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
   }
 }
 
+// E with ChannelDecay (one warp): what the walk hands the intra pass from its row sums, of the
+// chunk at t0 of len tokens in slot `slot`: rowdot(Z, Rt) per token, rowdot(dS, h) per row of h.
+// (slot_parity: the chunk's index in its document, mod 2)
+__device__ __forceinline__ void finish_rows(SharedStorage<ChannelDecay> const& s, Params const& p,
+                                            int64_t t0, int len, int hv, int64_t slot,
+                                            int slot_parity) {
+  int const lane = threadIdx.x % 32;
+  int const HV = p.problem.num_v_heads;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    int const i = lane + 32 * half;
+    if (i < len) p.dbeta_walk[(t0 + i) * HV + hv] = sum_parts<kChunk, 2>(s.zrt, i);
+  }
+#pragma unroll
+  for (int m = 0; m < kHeadDim / 32; ++m) {
+    int const r = lane + 32 * m;
+    p.dgamma[(slot * HV + hv) * kHeadDim + r] = sum_parts<kHeadDim, 2>(s.dsh[slot_parity], r);
+  }
+}
+
 // A side thread's indices (tid 0 .. 255; warpgroup ow = tid / 128: columns n0 = 32 ow .. of the
 // [64 x 64] products, k0 = 64 ow .. of dq and dk) and chunk j's place, formed in each phase of a
 // step where they are used (thread_index_here, read_here). With 80 registers, what a step keeps
@@ -708,11 +874,12 @@ __device__ __forceinline__ void finish_rows(SharedStorage const& s, Params const
 // instructions per step and warp), and so do the step's t0, len and heads (docs/perf-notes.md).
 struct SideHere {
   int tid, ow, warp, lane, row_lo, n0, k0;
-  int hv;       // value head
-  int64_t t0;   // the chunk's first token
-  int len;      // its tokens
+  int hv;      // value head
+  int64_t t0;  // the chunk's first token
+  int len;     // its tokens
 };
-__device__ __forceinline__ SideHere side_here(SharedStorage const& s, int64_t j) {
+template <class S>
+__device__ __forceinline__ SideHere side_here(S const& s, int64_t j) {
   SideHere x;
   x.tid = static_cast<int>(thread_index_here() % kSideThreads);  // threadIdx.x - 256
   x.ow = x.tid / kRoleThreads;
@@ -729,7 +896,9 @@ __device__ __forceinline__ SideHere side_here(SharedStorage const& s, int64_t j)
 }
 
 // The two side warpgroups. Each phase of a step forms its indices anew (side_here).
-__device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& kp) {
+template <class Decay>
+__device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams const& kp) {
+  constexpr bool kChannel = Decay::kGatedKkt;
   Params const& p = kp.p;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
@@ -746,7 +915,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
     {  // the walk's first chunk's tiles (later ones load during the step before)
       SideHere const x = side_here(s, j);
       if (j == num_chunks - 1) {
-        int const hk = x.hv / p.problem.group_size();
+        int const hk = kChannel ? x.hv : x.hv / p.problem.group_size();  // Q's and K's head
         load_dout(s, kp, x.t0, x.hv, x.tid);
         load_a(s, kp, x.t0, x.hv, x.tid);
         load_q_h(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
@@ -764,6 +933,7 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       SideHere const x = side_here(s, j);
       for (bf16* tile : {s.q, k_of(s, j), s.v, s.dout})
         zero_rows_past_end<kSideThreads>(tile, kHeadDim, x.len, x.tid);
+      if constexpr (kChannel) zero_rows_past_end<kSideThreads>(s.kbar, kHeadDim, x.len, x.tid);
     }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);
@@ -772,17 +942,38 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
     // reads are written again after GatesFull (the column roles' <dS, h> waits for it too)
     if (j + 1 < num_chunks) {
       SideHere const x = side_here(s, j);
-      if (x.warp == 0) finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
+      if constexpr (kChannel) {
+        if (x.warp == 0)
+          finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv,
+                      read_here(s.span).slot0 + j + 1, static_cast<int>((j + 1) & 1));
+      } else {
+        if (x.warp == 0) finish_rows(s, p, x.t0 + kChunk, read_here(s.span).chunk_len(j + 1), x.hv);
+      }
     }
 
-    {  // Q K^T on this warpgroup's columns, under T's gates
+    if constexpr (kChannel) {  // T = A (the gated T, causal already) -> t; P stays as it landed
+      SideHere const x = side_here(s, j);
+      wait_landed(s, kALanded, j);
+      if (j == num_chunks - 1) {
+        zero_rows_past_end<kSideThreads>(s.a, kChunk, x.len, x.tid);
+        zero_rows_past_end<kSideThreads>(s.p, kChunk, x.len, x.tid);
+      }
+      fence_proxy_async_shared();
+      named_barrier_sync(kSideGroup, kSideThreads);
+      for (int w = x.tid; w < kChunk * kChunk / 2; w += kSideThreads) {
+        int const core = w / 32;
+        int const i = core / (kChunk / 8) * 8 + w % 32 / 4;
+        int const jc = core % (kChunk / 8) * 8 + w % 4 * 2;
+        *reinterpret_cast<uint32_t*>(s.t + 2 * w) =
+            *reinterpret_cast<uint32_t const*>(s.a + swizzled_offset<kChunk>(i, jc));
+      }
+    } else {  // Q K^T on this warpgroup's columns, under T's gates
       SideHere const x = side_here(s, j);
       float qk[kGateCols / 2] = {};
       fence_accumulators(qk);
       wgmma_fence();
       warpgroup_mma_async<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{s.q},
-                                               KMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, x.n0,
-                                               qk);
+                                               KMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, x.n0, qk);
       wgmma_commit();
       wait_landed(s, kALanded, j);
       if (j == num_chunks - 1) zero_rows_past_end<kSideThreads>(s.a, kChunk, x.len, x.tid);
@@ -800,11 +991,11 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       wgmma_wait<0>();
       fence_accumulators(qk);
       // P = causal(s (Q K^T) o Gamma) -> p
-      for_each_blocked_pair<kChunk, kGateCols>(0, x.n0, qk, [&](int i, int jc, int at, float& c0,
-                                                               float& c1) {
-        float2 const gate = causal_gates(s.gcum, i, jc);
-        st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
-      });
+      for_each_blocked_pair<kChunk, kGateCols>(
+          0, x.n0, qk, [&](int i, int jc, int at, float& c0, float& c1) {
+            float2 const gate = causal_gates(s.gcum, i, jc);
+            st_pair(s.p, at, scale * c0 * gate.x, scale * c1 * gate.y);
+          });
     }
     fence_proxy_async_shared();
     named_barrier_arrive(kGatesFull, kThreads);
@@ -817,12 +1008,37 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       warpgroup_mma<kGateCols, kHeadDim>(KMajorSwizzledTile<kChunk>{s.dout},
                                          KMajorTile<kHeadDim>{s.delta}, 0, x.n0, dp);
       named_barrier_sync(kPFree, kThreads);
-      gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, x.n0, x.ow);
+      if constexpr (kChannel) {  // s mask(dP) -> p.dqk (fp32 rows of the chunk)
+        for_each_wgmma_pair<kGateCols>(0, x.n0, dp, [&](int i, int jc, float& x0, float& x1) {
+          x0 = i >= jc ? scale * x0 : 0.f;
+          x1 = i >= jc + 1 ? scale * x1 : 0.f;
+        });
+        float* const out =
+            p.dqk + ((x.t0 + x.row_lo) * HV + x.hv) * kChunk + x.n0 + 2 * (x.lane % 4);
+        store_wgmma_rows<kGateCols>(out, int64_t{HV} * kChunk, x.row_lo, x.len, dp,
+                                    [](float x0, float x1, bool) { return make_float2(x0, x1); });
+      } else {
+        gate_grad(dp, s.p, scale, s.gcum, s.gate_row_p, s.gate_col_p, x.n0, x.ow);
+      }
     }
     fence_proxy_async_shared();
     named_barrier_sync(kSideGroup, kSideThreads);  // dQK complete (and T, from every thread)
 
-    {  // dq = s e (dO h^T) + dQK K; <Q, dO h^T> by rows
+    if constexpr (kChannel) {  // dqg = s dO h^T -> p.dqg
+      SideHere const x = side_here(s, j);
+      float dq[kStateHalf / 2] = {};
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.dout},
+                                          KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dq);
+      for (float& v : dq) v *= scale;
+      store_rows(p.dqg, x, dq);
+    }
+    if constexpr (kChannel) {  // dkbar = Delta dS^T -> p.dkbar (Delta and bf16(dS) are whole)
+      SideHere const x = side_here(s, j);
+      float dkbar[kStateHalf / 2] = {};
+      warpgroup_mma<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta}, KMajorTile<kHeadDim>{s.ds},
+                                          0, x.k0, dkbar);
+      store_rows(p.dkbar, x, dkbar);
+    } else {  // dq = s e (dO h^T) + dQK K; <Q, dO h^T> by rows
       SideHere const x = side_here(s, j);
       float dq[kStateHalf / 2] = {};
       warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.dout},
@@ -848,22 +1064,33 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       SideHere const x = side_here(s, j);
       if (j > 0) load_dout(s, kp, x.t0 - kChunk, x.hv, x.tid);
       bf16 const* const m = s.r;
-      float dk[kStateHalf / 2] = {};
-      fence_accumulators(dk);
-      wgmma_fence();
-      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.v},
-                                                KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dk);
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
-                                              MNMajorSwizzledTile<kChunk>{s.q}, 0, x.k0, dk);
-      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
-                                                KMajorTile<kHeadDim>{s.ds}, 0, x.k0, dk);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(dk);
+      float dk[kStateHalf / 2];
+      if constexpr (kChannel) {  // dkg = Zs h^T -> p.dkg
+        {
+          float dkg[kStateHalf / 2] = {};
+          warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.v},
+                                              KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dkg);
+          store_rows(p.dkg, x, dkg);
+        }
+
+      } else {
+        for (float& v : dk) v = 0.f;
+        fence_accumulators(dk);
+        wgmma_fence();
+        warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.v},
+                                                  KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dk);
+        warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
+                                                MNMajorSwizzledTile<kChunk>{s.q}, 0, x.k0, dk);
+        warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorTile<kHeadDim>{s.delta_eb},
+                                                  KMajorTile<kHeadDim>{s.ds}, 0, x.k0, dk);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(dk);
+      }
       // ds's last reader is done: the column roles may store the next bf16(dS) once they are
       // through this step (they need nothing else from the side roles before TilesFull)
       named_barrier_arrive(kStepDone, kThreads);
-      {  // E of this chunk runs under the next step's start: G is kept for it
+      if constexpr (!kChannel) {  // E of this chunk runs under the next step's start: G is kept
         SideHere const y = side_here(s, j);
         if (y.warp == 0) {
           s.g_prev[y.lane] = s.gcum[y.lane];
@@ -875,8 +1102,8 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       named_barrier_sync(kSideGroup, kSideThreads);
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
-        load_q_h(s, kp, y.t0, read_here(s.span).slot0 + j - 1, y.hv / p.problem.group_size(), y.hv,
-                 y.tid);
+        load_q_h(s, kp, y.t0, read_here(s.span).slot0 + j - 1,
+                 kChannel ? y.hv : y.hv / p.problem.group_size(), y.hv, y.tid);
       }
       // dDelta's last reader (dT) is done: the next chunk's K into its tile; V's (Zs), G's and
       // beta's last readers are done (the column roles' K^T Zs and dT's gate sums, both side
@@ -884,37 +1111,44 @@ __device__ __forceinline__ void side_role(SharedStorage& s, KernelParams const& 
       named_barrier_sync(kDdeltaFree, kThreads);
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
-        load_k(s, k_of(s, j - 1), kp, y.t0, y.hv / p.problem.group_size(), y.tid);
+        load_k(s, k_of(s, j - 1), kp, y.t0, kChannel ? y.hv : y.hv / p.problem.group_size(), y.tid);
         load_v_g_beta(s, kp, y.t0, kChunk, y.hv, y.tid);
       }
       named_barrier_sync(kMFull, kThreads);
-      wgmma_fence();
-      {
+      if constexpr (!kChannel) {
+        wgmma_fence();
         int const k0 = side_here(s, j).k0;
         warpgroup_mma_async<kStateHalf, kChunk>(MNMajorTile<kChunk>{m},
                                                 MNMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, k0, dk);
         warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{m},
                                                 MNMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, k0, dk);
+        wgmma_commit();
       }
-      wgmma_commit();
       if (j > 0) {  // A's last readers are done (the column roles' Y and dL): the next chunk's A
         SideHere const y = side_here(s, j - 1);
         load_a(s, kp, y.t0, y.hv, y.tid);
       }
-      wgmma_wait<0>();
-      fence_accumulators(dk);
-      store_rows(p.dk, side_here(s, j), dk);
+      if constexpr (!kChannel) {
+        wgmma_wait<0>();
+        fence_accumulators(dk);
+        store_rows(p.dk, side_here(s, j), dk);
+      }
     }
   }
-  if (threadIdx.x % kSideThreads < 32 && num_chunks > 0)  // warp 0
-    finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv);
+  if (threadIdx.x % kSideThreads < 32 && num_chunks > 0) {  // warp 0
+    if constexpr (kChannel)
+      finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv, s.span.slot0, 0);
+    else
+      finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv);
+  }
 }
 
+template <class Decay>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_bwd_kernel(__grid_constant__ KernelParams const kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
-  auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& s = *reinterpret_cast<SharedStorage<Decay>*>(smem_raw);
   Params const& p = kp.p;
   WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
   if (threadIdx.x == 0) {
@@ -932,8 +1166,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     __syncthreads();
   }
-  run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role(s, p, wg); },
-                                    [&] { side_role(s, kp); });
+  run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role<Decay>(s, p, wg); },
+                                    [&] { side_role<Decay>(s, kp); });
 #endif
 }
 

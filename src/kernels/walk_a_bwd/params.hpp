@@ -1,4 +1,7 @@
-// Host <-> device contract of the fused reverse walk (kernel.cuh says what it computes).
+// Host <-> device contract of the fused reverse walk (kernel.cuh says what it computes), for the
+// decay policy of the launch (common/decay.hpp): ScalarDecay (GDN) forms every gradient;
+// ChannelDecay (KDA) reads kkt_solve<ChannelDecay>'s operands and hands the intra pass
+// (intra_bwd) its inputs, the fields marked ChannelDecay below.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,31 +12,43 @@ namespace cake::kernels::walk_a_bwd {
 
 struct Params {
   Problem problem;
-  __nv_bfloat16 const* q = nullptr;     // [BT, H, K]      (normalised when the op normalises)
-  __nv_bfloat16 const* k = nullptr;     // [BT, H, K]
+  __nv_bfloat16 const* q = nullptr;     // [BT, H, K]      (normalised when the op normalises);
+                                        //                 ChannelDecay: qg [BT, HV, K]
+  __nv_bfloat16 const* k = nullptr;     // [BT, H, K];     ChannelDecay: kg [BT, HV, K]
   __nv_bfloat16 const* v = nullptr;     // [BT, HV, V]
   __nv_bfloat16 const* dout = nullptr;  // [BT, HV, V]
   __nv_bfloat16 const* a = nullptr;     // [BT, HV, 64]    kkt_solve's (I + diag(beta) L)^-1
-  float const* gcum = nullptr;          // [BT, HV]        G, from kkt_solve
+  float const* gcum = nullptr;          // [BT, HV, W]     G, from kkt_solve (W = 1, or K)
   float const* beta = nullptr;          // [BT, HV]        fp32 beta, from kkt_solve
   __nv_bfloat16 const* h = nullptr;     // [num_slots, HV, K, V] chunk-start states (h-walk)
   // nullptr (h was there before the launch: saved mode), or the h-walk's [N, HV] flags
   // (walk_a_fwd::Params::walk_done): the walk is then launched as the h-walk's programmatic
   // dependent, and each walk waits on its own flag before it reads h.
   int const* h_ready = nullptr;
-  float const* dht = nullptr;           // [N, HV, K, V]   or nullptr (zero)
-  float* dq = nullptr;                  // [BT, HV, K]     out: this value head's dq terms
-  float* dk = nullptr;                  // [BT, HV, K]     out: this value head's dk terms
-  __nv_bfloat16* dv = nullptr;          // [BT, HV, V]     out or nullptr (not wanted)
-  void* dbeta = nullptr;                // [BT, HV]        out or nullptr: fp32, or bf16 when
-                                        //                 dbeta_is_bf16
+  float const* dht = nullptr;   // [N, HV, K, V]   or nullptr (zero)
+  float* dq = nullptr;          // [BT, HV, K]     out: this value head's dq terms
+  float* dk = nullptr;          // [BT, HV, K]     out: this value head's dk terms
+  __nv_bfloat16* dv = nullptr;  // [BT, HV, V]     out or nullptr (not wanted)
+  void* dbeta = nullptr;        // [BT, HV]        out or nullptr: fp32, or bf16 when
+                                //                 dbeta_is_bf16
   bool dbeta_is_bf16 = false;
-  float* dg = nullptr;                  // [BT, HV]        out or nullptr
-  float* dh0 = nullptr;                 // [N, HV, K, V]   out or nullptr
+  float* dg = nullptr;   // [BT, HV]        out or nullptr
+  float* dh0 = nullptr;  // [N, HV, K, V]   out or nullptr
   // eO enters the dS update as bf16 hi + lo (one more [128 x 128 x 64] product per chunk): dh0 at
   // FLA's error. The op sets it when the problem has an initial state, not when dh0 is wanted,
   // so that every gradient is bitwise the same whichever others are wanted.
-  bool eo_split = false;
+  bool eo_split = false;  // ScalarDecay only (ChannelDecay's launch refuses it)
+  // ChannelDecay: inputs from kkt_solve<ChannelDecay>
+  __nv_bfloat16 const* kbar = nullptr;  // [BT, HV, K]     k o e^{G_last - G}
+  __nv_bfloat16 const* aqk = nullptr;   // [BT, HV, 64]    P
+  // ChannelDecay: outputs for the intra pass (intra_bwd::Params has the same fields)
+  float* dqk = nullptr;         // [BT, HV, 64]  s mask_{i >= j}(dO Delta^T)
+  float* dl = nullptr;          // [BT, HV, 64]  dL, strictly lower
+  float* dqg = nullptr;         // [BT, HV, K]   s dO h^T
+  float* dkg = nullptr;         // [BT, HV, K]   -(beta Z) h^T
+  float* dkbar = nullptr;       // [BT, HV, K]   Delta dS^T
+  float* dgamma = nullptr;      // [num_slots, HV, K]  rowdot(dS, h) per row of h
+  float* dbeta_walk = nullptr;  // [BT, HV]      rowdot(Z, Rt)
 };
 
 }  // namespace cake::kernels::walk_a_bwd

@@ -277,7 +277,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dg = ptr<float>(args.dg);
   wp.dh0 = ptr<float>(args.dh0);
   wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
-  check_cuda(kernels::walk_a_bwd::launch(wp, stream), "walk_a_bwd launch");
+  check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
   if (p.num_tokens == 0) return;
 
   kernels::qk_grad::Params gp;
