@@ -20,8 +20,8 @@ Implementation const& checked_forward(cakeOptions_t const* options, cakeForwardA
   return impl;
 }
 
-Implementation const& checked_backward(cakeOptions_t const* options,
-                                       cakeBackwardArgs_t const* args, Dims* d) {
+Implementation const& checked_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args,
+                                       Dims* d) {
   *d = cake::ops::validate_backward(options, args);
   Implementation const& impl = cake::ops::implementation_for(d->device_type, options->variant);
   impl.check_backward(*options, *args, *d);
@@ -41,8 +41,8 @@ cakeResult_t cakeForwardWorkspaceSize(cakeOptions_t const* options, cakeForwardA
   });
 }
 
-cakeResult_t cakeBackwardWorkspaceSize(cakeOptions_t const* options,
-                                       cakeBackwardArgs_t const* args, size_t* bytes) {
+cakeResult_t cakeBackwardWorkspaceSize(cakeOptions_t const* options, cakeBackwardArgs_t const* args,
+                                       size_t* bytes) {
   return guard([&] {
     CAKE_CHECK(bytes != nullptr, cakeInvalidArgument, "bytes must not be NULL");
     Dims d;

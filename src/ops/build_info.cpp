@@ -32,8 +32,8 @@ char const* compiler() {
 std::string build_info() {
   cake::ops::CudaBuild const cuda = cake::ops::cuda_build();
   std::ostringstream os;
-  os << "{\"cuda_kernels\": " << (cuda.kernels ? "true" : "false")
-     << ", \"cuda_architectures\": [" << (cuda.kernels ? quoted(cuda.architectures) : "")
+  os << "{\"cuda_kernels\": " << (cuda.kernels ? "true" : "false") << ", \"cuda_architectures\": ["
+     << (cuda.kernels ? quoted(cuda.architectures) : "")
      << "], \"cuda_runtime_version\": " << cuda.runtime_version
      << ", \"compiler\": " << quoted(compiler()) << ", \"ops\": {";
   for (cakeVariant_t variant : {cakeGdn, cakeKda}) {

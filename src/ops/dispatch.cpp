@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "ops/gdn_cuda.hpp"
+#include "ops/kda_cuda.hpp"
 #include "ops/reference.hpp"
 #include "ops/support.hpp"
 
@@ -42,19 +43,31 @@ Implementation const kTable[] = {
         cakeCUDA,
         cakeGdn,
         kGdnCudaSupport,
-        check_gdn_cuda_forward,
-        check_gdn_cuda_backward,
+        check_cuda_forward,
+        check_cuda_backward,
         gdn_cuda_saved_bytes,
         gdn_cuda_forward_workspace_bytes,
         gdn_cuda_backward_workspace_bytes,
-        [](cakeOptions_t const& o, cakeForwardArgs_t const& a, Dims const&, void* saved,
-           void* ws, size_t ws_bytes, void* stream) {
-          gdn_cuda_forward(o, a, saved, ws, ws_bytes, stream);
-        },
+        [](cakeOptions_t const& o, cakeForwardArgs_t const& a, Dims const&, void* saved, void* ws,
+           size_t ws_bytes, void* stream) { gdn_cuda_forward(o, a, saved, ws, ws_bytes, stream); },
         [](cakeOptions_t const& o, cakeBackwardArgs_t const& a, Dims const&, void const* saved,
-           void* ws, size_t ws_bytes, void* stream) {
-          gdn_cuda_backward(o, a, saved, ws, ws_bytes, stream);
-        },
+           void* ws, size_t ws_bytes,
+           void* stream) { gdn_cuda_backward(o, a, saved, ws, ws_bytes, stream); },
+    },
+    {
+        cakeCUDA,
+        cakeKda,
+        kKdaCudaSupport,
+        check_cuda_forward,
+        check_cuda_backward,
+        kda_cuda_saved_bytes,
+        kda_cuda_forward_workspace_bytes,
+        kda_cuda_backward_workspace_bytes,
+        [](cakeOptions_t const& o, cakeForwardArgs_t const& a, Dims const&, void* saved, void* ws,
+           size_t ws_bytes, void* stream) { kda_cuda_forward(o, a, saved, ws, ws_bytes, stream); },
+        [](cakeOptions_t const& o, cakeBackwardArgs_t const& a, Dims const&, void const* saved,
+           void* ws, size_t ws_bytes,
+           void* stream) { kda_cuda_backward(o, a, saved, ws, ws_bytes, stream); },
     },
 };
 
@@ -69,7 +82,8 @@ Implementation const& implementation_for(int32_t device_type, cakeVariant_t vari
     if (row.device_type == device_type && row.variant == variant) return row;
   }
   // Validation admits only the CPU and CUDA, and the CPU reference runs every variant.
-  throw Error(cakeNotImplemented, concat(op_name(variant), " has no CUDA kernels yet; pass CPU "
+  throw Error(cakeNotImplemented, concat(op_name(variant),
+                                         " has no CUDA kernels yet; pass CPU "
                                          "tensors to run the FP64 reference"));
 }
 

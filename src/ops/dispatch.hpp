@@ -25,8 +25,8 @@ struct Implementation {
   size_t (*backward_workspace_bytes)(cakeOptions_t const&, cakeBackwardArgs_t const&);
   void (*forward)(cakeOptions_t const&, cakeForwardArgs_t const&, Dims const&, void* saved,
                   void* workspace, size_t workspace_bytes, void* stream);
-  void (*backward)(cakeOptions_t const&, cakeBackwardArgs_t const&, Dims const&,
-                   void const* saved, void* workspace, size_t workspace_bytes, void* stream);
+  void (*backward)(cakeOptions_t const&, cakeBackwardArgs_t const&, Dims const&, void const* saved,
+                   void* workspace, size_t workspace_bytes, void* stream);
 };
 
 // The public name of a variant's op: "chunk_gated_delta_rule" or "chunk_kda".

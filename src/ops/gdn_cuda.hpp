@@ -1,7 +1,7 @@
 // The GDN GPU path as the C entry points see it (the dispatch table of dispatch.cpp runs these for
 // CUDA tensors and variant cakeGdn, after validate.hpp and support.hpp have checked every
 // argument, the saved buffer's size included). Implemented in src/ops/cuda when the kernels are
-// built; otherwise src/ops/no_cuda/gdn_cuda.cpp raises cakeNotImplemented.
+// built; otherwise src/ops/no_cuda/unavailable.cpp raises cakeNotImplemented.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +23,8 @@ CudaBuild cuda_build();
 size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens);
 
-size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options, cakeForwardArgs_t const& args);
+size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
+                                        cakeForwardArgs_t const& args);
 // saved: the saved set to write in saved and inverse modes (nullptr in recompute mode).
 void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
                       void* workspace, size_t workspace_bytes, void* stream);

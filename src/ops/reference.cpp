@@ -19,7 +19,7 @@ struct Prepared {
   ref::Shape shape;
   std::vector<double> q, k, v, g, beta, h0;
   std::vector<double> q_rstd, k_rstd;  // with use_qk_l2norm: 1 / ||x|| per token and head
-  std::vector<double> g_raw;                         // with use_gate_in_kernel
+  std::vector<double> g_raw;           // with use_gate_in_kernel
   ref::GateParams gate;
   std::vector<double> beta_raw;  // with use_beta_sigmoid
   double beta_c = 1.0;           // beta = beta_c * sigmoid(beta_raw)
@@ -84,8 +84,8 @@ Prepared prepare(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor
 }  // namespace
 
 void reference_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, Dims const& d) {
-  Prepared const p = prepare(options, args.q, args.k, args.v, args.g, args.beta,
-                             args.initial_state, args.cu_seqlens, args.A_log, args.dt_bias, d);
+  Prepared const p = prepare(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
+                             args.cu_seqlens, args.A_log, args.dt_bias, d);
   std::vector<double> o(numel(args.o));
   std::vector<double> ht(present(args.final_state) ? numel(args.final_state) : 0);
   ref::chunked_forward(p.shape, p.inputs(options.scale),
@@ -96,8 +96,8 @@ void reference_forward(cakeOptions_t const& options, cakeForwardArgs_t const& ar
 
 void reference_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
                         Dims const& d) {
-  Prepared const p = prepare(options, args.q, args.k, args.v, args.g, args.beta,
-                             args.initial_state, args.cu_seqlens, args.A_log, args.dt_bias, d);
+  Prepared const p = prepare(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
+                             args.cu_seqlens, args.A_log, args.dt_bias, d);
   std::vector<double> const d_o = to_double(args.dout);
   std::vector<double> const dht = present(args.dht) ? to_double(args.dht) : std::vector<double>{};
   std::vector<double> dq(p.q.size()), dk(p.k.size()), dv(p.v.size()), dg(p.g.size()),

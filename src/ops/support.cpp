@@ -29,14 +29,15 @@ void check_contiguous(char const* name, cakeTensor_t const& t) {
              shape_string(t));
 }
 
-// The inputs shared by the forward and the backward, as the GDN kernels read them.
-void check_gdn_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q,
-                           cakeTensor_t const& k, cakeTensor_t const& v, cakeTensor_t const& g,
-                           cakeTensor_t const& beta, cakeTensor_t const& initial_state,
-                           cakeTensor_t const& cu_seqlens, Dims const& d) {
+// The inputs shared by the forward and the backward, as the kernels read them (GDN's and KDA's
+// alike; the shared validation has checked g's shape for the variant).
+void check_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& k,
+                       cakeTensor_t const& v, cakeTensor_t const& g, cakeTensor_t const& beta,
+                       cakeTensor_t const& initial_state, cakeTensor_t const& cu_seqlens,
+                       Dims const& d) {
   CAKE_CHECK(d.head_dim_k == 128 && d.head_dim_v == 128, cakeNotSupported,
-             "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k, ", V = ",
-             d.head_dim_v);
+             "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k,
+             ", V = ", d.head_dim_v);
   CAKE_CHECK(!options.use_gate_in_kernel && !options.use_beta_sigmoid, cakeNotImplemented,
              "use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA "
              "kernels yet; apply the gate and the sigmoid before the call");
@@ -47,8 +48,12 @@ void check_gdn_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q,
   if (present(initial_state)) {
     check_dtype("initial_state", initial_state, cakeFloat32, "states are float32 on CUDA");
   }
-  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &q}, {"k", &k},
-                         {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", &initial_state},
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &q},
+                         {"k", &k},
+                         {"v", &v},
+                         {"g", &g},
+                         {"beta", &beta},
+                         {"initial_state", &initial_state},
                          {"cu_seqlens", &cu_seqlens}}) {
     check_contiguous(name, *t);
   }
@@ -72,20 +77,26 @@ char const* const kGdnCudaSupport =
     "states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped value heads; "
     "use_qk_l2norm_in_kernel; no use_gate_in_kernel or use_beta_sigmoid_in_kernel yet";
 
-void check_gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
-                            Dims const& d) {
-  check_gdn_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
-                        args.cu_seqlens, d);
+char const* const kKdaCudaSupport =
+    "sm_90a kernels: bfloat16 q, k, v, o, dout; float32 g [B, T, HV, K]; float32 or bfloat16 "
+    "beta; float32 states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped "
+    "value heads; use_qk_l2norm_in_kernel; no use_gate_in_kernel or use_beta_sigmoid_in_kernel "
+    "yet; the saved set is kept in saved mode only (inverse mode recomputes, as recompute mode)";
+
+void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
+                        Dims const& d) {
+  check_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
+                    args.cu_seqlens, d);
   check_dtype("o", args.o, cakeBfloat16, "the CUDA kernels write bfloat16 o");
   if (present(args.final_state)) {
     check_dtype("final_state", args.final_state, cakeFloat32, "states are float32 on CUDA");
   }
 }
 
-void check_gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
-                             Dims const& d) {
-  check_gdn_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
-                        args.cu_seqlens, d);
+void check_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                         Dims const& d) {
+  check_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
+                    args.cu_seqlens, d);
   check_dtype("dout", args.dout, cakeBfloat16, "the CUDA kernels read bfloat16 dout");
   if (present(args.dht)) check_dtype("dht", args.dht, cakeFloat32, "states are float32");
   for (auto [name, t, dtype] :

@@ -1,8 +1,8 @@
 // What each implementation accepts beyond the shared validation (validate.hpp), as checks that
 // throw cake::Error, and as one line for cakeGetBuildInfo. The CPU reference takes any float dtype
-// and head dims 1..256; the GDN CUDA kernels take bf16 q/k/v/o, fp32 g, fp32 or bf16 beta, fp32
-// states, K = V = 128 and contiguous tensors. Pure host code: a build without CUDA knows the
-// CUDA rules too, so that a CPU call can say whether CUDA would run it (cakeCheckSupport).
+// and head dims 1..256; the CUDA kernels (GDN and KDA) take bf16 q/k/v/o, fp32 g, fp32 or bf16
+// beta, fp32 states, K = V = 128 and contiguous tensors. Pure host code: a build without CUDA knows
+// the CUDA rules too, so that a CPU call can say whether CUDA would run it (cakeCheckSupport).
 #pragma once
 
 #include "cake/cake.h"
@@ -16,10 +16,11 @@ void check_reference_backward(cakeOptions_t const& options, cakeBackwardArgs_t c
                               Dims const& d);
 extern char const* const kReferenceSupport;
 
-void check_gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
-                            Dims const& d);
-void check_gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
-                             Dims const& d);
+// The CUDA kernels' rules, the same for GDN and KDA (the shared validation checks g's shape).
+void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, Dims const& d);
+void check_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                         Dims const& d);
 extern char const* const kGdnCudaSupport;
+extern char const* const kKdaCudaSupport;
 
 }  // namespace cake::ops

@@ -453,7 +453,8 @@ TEST(Validation, CudaHeadDims) {
   expect_error(p.forward(), cakeNotSupported, {"K = V = 128", "got K = 4, V = 4"});
 }
 
-TEST(Validation, CudaKdaNotImplemented) {
+// KDA on CUDA tensors meets the same rules as GDN (its kernels read bfloat16 q, k, v).
+TEST(Validation, CudaKdaChecksTheKernelsRules) {
   Problem p(true);
   std::vector<double> big(8 * 2 * 128 * 128, 0.0);
   p.fwd.q = view(big.data(), cakeFloat64, {1, 8, 1, 128});
@@ -464,7 +465,7 @@ TEST(Validation, CudaKdaNotImplemented) {
   p.fwd.initial_state = view(big.data(), cakeFloat64, {2, 2, 128, 128});
   p.fwd.final_state = cakeTensor_t{};
   on_cuda(p);
-  expect_error(p.forward(), cakeNotImplemented, {"chunk_kda has no CUDA kernels"});
+  expect_error(p.forward(), cakeInvalidArgument, {"q must be bfloat16", "got float64"});
 }
 
 TEST(Validation, CudaTensorsInBuildWithoutCuda) {

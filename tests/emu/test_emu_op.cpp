@@ -1,7 +1,9 @@
-// The GDN GPU op (src/ops/cuda/gdn_cuda.cpp: the stages in order, the saved set and workspace
-// carved from the caller's buffers) on the CPU emulator, against the FP64 chunked reference: the
-// three modes of the saved set, bitwise equal to each other; guard bytes after the exact workspace
-// and saved set the size queries ask for stay untouched; outputs poisoned first.
+// The GDN and KDA GPU ops (src/ops/cuda/gdn_cuda.cpp, kda_cuda.cpp: the stages in order, the
+// saved set and workspace carved from the caller's buffers) on the CPU emulator, against the FP64
+// chunked reference: the three modes of the saved set, bitwise equal to each other; guard bytes
+// after the exact workspace and saved set the size queries ask for stay untouched; outputs
+// poisoned first. KDA's gate per channel is drawn as logsigmoid(N(0, 1)), one value in 16 down
+// to -20 (kda_emu_testing.hpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,16 +13,17 @@
 #include <vector>
 
 #include "core/tensor.hpp"
-#include "emu/gdn_emu_testing.hpp"
+#include "emu/kda_emu_testing.hpp"
 #include "ops/gdn_cuda.hpp"
+#include "ops/kda_cuda.hpp"
 #include "ref/preprocess.hpp"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
-using cake::emu_testing::poisoned;
 using cake::emu_testing::K;
+using cake::emu_testing::poisoned;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
@@ -56,6 +59,38 @@ struct Grads {
   std::vector<float> dg, dbeta, dh0;
 };
 
+// KDA's gate of a problem: g [BT, HV, K] as the reference and (fp32) the kernels read it. Absent
+// (kda false): GDN, with the problem's own g [BT, HV].
+struct ChannelGate {
+  bool kda = false;
+  std::vector<double> g;
+  std::vector<float> g32;
+};
+
+ChannelGate channel_gate(Problem const& pr, std::mt19937& rng) {
+  cake::kda_emu_testing::KdaCase const kc{{}, "", cake::kda_emu_testing::unbounded()};
+  ChannelGate gate{true, cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng), {}};
+  gate.g32 = cake::gdn_testing::to_f32(gate.g);
+  return gate;
+}
+
+// The op's entry points for a variant (gdn_cuda.hpp, kda_cuda.hpp).
+struct OpEntries {
+  decltype(&cake::ops::gdn_cuda_saved_bytes) saved_bytes;
+  decltype(&cake::ops::gdn_cuda_forward_workspace_bytes) forward_workspace_bytes;
+  decltype(&cake::ops::gdn_cuda_forward) forward;
+  decltype(&cake::ops::gdn_cuda_backward_workspace_bytes) backward_workspace_bytes;
+  decltype(&cake::ops::gdn_cuda_backward) backward;
+};
+OpEntries entries(bool kda) {
+  namespace ops = cake::ops;
+  if (kda)
+    return {ops::kda_cuda_saved_bytes, ops::kda_cuda_forward_workspace_bytes, ops::kda_cuda_forward,
+            ops::kda_cuda_backward_workspace_bytes, ops::kda_cuda_backward};
+  return {ops::gdn_cuda_saved_bytes, ops::gdn_cuda_forward_workspace_bytes, ops::gdn_cuda_forward,
+          ops::gdn_cuda_backward_workspace_bytes, ops::gdn_cuda_backward};
+}
+
 // Forward then backward through the op in one mode; o, ht and the gradients.
 struct OpRun {
   std::vector<bf16> o;
@@ -64,19 +99,24 @@ struct OpRun {
 };
 
 // mode: options.save_for_backward (0 recompute, 1 saved, 2 inverse); all_grads = false: dq, dk
-// and dh0 absent (as a caller that freezes q, k and the initial state); l2: with the q/k L2 norm.
-OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false) {
+// and dh0 absent (as a caller that freezes q, k and the initial state); l2: with the q/k L2 norm;
+// gate: KDA's (else GDN).
+OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false,
+             ChannelGate const& gate = {}) {
   int64_t const BT = pr.BT;
+  int64_t const gate_width = gate.kda ? K : 1;
+  OpEntries const op = entries(gate.kda);
   cakeOptions_t options{};
   options.struct_size = sizeof options;
-  options.variant = cakeGdn;
+  options.variant = gate.kda ? cakeKda : cakeGdn;
   options.scale = pr.scale;
   options.save_for_backward = mode;
   options.use_qk_l2norm = l2 ? 1 : 0;
   cakeTensor_t const q = view(pr.q16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const k = view(pr.k16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const v = view(pr.v16.data(), cakeBfloat16, {1, BT, pr.HV, K});
-  cakeTensor_t const g = view(pr.g32.data(), cakeFloat32, {1, BT, pr.HV});
+  cakeTensor_t const g = gate.kda ? view(gate.g32.data(), cakeFloat32, {1, BT, pr.HV, K})
+                                  : view(pr.g32.data(), cakeFloat32, {1, BT, pr.HV});
   cakeTensor_t const beta = view(pr.beta32.data(), cakeFloat32, {1, BT, pr.HV});
   cakeTensor_t const h0 = view(pr.h0_32.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   cakeTensor_t const cu = view(pr.cu.data(), cakeInt32, {pr.N + 1});
@@ -96,10 +136,9 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   set_inputs(fa);
   fa.o = view(run.o.data(), cakeBfloat16, {1, BT, pr.HV, K});
   fa.final_state = view(run.ht.data(), cakeFloat32, {pr.N, pr.HV, K, K});
-  Guarded saved(cake::ops::gdn_cuda_saved_bytes(options, q, v, cu));
-  Guarded fws(cake::ops::gdn_cuda_forward_workspace_bytes(options, fa));
-  cake::ops::gdn_cuda_forward(options, fa, mode != 0 ? saved.data : nullptr, fws.data, fws.bytes,
-                              nullptr);
+  Guarded saved(op.saved_bytes(options, q, v, cu));
+  Guarded fws(op.forward_workspace_bytes(options, fa));
+  op.forward(options, fa, saved.bytes != 0 ? saved.data : nullptr, fws.data, fws.bytes, nullptr);
   EXPECT_TRUE(saved.guard_intact()) << "the forward wrote past the saved set";
   EXPECT_TRUE(fws.guard_intact()) << "the forward wrote past its workspace";
 
@@ -107,7 +146,7 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   gr.dq = poisoned<bf16>(BT * pr.H * K);
   gr.dk = poisoned<bf16>(BT * pr.H * K);
   gr.dv = poisoned<bf16>(BT * pr.HV * K);
-  gr.dg = poisoned<float>(BT * pr.HV);
+  gr.dg = poisoned<float>(BT * pr.HV * gate_width);
   gr.dbeta = poisoned<float>(BT * pr.HV);
   gr.dh0 = poisoned<float>(pr.states_size());
   cakeBackwardArgs_t ba{};
@@ -117,13 +156,13 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   ba.dq = view(gr.dq.data(), cakeBfloat16, {1, BT, pr.H, K});
   ba.dk = view(gr.dk.data(), cakeBfloat16, {1, BT, pr.H, K});
   ba.dv = view(gr.dv.data(), cakeBfloat16, {1, BT, pr.HV, K});
-  ba.dg = view(gr.dg.data(), cakeFloat32, {1, BT, pr.HV});
+  ba.dg = gate.kda ? view(gr.dg.data(), cakeFloat32, {1, BT, pr.HV, K})
+                   : view(gr.dg.data(), cakeFloat32, {1, BT, pr.HV});
   ba.dbeta = view(gr.dbeta.data(), cakeFloat32, {1, BT, pr.HV});
   ba.dh0 = view(gr.dh0.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   if (!all_grads) ba.dq = ba.dk = ba.dh0 = cakeTensor_t{};
-  Guarded bws(cake::ops::gdn_cuda_backward_workspace_bytes(options, ba));
-  cake::ops::gdn_cuda_backward(options, ba, mode != 0 ? saved.data : nullptr, bws.data, bws.bytes,
-                               nullptr);
+  Guarded bws(op.backward_workspace_bytes(options, ba));
+  op.backward(options, ba, saved.bytes != 0 ? saved.data : nullptr, bws.data, bws.bytes, nullptr);
   EXPECT_TRUE(bws.guard_intact()) << "the backward wrote past its workspace";
   EXPECT_TRUE(saved.guard_intact()) << "the backward wrote past the saved set";
   return run;
@@ -143,8 +182,9 @@ bool bitwise_equal(std::vector<T> const& a, std::vector<T> const& b) {
 }
 
 // The three modes agree bit for bit, and the recompute mode's results pass the gate against the
-// FP64 chunked reference (on q, k normalised in FP64 when l2, with the norm's backward).
-void check_modes(Case const& c, bool l2) {
+// FP64 chunked reference (on q, k normalised in FP64 when l2, with the norm's backward); kda: with
+// a gate per channel.
+void check_modes(Case const& c, bool l2, bool kda = false) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
@@ -159,10 +199,11 @@ void check_modes(Case const& c, bool l2) {
     pr.q16 = cake::gdn_testing::to_bf16(pr.q);
     pr.k16 = cake::gdn_testing::to_bf16(pr.k);
   }
-  OpRun const recompute = run_op(pr, 0, true, l2);
+  ChannelGate const gate = kda ? channel_gate(pr, rng) : ChannelGate{};
+  OpRun const recompute = run_op(pr, 0, true, l2, gate);
   Grads const& a = recompute.grads;
   for (int mode : {1, 2}) {
-    OpRun const saved = run_op(pr, mode, true, l2);
+    OpRun const saved = run_op(pr, mode, true, l2, gate);
     EXPECT_TRUE(bitwise_equal(recompute.o, saved.o)) << "mode " << mode;
     EXPECT_TRUE(bitwise_equal(recompute.ht, saved.ht)) << "mode " << mode;
     Grads const& b = saved.grads;
@@ -174,17 +215,21 @@ void check_modes(Case const& c, bool l2) {
   }
 
   std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size()), rq(pr.BT * pr.H * K),
-      rk(rq.size()), rv(ro.size()), rg(pr.BT * pr.HV), rbeta(rg.size()), rh0(rht.size());
+      rk(rq.size()), rv(ro.size()), rg(pr.BT * pr.HV * (kda ? K : 1)), rbeta(pr.BT * pr.HV),
+      rh0(rht.size());
+  cake::ref::Shape shape = pr.shape();
+  if (kda) shape.gate = cake::ref::Gate::kChannel;
   std::vector<double> q = pr.q, k = pr.k, q_rstd, k_rstd;
   if (l2) {
     cake::ref::l2norm_forward(pr.q, K, q, q_rstd);
     cake::ref::l2norm_forward(pr.k, K, k, k_rstd);
   }
-  cake::ref::Inputs const in{q.data(),       k.data(),     pr.v.data(), pr.g.data(),
-                             pr.beta.data(), pr.h0.data(), pr.scale};
-  cake::ref::chunked_forward(pr.shape(), in, cake::ref::Outputs{ro.data(), rht.data()});
+  cake::ref::Inputs const in{
+      q.data(),       k.data(),     pr.v.data(), kda ? gate.g.data() : pr.g.data(),
+      pr.beta.data(), pr.h0.data(), pr.scale};
+  cake::ref::chunked_forward(shape, in, cake::ref::Outputs{ro.data(), rht.data()});
   cake::ref::chunked_backward(
-      pr.shape(), in, cake::ref::OutputGrads{pr.dout.data(), pr.dht.data()},
+      shape, in, cake::ref::OutputGrads{pr.dout.data(), pr.dht.data()},
       cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
   if (l2) {
     rq = cake::ref::l2norm_backward(rq, q, q_rstd, K);
@@ -234,6 +279,14 @@ TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
 // A gradient left absent changes no other bit: the backward's arithmetic does not depend on which
 // gradients are wanted (the H200 test test_absent_gradients caught dv moving with dh0 once, when
 // walk_a_bwd keyed eO's hi + lo split on dh0), and nothing is written where one is absent.
+TEST(EmulatedOp, KdaEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
+  check_modes(Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}}, false, true);
+}
+
+TEST(EmulatedOp, KdaEmptyDocumentsAndL2NormMatchTheFp64Reference) {
+  check_modes(Case{"docs 0,65,0,17 GVA 2/4 l2", {0, 65, 0, 17}, 2, 4}, true, true);
+}
+
 TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
   Problem const pr = fresh_problem(Case{"docs 1,64,65 GVA 1/2", {1, 64, 65}});
   OpRun const full = run_op(pr, 0);

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
   __syncthreads();  // S visible
 
   // dbeta_r = dbeta_walk_r + sum_{j < r} dL_rj S_rj
-  if (tid < len) {
+  if (tid < len && p.dbeta != nullptr) {
     float sum = p.dbeta_walk[row0 + int64_t{tid} * HV];
     for (int j = 0; j < tid; ++j) sum += s.dl[tid * kLd64 + j] * s.s[tid * kLd64 + j];
     int64_t const at = row0 + int64_t{tid} * HV;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
   __syncthreads();  // dG and the tails visible
 
   // dg = reverse cumsum of dG, the last row's terms through G_last first
-  if (tid < kHeadDim) {
+  if (tid < kHeadDim && p.dg != nullptr) {
     float const dgamma = p.dgamma[(blockIdx.x * int64_t{HV} + hv) * kHeadDim + tid];
     float acc = __expf(g_last) * dgamma + s.tail[tid] + s.tail[kHeadDim + tid];
     for (int r = len - 1; r >= 0; --r) {

@@ -25,8 +25,9 @@ struct Params {
   float const* dbeta_walk = nullptr;  // [BT, HV]     rowdot(Z, Rt)
   float* dq = nullptr;                // [BT, HV, K]  out: this value head's dq
   float* dk = nullptr;                // [BT, HV, K]  out: this value head's dk
-  float* dg = nullptr;                // [BT, HV, K]  out
-  void* dbeta = nullptr;              // [BT, HV]     out: fp32, or bf16 when dbeta_is_bf16
+  float* dg = nullptr;                // [BT, HV, K]  out or nullptr (not wanted)
+  void* dbeta = nullptr;              // [BT, HV]     out or nullptr: fp32, or bf16 when
+                                      //              dbeta_is_bf16
   bool dbeta_is_bf16 = false;
 };
 

@@ -22,96 +22,22 @@
 #include "core/error.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/qk_grad/launch.hpp"
-#include "kernels/qk_norm/launch.hpp"
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
+#include "ops/cuda/stages.hpp"
 
 namespace cake::ops {
 
 namespace {
 
-using bf16 = __nv_bfloat16;
 using kernels::Problem;
-
-void check_cuda(cudaError_t err, char const* what) {
-  if (err != cudaSuccess)
-    throw Error(cakeCudaError,
-                concat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-
-template <class T>
-T* ptr(cakeTensor_t const& t) {
-  return static_cast<T*>(t.data);
-}
-
-// Shapes of q [B, T, H, K], v [B, T, HV, V], cu_seqlens [N + 1] (seam-validated) -> Problem.
-Problem make_problem(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& v,
-                     cakeTensor_t const& cu_seqlens) {
-  CAKE_CHECK(q.shape[3] == kernels::kHeadDim && v.shape[3] == kernels::kHeadDim, cakeNotSupported,
-             "the GDN CUDA kernels are built for K = V = ", kernels::kHeadDim,
-             ", got K = ", q.shape[3], ", V = ", v.shape[3]);
-  Problem p;
-  p.num_tokens = q.shape[0] * q.shape[1];
-  p.seq_len = q.shape[1];
-  p.num_qk_heads = static_cast<int32_t>(q.shape[2]);
-  p.num_v_heads = static_cast<int32_t>(v.shape[2]);
-  if (cu_seqlens.data != nullptr) {
-    p.num_seqs = static_cast<int32_t>(cu_seqlens.shape[0] - 1);
-    if (cu_seqlens.dtype == cakeInt64)
-      p.cu_seqlens64 = ptr<int64_t const>(cu_seqlens);
-    else
-      p.cu_seqlens32 = ptr<int32_t const>(cu_seqlens);
-  } else {
-    p.num_seqs = static_cast<int32_t>(q.shape[0]);
-  }
-  p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
-  p.scale = static_cast<float>(options.scale);
-  return p;
-}
-
-// The kernels read q, k, v, dout in 16-byte vectors (cp.async) and write o, dq, dk, dv in bf16
-// pairs, so those base addresses must be aligned (a contiguous view at an odd offset is not).
-void check_aligned(char const* name, cakeTensor_t const& t, uintptr_t bytes) {
-  CAKE_CHECK(t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % bytes == 0,
-             cakeNotSupported, name, " must be ", bytes,
-             "-byte aligned for the CUDA kernels, got address ", t.data);
-}
-
-bool empty(Problem const& p) { return p.num_seqs == 0 || p.num_v_heads == 0; }
-
-// The inputs of the forward's stages (the forward's own, or the backward's for its recompute).
-struct ForwardInputs {
-  cakeTensor_t const* q;
-  cakeTensor_t const* k;
-  cakeTensor_t const* v;
-  cakeTensor_t const* g;
-  cakeTensor_t const* beta;
-  cakeTensor_t const* initial_state;
-};
-
-// The q, k the later stages read: normalised copies (qk_norm) with use_qk_l2norm, else the inputs.
-void normalize_qk(Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
-                  ops::cuda::GdnBuffers const& b, cudaStream_t stream, bf16 const** q_used,
-                  bf16 const** k_used) {
-  *q_used = ptr<bf16 const>(*in.q);
-  *k_used = ptr<bf16 const>(*in.k);
-  if (!use_qk_l2norm) return;
-  kernels::qk_norm::Params np;
-  np.num_rows = p.num_tokens * p.num_qk_heads;
-  np.q = *q_used;
-  np.k = *k_used;
-  np.q_norm = b.q_norm;
-  np.k_norm = b.k_norm;
-  check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
-  *q_used = b.q_norm;
-  *k_used = b.k_norm;
-}
+using namespace cuda;
 
 // G, A and beta in fp32 per (chunk, value head): the first stage of the forward and of the
 // backward's recompute.
 void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* k_used,
-                   ops::cuda::GdnBuffers const& b, cudaStream_t stream) {
+                   GdnBuffers const& b, cudaStream_t stream) {
   kernels::kkt_solve::Params kp;
   kp.problem = p;
   kp.k = k_used;
@@ -127,7 +53,7 @@ void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* k_used
 // The forward walk: o and ht when o is given (the forward), h per chunk when h is given (saved
 // mode, or the backward's h-walk with o == nullptr).
 void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf16 const* k_used,
-              ops::cuda::GdnBuffers const& b, bf16* o, float* ht, bf16* h, int* walk_done,
+              GdnBuffers const& b, bf16* o, float* ht, bf16* h, int* walk_done,
               cudaStream_t stream) {
   kernels::walk_a_fwd::Params wp;
   wp.problem = p;
@@ -145,35 +71,22 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
   check_cuda(kernels::walk_a_fwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_fwd launch");
 }
 
-using cuda::Pass;
-using cuda::SaveMode;
-
-SaveMode save_mode(cakeOptions_t const& options) {  // validated: 0, 1 or 2
-  return static_cast<SaveMode>(options.save_for_backward);
-}
-
 // The layout's sizes for a call (null bases: counting only).
-cuda::GdnBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
-  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr,
-                                 nullptr);
+GdnBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
+  return carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr,
+                           nullptr);
 }
 
 // The buffers of one call, carved from the caller's saved buffer (its size checked by
 // validate_saved against the same layout's count) and workspace, after checking the workspace
 // holds the bytes that the size query (the same layout function) asked for and that the saved
 // buffer is aligned as the layout assumes.
-cuda::GdnBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pass pass,
-                              void* saved, void* workspace, size_t workspace_bytes) {
-  cuda::GdnBuffers const count = count_buffers(options, p, pass);
-  CAKE_CHECK(workspace_bytes >= count.workspace_bytes, cakeInsufficientWorkspace,
-             "workspace: expected at least ", count.workspace_bytes, " bytes, got ",
-             workspace_bytes);
-  CAKE_CHECK(count.saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % cuda::kSavedAlign == 0,
-             cakeInvalidArgument, "saved must be ", cuda::kSavedAlign,
-             "-byte aligned (the saved set's layout does not depend on its address), got address ",
-             saved);
-  return cuda::carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved,
-                                 workspace);
+GdnBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pass pass, void* saved,
+                        void* workspace, size_t workspace_bytes) {
+  GdnBuffers const count = count_buffers(options, p, pass);
+  check_buffers(workspace_bytes, count.workspace_bytes, count.saved_bytes, saved);
+  return carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved,
+                           workspace);
 }
 
 }  // namespace
@@ -206,7 +119,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
+  normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
 
   // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk (into the
   // saved set in saved and inverse modes). Then the walk: o and the final state, and in saved mode
@@ -246,7 +159,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   SaveMode const mode = save_mode(options);
   if (mode != SaveMode::kSaved) {  // recompute what the saved set does not hold
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
-    normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
+    normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
     if (mode == SaveMode::kRecompute) run_kkt_solve(p, in, k_used, b, stream);
     // the h-walk, with a flag per walk (cleared first, in stream order: capturable) that lets
     // each reverse walk start as soon as its own h is stored

@@ -4,44 +4,6 @@
 
 namespace cake::ops::cuda {
 
-namespace {
-
-constexpr size_t kAlign = 256;
-static_assert(kSavedAlign == kAlign, "saved regions are aligned as workspace regions");
-
-// Hands out 256-byte-aligned regions one after another from base (or from 0 when counting).
-// Relocatable (the workspace): the caller's base need not be aligned; the carver starts at the
-// first aligned byte, and the size it reports includes that slack, so the same bytes suffice for
-// any base. Fixed (the saved set): the base is aligned (the caller checks), so offsets from the
-// base, and hence the saved set's contents, are the same wherever it lies; no slack.
-class Carver {
- public:
-  enum Base { kRelocatable, kFixed };
-
-  Carver(void* base, Base kind) : base_(static_cast<char*>(base)), slack_(kind == kRelocatable) {
-    if (base_ != nullptr && slack_) {
-      auto const addr = reinterpret_cast<uintptr_t>(base_);
-      base_ += (kAlign - addr % kAlign) % kAlign;
-    }
-  }
-
-  template <class T>
-  T* take(int64_t count) {
-    offset_ = (offset_ + kAlign - 1) / kAlign * kAlign;
-    T* ptr = base_ == nullptr ? nullptr : reinterpret_cast<T*>(base_ + offset_);
-    offset_ += static_cast<size_t>(count) * sizeof(T);
-    return ptr;
-  }
-  size_t bytes() const { return offset_ + (slack_ ? kAlign : 0); }
-
- private:
-  char* base_;
-  bool slack_;
-  size_t offset_ = 0;
-};
-
-}  // namespace
-
 GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
                              SaveMode mode, void* saved, void* workspace) {
   using kernels::kChunk;

@@ -14,16 +14,9 @@
 #include <cstdint>
 
 #include "kernels/common/problem.hpp"
+#include "ops/cuda/carver.hpp"
 
 namespace cake::ops::cuda {
-
-// The saved arena starts at its base, which must be this aligned (so that the saved set does not
-// depend on its address); the workspace may start anywhere (its size includes the slack).
-inline constexpr size_t kSavedAlign = 256;
-
-enum class Pass { kForward, kBackward };
-// options.save_for_backward's modes (include/cake/cake.h)
-enum class SaveMode { kRecompute = 0, kSaved = 1, kInverse = 2 };
 
 struct GdnBuffers {
   // the saved set (where each part lives: carve_gdn_buffers)
@@ -36,13 +29,13 @@ struct GdnBuffers {
                                     //              in saved mode, the h-walk in the backward);
                                     //              absent in a forward that saves no h
   // workspace, backward only
-  float* dq_hv = nullptr;           // [BT, HV, K]  dq's terms per value head (walk_a_bwd)
-  float* dk_hv = nullptr;           // [BT, HV, K]  dk's terms per value head (walk_a_bwd)
-  int* walk_done = nullptr;         // [N, HV]      the h-walk's flags, where the backward runs
-                                    //              it (not in saved mode): each reverse walk
-                                    //              waits on its own (walk_a_bwd::Params::h_ready)
-  size_t saved_bytes = 0;           // the saved arena (0 in recompute mode), without slack
-  size_t workspace_bytes = 0;       // the workspace, including alignment slack for any base
+  float* dq_hv = nullptr;      // [BT, HV, K]  dq's terms per value head (walk_a_bwd)
+  float* dk_hv = nullptr;      // [BT, HV, K]  dk's terms per value head (walk_a_bwd)
+  int* walk_done = nullptr;    // [N, HV]      the h-walk's flags, where the backward runs
+                               //              it (not in saved mode): each reverse walk
+                               //              waits on its own (walk_a_bwd::Params::h_ready)
+  size_t saved_bytes = 0;      // the saved arena (0 in recompute mode), without slack
+  size_t workspace_bytes = 0;  // the workspace, including alignment slack for any base
 };
 
 // Carves `saved` (kSavedAlign-aligned) and `workspace` for problem p; null bases only count. In

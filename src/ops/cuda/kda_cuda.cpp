@@ -1,0 +1,225 @@
+// The KDA GPU path: validated arguments -> Problem -> buffer layout -> the stages in order, the
+// decay a policy of GDN's kernels (docs/design/kda-hopper.md; the FP64 model of every stage is
+// src/ref/kda_walk_model.hpp).
+//
+// Forward:  [qk_norm] -> kkt_solve<ChannelDecay> (G, the gated A, P, beta in fp32, and the walks'
+//           operands qg, kg, kbar) -> walk_a_fwd<ChannelDecay> (o, the final state; in saved
+//           mode also h per chunk)
+// Backward: the saved set from the forward (saved mode) or from its recompute [qk_norm] ->
+//           kkt_solve<ChannelDecay> -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
+//           per chunk what the intra pass needs) -> intra_bwd (dq, dk per value head, dg, dbeta)
+//           -> qk_grad (dq, dk summed over the value heads, L2-norm backward).
+// The same kernels on the same inputs in every mode, so the modes agree bitwise.
+#include "ops/kda_cuda.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "kernels/intra_bwd/launch.hpp"
+#include "kernels/kkt_solve/launch.hpp"
+#include "kernels/qk_grad/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/walk_a_fwd/launch.hpp"
+#include "ops/cuda/kda_workspace.hpp"
+#include "ops/cuda/stages.hpp"
+
+namespace cake::ops {
+
+namespace {
+
+using kernels::ChannelDecay;
+using kernels::Problem;
+using namespace cuda;
+
+// The chunk pass: G, A, P, beta in fp32 and qg, kg, kbar per (chunk, value head).
+void run_chunk_pass(Problem const& p, ForwardInputs const& in, bf16 const* q_used,
+                    bf16 const* k_used, KdaBuffers const& b, cudaStream_t stream) {
+  kernels::kkt_solve::Params kp;
+  kp.problem = p;
+  kp.k = k_used;
+  kp.q = q_used;
+  kp.g = ptr<float const>(*in.g);
+  kp.beta = in.beta->data;
+  kp.beta_is_bf16 = in.beta->dtype == cakeBfloat16;
+  kp.gcum = b.gcum;
+  kp.beta_f32 = b.beta_f32;
+  kp.a = b.a;
+  kp.aqk = b.aqk;
+  kp.qg = b.qg;
+  kp.kg = b.kg;
+  kp.kbar = b.kbar;
+  check_cuda(kernels::kkt_solve::launch<ChannelDecay>(kp, stream), "kkt_solve launch");
+}
+
+// The forward walk: o and ht when o is given (the forward), h per chunk when h is given (saved
+// mode, or the backward's h-walk with o == nullptr).
+void run_walk(Problem const& p, ForwardInputs const& in, KdaBuffers const& b, bf16* o, float* ht,
+              bf16* h, int* walk_done, cudaStream_t stream) {
+  kernels::walk_a_fwd::Params wp;
+  wp.problem = p;
+  wp.v = ptr<bf16 const>(*in.v);
+  wp.a = b.a;
+  wp.gcum = b.gcum;
+  wp.beta = b.beta_f32;
+  wp.h0 = ptr<float const>(*in.initial_state);
+  wp.o = o;
+  wp.ht = ht;
+  wp.h = h;
+  wp.walk_done = walk_done;
+  wp.qg = b.qg;
+  wp.kg = b.kg;
+  wp.kbar = b.kbar;
+  wp.aqk = o != nullptr ? b.aqk : nullptr;
+  check_cuda(kernels::walk_a_fwd::launch<ChannelDecay>(wp, stream), "walk_a_fwd launch");
+}
+
+KdaBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
+  return carve_kda_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr,
+                           nullptr);
+}
+
+KdaBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pass pass, void* saved,
+                        void* workspace, size_t workspace_bytes) {
+  KdaBuffers const count = count_buffers(options, p, pass);
+  check_buffers(workspace_bytes, count.workspace_bytes, count.saved_bytes, saved);
+  return carve_kda_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved,
+                           workspace);
+}
+
+}  // namespace
+
+size_t kda_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
+                            cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
+  return count_buffers(options, make_problem(options, q, v, cu_seqlens), Pass::kForward)
+      .saved_bytes;
+}
+
+size_t kda_cuda_forward_workspace_bytes(cakeOptions_t const& options,
+                                        cakeForwardArgs_t const& args) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  return count_buffers(options, p, Pass::kForward).workspace_bytes;
+}
+
+void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
+                      void* workspace, size_t workspace_bytes, void* stream_ptr) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  check_aligned("q", args.q, 16);
+  check_aligned("k", args.k, 16);
+  check_aligned("v", args.v, 16);
+  check_aligned("g", args.g, 16);
+  check_aligned("o", args.o, 4);
+  auto const b = bind_buffers(options, p, Pass::kForward, saved, workspace, workspace_bytes);
+  if (empty(p)) return;
+  auto const stream = static_cast<cudaStream_t>(stream_ptr);
+
+  ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
+  bf16 const* q_used = nullptr;
+  bf16 const* k_used = nullptr;
+  normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
+  run_chunk_pass(p, in, q_used, k_used, b, stream);
+  run_walk(p, in, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
+           save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
+}
+
+size_t kda_cuda_backward_workspace_bytes(cakeOptions_t const& options,
+                                         cakeBackwardArgs_t const& args) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  return count_buffers(options, p, Pass::kBackward).workspace_bytes;
+}
+
+void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
+                       void const* saved, void* workspace, size_t workspace_bytes,
+                       void* stream_ptr) {
+  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  bool const l2 = options.use_qk_l2norm != 0;
+  check_aligned("q", args.q, 16);
+  check_aligned("k", args.k, 16);
+  check_aligned("v", args.v, 16);
+  check_aligned("g", args.g, 16);
+  check_aligned("dout", args.dout, 16);
+  check_aligned("dq", args.dq, 4);
+  check_aligned("dk", args.dk, 4);
+  check_aligned("dv", args.dv, 4);
+  // In saved mode the backward passes the saved arena's regions to kernel inputs only.
+  auto const b = bind_buffers(options, p, Pass::kBackward, const_cast<void*>(saved), workspace,
+                              workspace_bytes);
+  if (empty(p)) return;
+  auto const stream = static_cast<cudaStream_t>(stream_ptr);
+
+  ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
+  bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
+  bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
+  if (save_mode(options) != SaveMode::kSaved) {  // the saved set, recomputed
+    normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
+    run_chunk_pass(p, in, q_used, k_used, b, stream);
+    check_cuda(
+        cudaMemsetAsync(b.walk_done, 0,
+                        sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads, stream),
+        "walk flags memset");
+    run_walk(p, in, b, nullptr, nullptr, b.h, b.walk_done, stream);
+  }
+
+  kernels::walk_a_bwd::Params wp;
+  wp.problem = p;
+  wp.q = b.qg;
+  wp.k = b.kg;
+  wp.v = ptr<bf16 const>(args.v);
+  wp.dout = ptr<bf16 const>(args.dout);
+  wp.a = b.a;
+  wp.gcum = b.gcum;
+  wp.beta = b.beta_f32;
+  wp.h = b.h;
+  wp.h_ready = b.walk_done;  // nullptr in saved mode
+  wp.dht = ptr<float const>(args.dht);
+  wp.dv = ptr<bf16>(args.dv);
+  wp.dh0 = ptr<float>(args.dh0);
+  wp.kbar = b.kbar;
+  wp.aqk = b.aqk;
+  wp.dqk = b.dqk;
+  wp.dl = b.dl;
+  wp.dqg = b.dqg;
+  wp.dkg = b.dkg;
+  wp.dkbar = b.dkbar;
+  wp.dgamma = b.dgamma;
+  wp.dbeta_walk = b.dbeta_walk;
+  check_cuda(kernels::walk_a_bwd::launch<ChannelDecay>(wp, stream), "walk_a_bwd launch");
+  if (p.num_tokens == 0) return;
+
+  kernels::intra_bwd::Params ip;
+  ip.problem = p;
+  ip.q = q_used;
+  ip.k = k_used;
+  ip.g = ptr<float const>(args.g);
+  ip.beta = args.beta.data;
+  ip.beta_is_bf16 = args.beta.dtype == cakeBfloat16;
+  ip.dqk = b.dqk;
+  ip.dl = b.dl;
+  ip.dqg = b.dqg;
+  ip.dkg = b.dkg;
+  ip.dkbar = b.dkbar;
+  ip.dgamma = b.dgamma;
+  ip.dbeta_walk = b.dbeta_walk;
+  ip.dq = b.dq_hv;
+  ip.dk = b.dk_hv;
+  ip.dg = ptr<float>(args.dg);
+  ip.dbeta = args.dbeta.data;
+  ip.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
+  check_cuda(kernels::intra_bwd::launch(ip, stream), "intra_bwd launch");
+
+  kernels::qk_grad::Params gp;
+  gp.num_tokens = p.num_tokens;
+  gp.num_qk_heads = p.num_qk_heads;
+  gp.group_size = p.group_size();
+  gp.use_l2norm = l2;
+  gp.q = ptr<bf16 const>(args.q);
+  gp.k = ptr<bf16 const>(args.k);
+  gp.dq_hv = b.dq_hv;
+  gp.dk_hv = b.dk_hv;
+  gp.dq = ptr<bf16>(args.dq);
+  gp.dk = ptr<bf16>(args.dk);
+  check_cuda(kernels::qk_grad::launch(gp, stream), "qk_grad launch");
+}
+
+}  // namespace cake::ops

@@ -1,0 +1,52 @@
+// The one layout of the KDA GPU buffers (as gdn_workspace.hpp for GDN): the same function sizes
+// them (null bases) and carves the caller's memory. The saved set is kept in saved mode only
+// (options.save_for_backward = 1): the chunk pass of kkt_solve<ChannelDecay> forms G, A, P, beta
+// and the walks' operands qg, kg, kbar together, so keeping a part of them (GDN's inverse mode
+// keeps G, A and beta) would save the backward nothing; in inverse mode, as in recompute mode,
+// the saved set is empty and the backward reruns the chunk pass and the h-walk.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/common/problem.hpp"
+#include "ops/cuda/carver.hpp"
+
+namespace cake::ops::cuda {
+
+struct KdaBuffers {
+  // the saved set (in saved mode; else in the workspace)
+  __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
+  __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
+  float* gcum = nullptr;            // [BT, HV, K]     G (kkt_solve)
+  __nv_bfloat16* a = nullptr;       // [BT, HV, 64]    the gated T (kkt_solve)
+  float* beta_f32 = nullptr;        // [BT, HV]        beta in fp32 (kkt_solve)
+  __nv_bfloat16* aqk = nullptr;     // [BT, HV, 64]    P (kkt_solve)
+  __nv_bfloat16* qg = nullptr;      // [BT, HV, K]     q o e^G (kkt_solve)
+  __nv_bfloat16* kg = nullptr;      // [BT, HV, K]     k o e^G (kkt_solve)
+  __nv_bfloat16* kbar = nullptr;    // [BT, HV, K]     k o e^{G_last - G} (kkt_solve)
+  __nv_bfloat16* h = nullptr;       // [num_slots, HV, K, V] chunk-start states; absent in a
+                                    //                 forward that saves no h
+  // workspace, backward only: the reverse walk's hand-over to the intra pass, and its sums
+  float* dqk = nullptr;         // [BT, HV, 64]    s mask(dO Delta^T)
+  float* dl = nullptr;          // [BT, HV, 64]    dL
+  float* dqg = nullptr;         // [BT, HV, K]
+  float* dkg = nullptr;         // [BT, HV, K]
+  float* dkbar = nullptr;       // [BT, HV, K]
+  float* dgamma = nullptr;      // [num_slots, HV, K]
+  float* dbeta_walk = nullptr;  // [BT, HV]
+  float* dq_hv = nullptr;       // [BT, HV, K]     dq's terms per value head (intra_bwd)
+  float* dk_hv = nullptr;       // [BT, HV, K]     dk's terms per value head (intra_bwd)
+  int* walk_done = nullptr;     // [N, HV]         the h-walk's flags (not in saved mode)
+  size_t saved_bytes = 0;       // the saved arena (0 but in saved mode), without slack
+  size_t workspace_bytes = 0;   // the workspace, including alignment slack for any base
+};
+
+// Carves `saved` (kSavedAlign-aligned; ignored but in saved mode) and `workspace` for problem p;
+// null bases only count.
+KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
+                             SaveMode mode, void* saved, void* workspace);
+
+}  // namespace cake::ops::cuda

@@ -1,0 +1,114 @@
+// What the GDN and KDA GPU paths (gdn_cuda.cpp, kda_cuda.cpp) share around their stages: the
+// Problem of a validated call, CUDA errors as cake::Error, the alignment the kernels' vector loads
+// need, the q/k L2 norm, and the checks of the caller's buffers against the layout's sizes.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cake/cake.h"
+#include "core/error.hpp"
+#include "kernels/common/problem.hpp"
+#include "kernels/qk_norm/launch.hpp"
+#include "ops/cuda/carver.hpp"
+
+namespace cake::ops::cuda {
+
+using bf16 = __nv_bfloat16;
+
+inline void check_cuda(cudaError_t err, char const* what) {
+  if (err != cudaSuccess)
+    throw Error(cakeCudaError,
+                concat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+
+template <class T>
+T* ptr(cakeTensor_t const& t) {
+  return static_cast<T*>(t.data);
+}
+
+// Shapes of q [B, T, H, K], v [B, T, HV, V], cu_seqlens [N + 1] (seam-validated) -> Problem.
+inline kernels::Problem make_problem(cakeOptions_t const& options, cakeTensor_t const& q,
+                                     cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
+  CAKE_CHECK(q.shape[3] == kernels::kHeadDim && v.shape[3] == kernels::kHeadDim, cakeNotSupported,
+             "the CUDA kernels are built for K = V = ", kernels::kHeadDim, ", got K = ", q.shape[3],
+             ", V = ", v.shape[3]);
+  kernels::Problem p;
+  p.num_tokens = q.shape[0] * q.shape[1];
+  p.seq_len = q.shape[1];
+  p.num_qk_heads = static_cast<int32_t>(q.shape[2]);
+  p.num_v_heads = static_cast<int32_t>(v.shape[2]);
+  if (cu_seqlens.data != nullptr) {
+    p.num_seqs = static_cast<int32_t>(cu_seqlens.shape[0] - 1);
+    if (cu_seqlens.dtype == cakeInt64)
+      p.cu_seqlens64 = ptr<int64_t const>(cu_seqlens);
+    else
+      p.cu_seqlens32 = ptr<int32_t const>(cu_seqlens);
+  } else {
+    p.num_seqs = static_cast<int32_t>(q.shape[0]);
+  }
+  p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
+  p.scale = static_cast<float>(options.scale);
+  return p;
+}
+
+// The kernels read q, k, v, dout in 16-byte vectors (cp.async) and write o, dq, dk, dv in bf16
+// pairs, so those base addresses must be aligned (a contiguous view at an odd offset is not).
+inline void check_aligned(char const* name, cakeTensor_t const& t, uintptr_t bytes) {
+  CAKE_CHECK(t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % bytes == 0,
+             cakeNotSupported, name, " must be ", bytes,
+             "-byte aligned for the CUDA kernels, got address ", t.data);
+}
+
+inline bool empty(kernels::Problem const& p) { return p.num_seqs == 0 || p.num_v_heads == 0; }
+
+inline SaveMode save_mode(cakeOptions_t const& options) {  // validated: 0, 1 or 2
+  return static_cast<SaveMode>(options.save_for_backward);
+}
+
+// The caller's buffers against the layout's sizes (the size queries' answer): the workspace
+// holds at least the bytes asked for, and a saved set that holds anything is aligned as the
+// layout assumes.
+inline void check_buffers(size_t workspace_bytes, size_t needed_workspace, size_t saved_bytes,
+                          void const* saved) {
+  CAKE_CHECK(workspace_bytes >= needed_workspace, cakeInsufficientWorkspace,
+             "workspace: expected at least ", needed_workspace, " bytes, got ", workspace_bytes);
+  CAKE_CHECK(saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % kSavedAlign == 0,
+             cakeInvalidArgument, "saved must be ", kSavedAlign,
+             "-byte aligned (the saved set's layout does not depend on its address), got address ",
+             saved);
+}
+
+// The inputs of the forward's stages (the forward's own, or the backward's for its recompute).
+struct ForwardInputs {
+  cakeTensor_t const* q;
+  cakeTensor_t const* k;
+  cakeTensor_t const* v;
+  cakeTensor_t const* g;
+  cakeTensor_t const* beta;
+  cakeTensor_t const* initial_state;
+};
+
+// The q, k the later stages read: normalised copies (qk_norm, into q_norm and k_norm) with
+// use_qk_l2norm, else the inputs.
+inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
+                         bf16* q_norm, bf16* k_norm, cudaStream_t stream, bf16 const** q_used,
+                         bf16 const** k_used) {
+  *q_used = ptr<bf16 const>(*in.q);
+  *k_used = ptr<bf16 const>(*in.k);
+  if (!use_qk_l2norm) return;
+  kernels::qk_norm::Params np;
+  np.num_rows = p.num_tokens * p.num_qk_heads;
+  np.q = *q_used;
+  np.k = *k_used;
+  np.q_norm = q_norm;
+  np.k_norm = k_norm;
+  check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
+  *q_used = q_norm;
+  *k_used = k_norm;
+}
+
+}  // namespace cake::ops::cuda
