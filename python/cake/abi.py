@@ -44,7 +44,7 @@ backward = _raising(_C.backward)
 forward_workspace_size = _raising(_C.forward_workspace_size)
 forward_saved_size = _raising(_C.forward_saved_size)
 backward_workspace_size = _raising(_C.backward_workspace_size)
-gdn_cuda_saved_size_of_shapes = _raising(_C.gdn_cuda_saved_size_of_shapes)
+cuda_saved_size_of_shapes = _raising(_C.cuda_saved_size_of_shapes)
 
 
 def support_error(*args, device_type: int):

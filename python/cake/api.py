@@ -147,7 +147,8 @@ def chunk_kda(
             or with ``cu_seqlens`` B = 1 and NT the chunks of all documents in order.
         chunk_size: 32 or 64 accepted; cake computes at 64, which gives the same result (the
             intermediate states are taken every ``chunk_size`` tokens).
-    {cuda} chunk_kda has no CUDA kernels yet.
+    {cuda} On CUDA, g is float32 ``[B, T, HV, K]``; the saved set is kept in ``"saved"`` mode
+    only (``"inverse"`` recomputes, as ``"recompute"`` does).
 
     Returns:
         ``(o, final_state or None)``, or ``(o, final_state or None, h)`` with

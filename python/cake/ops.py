@@ -117,16 +117,16 @@ def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optio
                            use_qk_l2norm: bool, save_for_backward: int) -> int:
     """What abi.forward_saved_size returns for a valid call, from shapes and devices alone.
 
-    Only the GDN CUDA path saves anything (the CPU reference recomputes; KDA has no CUDA path and
-    its real call raises). The size is a function of the shapes: under torch.compile with dynamic
-    shapes, reading them here specialises on their values (int()).
+    Only the CUDA paths save anything (the CPU reference recomputes). The size is a function of
+    the shapes: under torch.compile with dynamic shapes, reading them here specialises on their
+    values (int()).
     """
-    if not save_for_backward or q.device.type != "cuda" or variant != GDN:
+    if not save_for_backward or q.device.type != "cuda":
         return 0
     if q.dim() != 4 or v.dim() != 4:
         return 0  # the real call raises the C++ validation's error
-    return abi.gdn_cuda_saved_size_of_shapes(
-        [int(n) for n in q.shape], [int(n) for n in v.shape],
+    return abi.cuda_saved_size_of_shapes(
+        variant, [int(n) for n in q.shape], [int(n) for n in v.shape],
         None if cu_seqlens is None else int(cu_seqlens.numel()), use_qk_l2norm, save_for_backward)
 
 

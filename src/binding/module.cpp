@@ -203,15 +203,16 @@ NB_MODULE(_C, m) {
 
   m.def("build_info", [] { return result([] { return std::string(cakeGetBuildInfo()); }); });
 
-  // The saved set's bytes of a GDN forward on CUDA in a mode, from shapes alone (for the
-  // fake implementation of cake::forward, whose tensors have no data): q [B, T, H, K],
-  // v [B, T, HV, V], and N + 1 = cu_seqlens' length when given.
-  m.def("gdn_cuda_saved_size_of_shapes",
-        [](std::vector<int64_t> q_shape, std::vector<int64_t> v_shape,
+  // The saved set's bytes of a forward on CUDA in a mode (variant: cakeGdn or cakeKda), from
+  // shapes alone (for the fake implementation of cake::forward, whose tensors have no data):
+  // q [B, T, H, K], v [B, T, HV, V], and N + 1 = cu_seqlens' length when given.
+  m.def("cuda_saved_size_of_shapes",
+        [](int variant, std::vector<int64_t> q_shape, std::vector<int64_t> v_shape,
            std::optional<int64_t> cu_seqlens_len, bool use_qk_l2norm, int save_for_backward) {
           return result([&] {
-            cakeOptions_t const opts = options(cakeGdn, 1.0, use_qk_l2norm, false, std::nullopt,
-                                               false, false, save_for_backward);
+            cakeOptions_t const opts =
+                options(static_cast<cakeVariant_t>(variant), 1.0, use_qk_l2norm, false,
+                        std::nullopt, false, false, save_for_backward);
             cakeForwardArgs_t args{};
             args.q = shape_only(cakeBfloat16, q_shape);
             args.k = args.q;
@@ -219,8 +220,9 @@ NB_MODULE(_C, m) {
             std::vector<int64_t> row = {q_shape.size() > 0 ? q_shape[0] : 0,
                                         q_shape.size() > 1 ? q_shape[1] : 0,
                                         v_shape.size() > 2 ? v_shape[2] : 0};
+            args.beta = shape_only(cakeFloat32, row);
+            if (variant == cakeKda) row.push_back(q_shape.size() > 3 ? q_shape[3] : 0);
             args.g = shape_only(cakeFloat32, row);
-            args.beta = args.g;
             if (cu_seqlens_len) args.cu_seqlens = shape_only(cakeInt32, {*cu_seqlens_len});
             args.o = args.v;
             size_t bytes = 0;

@@ -63,6 +63,8 @@ def expect(exc, pattern, args, **kwargs):
     (dict(q=FakeCuda((1, T, 2, D)), k=FakeCuda((1, T, 2, D)), v=FakeCuda((1, T, 3, D))),
      r"value heads HV .* multiple of"),
     (dict(g=FakeCuda((1, T, HV, D), "float32")), r"^g must have shape .*\[B, T, HV\]"),
+    (dict(variant=KDA, g=FakeCuda((1, T, HV, D))), r"^g must be float32"),
+    (dict(variant=KDA), r"^g must have shape .*\[B, T, HV, K\]"),
     (dict(cu_seqlens=FakeCuda((3,), "float32")), r"^cu_seqlens must be int32 or int64"),
     (dict(initial_state=FakeCuda((3, HV, D, D), "float32")), r"^initial_state must have shape"),
     (dict(beta=FakeCuda((1, T, HV), "float32", device_id=1)),
@@ -76,7 +78,9 @@ def test_invalid_calls_raise_value_error(case, pattern):
 
 
 @pytest.mark.parametrize("case, pattern", [
-    (dict(variant=KDA, g=FakeCuda((1, T, HV, D), "float32")), r"chunk_kda has no CUDA kernels"),
+    (dict(variant=KDA, g=FakeCuda((1, T, HV, D), "float32"), use_gate_in_kernel=True,
+          A_log=FakeCuda((HV,), "float32")),
+     r"use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA kernels"),
     (dict(use_gate_in_kernel=True, A_log=FakeCuda((HV,), "float32")),
      r"use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA kernels"),
     (dict(use_beta_sigmoid=True),
