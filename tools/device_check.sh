@@ -3,8 +3,8 @@
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
 # Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, ncu.txt,
-# gpu_tests.log, crash_bt.txt, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool
-# returns at most 8).
+# train/log.json, train/loss.png, gpu_tests.log, crash_bt.txt, accuracy.jsonl, bench.jsonl,
+# autotune.tar.gz (the device tool returns at most 8).
 # The "tests" stage runs all of tests/python in one pytest process, as users do (600 s at most),
 # and prints "GPU tests: passed", "FAILED", "CRASHED (signal N)" or "TIMED OUT"; after a crash it
 # reruns the crashing test under cuda-gdb for a native backtrace (crash_bt.txt). Any of these but
@@ -104,7 +104,12 @@ if [[ $stages == *" check "* ]]; then
 fi
 
 if [[ $stages == *" demo "* ]]; then
-  python3 -m cake.demo 2>&1
+  # The main job on the GPU (log.json and loss.png under $OUT/train), side by side with FLA's
+  # layers where they import (fla.layers needs transformers besides the wheels in .whl).
+  if python3 -c "import fla.layers" 2>/dev/null; then compare=(--compare fla); else
+    echo "demo: fla.layers does not import here: training with cake's layers only"; compare=()
+  fi
+  python3 -m cake.train "${compare[@]}" --out "$OUT/train" 2>&1
 fi
 stage_failed=""
 if [[ $stages == *" tests "* ]]; then
