@@ -11,7 +11,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import cake
 import reference
 from cake.layers import GatedDeltaNet, KimiDeltaAttention, ShortConvolution, causal_conv1d
 
@@ -34,7 +33,7 @@ KDA_CONFIGS = {
 }
 CONFIGS = {**{n: (GatedDeltaNet, c) for n, c in GDN_CONFIGS.items()},
            **{n: (KimiDeltaAttention, c) for n, c in KDA_CONFIGS.items()}}
-DOCS = [0, 5, 0, 1, 2, 21]  # packed document lengths: an empty one, one token, shorter than the conv
+DOCS = [0, 5, 0, 1, 2, 21]  # document lengths: empty, one token, shorter than the conv
 CU = torch.tensor(DOCS).cumsum(0)
 
 

@@ -1,9 +1,9 @@
 """The output norms of the layers: flash-linear-attention's ``RMSNorm`` and
 ``FusedRMSNormGated``, with the same parameters, in plain torch.
 
-Both normalise over the last dimension (a head's V values) in float32 and return the input's
-dtype (float64 stays float64):  y = x / sqrt(mean(x^2) + eps) * weight, times act(gate) for the gated form, with act
-swish (x * sigmoid(x), also named silu) or sigmoid.
+Both normalise over the last dimension (a head's V values) in float32 (float64 stays float64)
+and return the input's dtype:  y = x / sqrt(mean(x^2) + eps) * weight, times act(gate) for the
+gated form, with act swish (x * sigmoid(x), also named silu) or sigmoid.
 """
 
 from typing import Optional
