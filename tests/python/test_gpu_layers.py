@@ -112,7 +112,8 @@ def test_graph_capture_of_a_training_step_replays_eager():
 
         def step():
             optimizer.zero_grad(set_to_none=False)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            # No autocast cache: a cast cached outside the capture would be a stale input to it.
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
                 o = layer(x, cu_seqlens=cu)[0]
             o.float().square().mean().backward()
             optimizer.step()
