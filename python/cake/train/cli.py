@@ -25,7 +25,7 @@ from .report import write_log, write_plot
 # (K = V = 128) and it runs GDN only, the layer with CUDA kernels.
 DEFAULTS = {
     "cpu": dict(layers="gdn,kda", d_model=128, heads=2, v_heads=2, head_dim=32,
-                tokens=2048, steps=400, lr=3e-3),
+                tokens=2048, steps=300, lr=3e-3),
     "cuda": dict(layers="gdn,gdn,gdn,gdn,gdn,gdn", d_model=1024, heads=4, v_heads=8,
                  head_dim=128, tokens=32768, steps=300, lr=1e-3),
 }
@@ -36,8 +36,9 @@ Trains a small byte-level language model built from cake's layers (cake.layers.G
 and shows it learn. The text is the Python standard library's own source files, which every
 Python installation has (nothing is downloaded): each file is a document, read as bytes, and the
 documents are packed back to back into one row of --tokens tokens per step, with cu_seqlens
-marking the documents so that no state crosses from one to the next (a long file is cut and
-continues in the next step). Each step is new text, so the training loss also estimates the loss
+marking the documents so that no state crosses from one to the next (each step takes a quarter
+of its tokens from each of four files read side by side; a long file is cut and continues in the
+next step). Each step is new text, so the training loss also estimates the loss
 on unseen text.
 
 The model: a byte embedding, one block per entry of --layers (RMSNorm, the layer, residual,
@@ -48,7 +49,7 @@ bfloat16 q, k, v); on the CPU in float32 on cake's FP64 reference.
 
 Defaults depend on the device:
   cpu:  --layers gdn,kda  --d-model 128 --heads 2 --v-heads 2 --head-dim 32 --tokens 2048
-        --steps 400 --lr 3e-3  (a few minutes on two cores)
+        --steps 300 --lr 3e-3  (a few minutes on two cores)
   cuda: --layers gdn x 6  --d-model 1024 --heads 4 --v-heads 8 --head-dim 128 --tokens 32768
         --steps 300 --lr 1e-3  (cake has no KDA CUDA kernels yet: kda on CUDA is an error)"""
 

@@ -3,10 +3,12 @@ has, read as bytes (a vocabulary of 256), each file a document, packed into batc
 
 A batch is one row of exactly ``tokens`` tokens holding several documents back to back, with
 ``cu_seqlens`` marking where each starts: the layers keep no state across a boundary, so the
-documents do not see each other. A file longer than the room left in a batch is cut, and its
-rest starts the next batch as a new document. Targets are the next byte of the same document.
+documents do not see each other. A batch takes its tokens from a few files read side by side; a
+file longer than its part of a batch is cut, and its rest starts that part of the next batch as a
+new document. Targets are the next byte of the same document.
 """
 
+import itertools
 import pathlib
 import random
 import sysconfig
@@ -40,26 +42,41 @@ class Batch:
                        (self.inputs, self.targets, self.cu_seqlens)))
 
 
-def batches(tokens: int, seed: int) -> Iterator[Batch]:
+class _Stream:
+    """Reads the files of a shared iterator one after the other, a piece at a time."""
+
+    def __init__(self, files: Iterator[pathlib.Path]):
+        self.files, self.data, self.start = files, b"", 0
+
+    def take(self, room: int, inputs: bytearray, targets: bytearray) -> int:
+        """Appends the next piece of at most room inputs (and their targets); returns its
+        length. A piece of n inputs needs n + 1 bytes: each input's target is the byte after."""
+        while len(self.data) - self.start < 2:
+            self.data, self.start = next(self.files).read_bytes(), 0
+        n = min(room, len(self.data) - self.start - 1)
+        inputs += self.data[self.start:self.start + n]
+        targets += self.data[self.start + 1:self.start + n + 1]
+        self.start += n
+        return n
+
+
+def batches(tokens: int, seed: int, streams: int = 4) -> Iterator[Batch]:
     """Endless batches of `tokens` tokens from the files in an order shuffled by `seed` (the same
-    seed gives the same batches)."""
+    seed gives the same batches). Each batch takes a part of about tokens / streams from each of
+    `streams` files read side by side, so that a step sees several files, not one long one."""
     files = source_files()
     random.Random(seed).shuffle(files)
-    inputs, targets, lengths = bytearray(), bytearray(), []
+    shared = itertools.cycle(files)
+    readers = [_Stream(shared) for _ in range(min(streams, tokens))]
+    parts = [tokens // len(readers) + (i < tokens % len(readers)) for i in range(len(readers))]
     while True:
-        for path in files:
-            data = path.read_bytes()
-            start = 0
-            # A piece of n inputs needs n + 1 bytes: each input's target is the byte after it.
-            while len(data) - start >= 2:
-                n = min(tokens - len(inputs), len(data) - start - 1)
-                inputs += data[start:start + n]
-                targets += data[start + 1:start + n + 1]
+        inputs, targets, lengths = bytearray(), bytearray(), []
+        for reader, room in zip(readers, parts):
+            while room:
+                n = reader.take(room, inputs, targets)
                 lengths.append(n)
-                start += n
-                if len(inputs) == tokens:
-                    yield _batch(inputs, targets, lengths)
-                    inputs, targets, lengths = bytearray(), bytearray(), []
+                room -= n
+        yield _batch(inputs, targets, lengths)
 
 
 def _row(data: bytearray) -> Tensor:

@@ -10,7 +10,8 @@ def write_log(path: pathlib.Path, settings: dict, runs: list[dict]) -> None:
 
 
 def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> None:
-    """Loss against tokens seen, one curve per run, with the steady tokens/s in the legend."""
+    """Loss against tokens seen per run: every step (faint) and a running mean, with the run's
+    tokens/s in the legend."""
     import matplotlib
     matplotlib.use("Agg")  # files only, no display
     from matplotlib import pyplot as plt
@@ -18,8 +19,15 @@ def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> None:
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=120)
     for run in runs:
         tokens = [s["step"] * run["tokens"] / len(run["steps"]) for s in run["steps"]]
-        axes.plot(tokens, [s["loss"] for s in run["steps"]], linewidth=1.2,
-                  label=f"{run['label']} ({run['tokens_per_second']:,.0f} tokens/s)")
+        losses = [s["loss"] for s in run["steps"]]
+        # Each step is other text, so single steps are noisy: a running mean over steps on top.
+        window = max(1, len(losses) // 30)
+        mean = [sum(losses[max(0, i + 1 - window):i + 1]) / (i + 1 - max(0, i + 1 - window))
+                for i in range(len(losses))]
+        line, = axes.plot(tokens, losses, linewidth=0.6, alpha=0.35)
+        axes.plot(tokens, mean, linewidth=1.6, color=line.get_color(),
+                  label=f"{run['label']}: mean of {window} steps "
+                        f"({run['tokens_per_second']:,.0f} tokens/s)")
     axes.set_xlabel("tokens seen")
     axes.set_ylabel("training loss (nats per byte)")
     axes.set_title(title, fontsize=10)
