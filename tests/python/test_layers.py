@@ -88,8 +88,8 @@ def plain_conv(x, weight, bias, cu):
 
 
 def plain_layer(layer, x, cu):
-    """The layer's output [1, T, D] in float64 from its state dict."""
-    p = {n: t.double() for n, t in layer.state_dict().items()}
+    """The layer's output [1, T, D] in float64 from its parameters (differentiable)."""
+    p = {n: t.double() for n, t in layer.named_parameters()}
     cfg = layer
     x = x[0].double()
     lin = lambda name, y: y @ p[name + ".weight"].T  # noqa: E731
@@ -129,6 +129,18 @@ def test_forward_matches_plain_torch_float64(name):
     assert attentions is None and cache is None
     want = plain_layer(layer, x, CU)
     assert_within_gate(o, want, name, rel_rms=1e-9, max_abs=1e-9)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_gradients_match_plain_torch_float64(name):
+    layer = make_layer(name)
+    x = hidden(int(CU[-1])).requires_grad_()
+    inputs = [x, *layer.parameters()]
+    cotangent = hidden(int(CU[-1]), seed=2)
+    got = torch.autograd.grad((layer(x, cu_seqlens=CU)[0] * cotangent).sum(), inputs)
+    want = torch.autograd.grad((plain_layer(layer, x, CU) * cotangent).sum(), inputs)
+    for pname, a, b in zip(["x", *(n for n, _ in layer.named_parameters())], got, want):
+        assert_within_gate(a, b, f"d{pname}", rel_rms=1e-9, max_abs=1e-9)
 
 
 @pytest.mark.parametrize("name", ["gdn_gva_bias_neg", "kda_lower_bound"])
