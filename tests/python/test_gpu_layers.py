@@ -58,6 +58,30 @@ def test_gdn_matches_flas_layer():
         assert_within_gate(a, b, name)
 
 
+def test_kda_on_cpu_matches_flas_layer_on_gpu():
+    """cake's KDA has no CUDA kernels: its CPU layer (the FP64 reference) against FLA's layer on
+    the GPU, in float32, with the same weights: output and every gradient within the gate."""
+    fla = pytest.importorskip("fla.layers", reason="flash-linear-attention is not installed")
+    config = dict(hidden_size=256, head_dim=64, num_heads=2, num_v_heads=4)
+    torch.manual_seed(6)
+    ours = KimiDeltaAttention(**config)
+    theirs = fla.KimiDeltaAttention(**config).cuda()
+    theirs.load_state_dict(ours.state_dict())
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(1, 501, 256, generator=gen)
+    cu = torch.tensor([0, 300, 301, 501], dtype=torch.int32)
+
+    def run(layer, device):
+        xd = x.to(device).requires_grad_()
+        o = layer(xd, cu_seqlens=cu.to(device))[0]
+        o.square().sum().backward()
+        return [o.detach().cpu(), xd.grad.cpu()] + [p.grad.cpu() for p in layer.parameters()]
+
+    names = ["o", "dx"] + [n for n, _ in ours.named_parameters()]
+    for name, a, b in zip(names, run(ours, "cpu"), run(theirs, "cuda")):
+        assert_within_gate(a, b, name)
+
+
 @pytest.mark.parametrize("mode", ["saved", "inverse", "recompute"])
 def test_save_for_backward_modes_agree_bitwise(mode):
     x, cu = packed_batch(1)
