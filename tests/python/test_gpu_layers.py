@@ -38,13 +38,14 @@ def gdn(seed=0, **extra):
 
 
 def forward_backward(layer, x, cu):
-    """(o, dx, every parameter's gradient) of sum(o^2)/T under bf16 autocast."""
+    """{"o", "dx" and each parameter's name: its gradient} of sum(o^2)/T under bf16 autocast
+    (by name: FLA's layers register their parameters in another order)."""
     layer.zero_grad(set_to_none=True)
     x = x.detach().requires_grad_()
     with torch.autocast("cuda", dtype=torch.bfloat16):
         o = layer(x, cu_seqlens=cu)[0]
     (o.float().square().sum() / x.shape[1]).backward()
-    return [o.detach(), x.grad] + [p.grad for p in layer.parameters()]
+    return {"o": o.detach(), "dx": x.grad, **{n: p.grad for n, p in layer.named_parameters()}}
 
 
 def test_gdn_matches_flas_layer():
@@ -53,9 +54,10 @@ def test_gdn_matches_flas_layer():
     theirs = fla.GatedDeltaNet(**CONFIG).cuda()
     theirs.load_state_dict(ours.state_dict())
     x, cu = packed_batch()
-    names = ["o", "dx"] + [n for n, _ in ours.named_parameters()]
-    for name, a, b in zip(names, forward_backward(ours, x, cu), forward_backward(theirs, x, cu)):
-        assert_within_gate(a, b, name)
+    got, want = forward_backward(ours, x, cu), forward_backward(theirs, x, cu)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert_within_gate(got[name], want[name], name)
 
 
 def test_kda_on_cpu_matches_flas_layer_on_gpu():
@@ -75,11 +77,13 @@ def test_kda_on_cpu_matches_flas_layer_on_gpu():
         xd = x.to(device).requires_grad_()
         o = layer(xd, cu_seqlens=cu.to(device))[0]
         o.square().sum().backward()
-        return [o.detach().cpu(), xd.grad.cpu()] + [p.grad.cpu() for p in layer.parameters()]
+        return {"o": o.detach().cpu(), "dx": xd.grad.cpu(),
+                **{n: p.grad.cpu() for n, p in layer.named_parameters()}}
 
-    names = ["o", "dx"] + [n for n, _ in ours.named_parameters()]
-    for name, a, b in zip(names, run(ours, "cpu"), run(theirs, "cuda")):
-        assert_within_gate(a, b, name)
+    got, want = run(ours, "cpu"), run(theirs, "cuda")
+    assert got.keys() == want.keys()
+    for name in want:
+        assert_within_gate(got[name], want[name], name)
 
 
 @pytest.mark.parametrize("mode", ["saved", "inverse", "recompute"])
@@ -87,8 +91,8 @@ def test_save_for_backward_modes_agree_bitwise(mode):
     x, cu = packed_batch(1)
     want = forward_backward(gdn(save_for_backward="recompute"), x, cu)
     got = forward_backward(gdn(save_for_backward=mode), x, cu)
-    for a, b in zip(want, got):
-        assert torch.equal(a, b)
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
 
 
 def test_saved_mode_keeps_more_than_recompute():
@@ -112,9 +116,11 @@ def test_saved_mode_keeps_more_than_recompute():
 def test_compile_gdn_matches_eager():
     x, cu = packed_batch(3)
     layer = gdn()
-    compiled = torch.compile(layer, fullgraph=True)
-    for a, b in zip(forward_backward(layer, x, cu), forward_backward(compiled, x, cu)):
-        assert_within_gate(b, a, "compiled")
+    eager = forward_backward(layer, x, cu)
+    layer.compile(fullgraph=True)  # in place: the parameters keep their names
+    got = forward_backward(layer, x, cu)
+    for name in eager:
+        assert_within_gate(got[name], eager[name], f"compiled {name}")
 
 
 @pytest.mark.skipif(KDA_ON_CUDA, reason="this build has KDA CUDA kernels")
