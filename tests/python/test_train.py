@@ -66,6 +66,7 @@ def test_help_explains_every_option(capsys):
     (["--device", "cpu", "--compare", "fla"], "--compare fla needs a CUDA GPU"),
     (["--layers", "gdn,mamba"], "--layers takes gdn and kda"),
     (["--device", "cpu", "--heads", "2", "--v-heads", "3"], "must be a multiple"),
+    (["--device", "cpu", "--heads", "0"], "--heads must be at least 1"),
 ])
 def test_refusals_are_clear(capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:

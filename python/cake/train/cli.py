@@ -156,11 +156,11 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         except ImportError as e:
             parser.error(f"--compare fla needs flash-linear-attention: {e} (pip install "
                          "flash-linear-attention==0.6.0)")
-    if args.v_heads % args.heads:
-        parser.error(f"--v-heads {args.v_heads} must be a multiple of --heads {args.heads}")
-    for name in ("d_model", "heads", "head_dim", "tokens", "steps"):
+    for name in ("d_model", "heads", "v_heads", "head_dim", "tokens", "steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.v_heads % args.heads:
+        parser.error(f"--v-heads {args.v_heads} must be a multiple of --heads {args.heads}")
 
 
 def describe(run: dict, settings: dict) -> str:
