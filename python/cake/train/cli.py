@@ -38,8 +38,8 @@ Python installation has (nothing is downloaded): each file is a document, read a
 documents are packed back to back into one row of --tokens tokens per step, with cu_seqlens
 marking the documents so that no state crosses from one to the next (each step takes a quarter
 of its tokens from each of four files read side by side; a long file is cut and continues in the
-next step). Each step is new text, so the training loss also estimates the loss
-on unseen text.
+next step). Each step is new text, so the training loss also estimates the loss on unseen
+text.
 
 The model: a byte embedding, one block per entry of --layers (RMSNorm, the layer, residual,
 RMSNorm, SwiGLU MLP, residual), RMSNorm and a byte head; AdamW (betas 0.9, 0.95, weight decay
@@ -68,7 +68,8 @@ output:
     peak memory        CUDA: the peak of torch's allocator during the run; CPU: the peak
                        resident memory of the whole process
   and the paths of:
-    loss.png           training loss against tokens seen, a curve per run (with tokens/s)
+    loss.png           training loss against tokens seen: every step (faint) and a running
+                       mean, per run (its tokens/s in the legend)
     log.json           {"settings": the model, data and device; "runs": per run "steps"
                        (step, loss, seconds since the start), loss_first, loss_last,
                        tokens_per_second, wall_seconds, peak_memory_bytes}
