@@ -3,15 +3,16 @@
 # GPU tests, then the side-by-side benchmark. Baselines come as wheels in .whl/ (tools/fetch_device_wheels.sh).
 #   bash tools/device_check.sh [bench arguments...]      logs and results under $OUT (or ./out)
 # Everything is printed (redirect it to $OUT/run.log); files under $OUT: ncu_a.txt, ncu.txt,
-# gpu_tests.log, crash_bt.txt, accuracy.jsonl, bench.jsonl, autotune.tar.gz (the device tool
-# returns at most 8).
+# train/log.json, train/loss.png, gpu_tests.log, crash_bt.txt, accuracy.jsonl, bench.jsonl,
+# autotune.tar.gz (the device tool returns at most 8).
 # The "tests" stage runs all of tests/python in one pytest process, as users do (600 s at most),
 # and prints "GPU tests: passed", "FAILED", "CRASHED (signal N)" or "TIMED OUT"; after a crash it
 # reruns the crashing test under cuda-gdb for a native backtrace (crash_bt.txt). Any of these but
 # "passed" makes the exit status 1, after the other stages have run.
 # CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases),
 # CAKE_ACCURACY_SEEDS the draws per case (--seeds; errors pooled over them).
-# CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "check" runs
+# CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "train" runs
+# python -m cake.train in full with --compare fla (the demo stage runs 30 steps of it); "check" runs
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on failure; "profile" adds Nsight Compute on one forward +
 # backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
 # CAKE_STALL_KERNELS') stall reasons at workload A
@@ -104,7 +105,16 @@ if [[ $stages == *" check "* ]]; then
 fi
 
 if [[ $stages == *" demo "* ]]; then
-  python3 -m cake.demo 2>&1
+  # The main job, short: 30 steps of its GPU model (log.json and loss.png under $OUT/train).
+  python3 -m cake.train --steps 30 --out "$OUT/train" 2>&1
+fi
+if [[ $stages == *" train "* ]]; then
+  # The main job in full, side by side with FLA's layers where they import (fla.layers needs
+  # transformers besides the wheels in .whl): loss curves and tokens/s under $OUT/train.
+  if python3 -c "import fla.layers" 2>/dev/null; then compare=(--compare fla); else
+    echo "train: fla.layers does not import here: training with cake's layers only"; compare=()
+  fi
+  python3 -m cake.train "${compare[@]}" --out "$OUT/train" 2>&1
 fi
 stage_failed=""
 if [[ $stages == *" tests "* ]]; then

@@ -3,10 +3,11 @@
 Drop-in for flash-linear-attention: ``from cake import chunk_gated_delta_rule, chunk_kda``.
 CPU tensors run an FP64 reference in C++; CUDA tensors run cake's Hopper kernels.
 Context parallelism (one packed batch split over ranks, exact state passing): ``cake.kcp``.
+flash-linear-attention-compatible layers (GatedDeltaNet, KimiDeltaAttention): ``cake.layers``.
 What this installation was built with and supports where: ``cake.build_info()``.
 """
 
-from . import abi, kcp
+from . import abi, kcp, layers
 from .api import chunk_gated_delta_rule, chunk_gdn, chunk_kda
 from .ops import CudaSupportWarning, set_default_save_for_backward
 
@@ -29,4 +30,4 @@ def build_info() -> dict:
 
 
 __all__ = ["CudaSupportWarning", "build_info", "chunk_gated_delta_rule", "chunk_gdn", "chunk_kda",
-           "kcp", "set_default_save_for_backward"]
+           "kcp", "layers", "set_default_save_for_backward"]

@@ -270,7 +270,10 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     o, final_state, _ = _forward(opts.variant, *inputs, scale, opts.output_final_state,
                                  *opts.flags(), SAVE_MODES[mode] if needs_grad else 0)
-    if q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta)):
+    # The warning asks the C++ support checks, which torch.compile cannot trace: compiled calls
+    # skip it (their eager runs warn).
+    if (q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta))
+            and not torch.compiler.is_compiling()):
         _warn_if_cuda_refuses(opts, inputs,
                               (o, final_state if opts.output_final_state else None), scale)
     if not opts.output_final_state:

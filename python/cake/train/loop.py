@@ -1,0 +1,87 @@
+"""One training run: AdamW with a linear warm-up and a cosine decay, gradient clipping, bf16
+autocast on CUDA, and a record of every step's loss and time."""
+
+import math
+import resource
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .corpus import batches
+from .model import LanguageModel
+from .progress import Progress
+
+# Steps left out of the speed figure: the first ones include allocation and autotuning.
+WARMUP_STEPS_NOT_TIMED = 3
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int
+    tokens_per_step: int
+    lr: float
+    seed: int
+    device: torch.device
+
+
+def learning_rate(step: int, config: TrainConfig) -> float:
+    """Linear warm-up over the first 10% of the steps, then a cosine down to 10% of lr."""
+    warmup = max(1, config.steps // 10)
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, config.steps - warmup)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """The peak of this run on CUDA (torch's allocator); on the CPU the process's peak resident
+    size (Linux reports it in KiB), which includes everything loaded before the run."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
+    """Trains model in place; returns the run's record (see cli.EPILOG for its fields)."""
+    device = config.device
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
+                                  weight_decay=0.01)
+    data = batches(config.tokens_per_step, config.seed)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    progress = Progress(label, config.steps)
+    losses, seconds = [], []
+    start = time.perf_counter()
+    for step in range(config.steps):
+        batch = next(data).to(device)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, config)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())  # synchronises: the step's time is complete
+        seconds.append(time.perf_counter() - start)
+        progress.update(step + 1, losses[-1], (step + 1) * config.tokens_per_step / seconds[-1])
+        if not math.isfinite(losses[-1]):
+            break
+    timed = len(seconds) - WARMUP_STEPS_NOT_TIMED
+    steady = (timed * config.tokens_per_step / (seconds[-1] - seconds[WARMUP_STEPS_NOT_TIMED - 1])
+              if timed > 0 else len(seconds) * config.tokens_per_step / seconds[-1])
+    window = max(1, min(10, len(losses) // 4))
+    return {
+        "label": label,
+        "steps": [{"step": i + 1, "loss": loss, "seconds": s}
+                  for i, (loss, s) in enumerate(zip(losses, seconds))],
+        "loss_first": sum(losses[:window]) / window,
+        "loss_last": sum(losses[-window:]) / window,
+        "loss_window": window,
+        "tokens": len(losses) * config.tokens_per_step,
+        "wall_seconds": seconds[-1],
+        "tokens_per_second": steady,
+        "peak_memory_bytes": peak_memory_bytes(device),
+    }

@@ -1,0 +1,169 @@
+"""cake.layers on the GPU: against flash-linear-attention 0.6.0's own layers with the same state
+dict, the save_for_backward modes, torch.compile, KDA's refusal, and CUDA-graph capture of a
+whole training step. Skipped where there is no CUDA device (and the FLA comparison where FLA is
+not installed).
+
+Accuracy gate (bench/workloads.json): rel-RMS error <= 1e-2, max-abs error <= 2e-2 x max|ref|,
+all finite; here the reference is FLA's layer in the same precision (bf16 autocast).
+"""
+
+import pytest
+import torch
+
+from cake.layers import GatedDeltaNet, KimiDeltaAttention
+from cake.layers.kda import KDA_ON_CUDA
+from test_layers import assert_within_gate
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+# The shapes cake's kernels take: K = V = 128 (expand_v = 1), grouped value heads.
+CONFIG = dict(hidden_size=512, head_dim=128, num_heads=2, num_v_heads=4, expand_v=1)
+DOCS = [700, 1, 300, 1023]
+
+
+def packed_batch(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(DOCS)
+    x = torch.randn(1, T, CONFIG["hidden_size"], generator=gen).cuda()
+    cu = torch.tensor([0] + DOCS).cumsum(0).to(torch.int32).cuda()
+    return x, cu
+
+
+def gdn(seed=0, **extra):
+    torch.manual_seed(seed)
+    return GatedDeltaNet(**CONFIG, **extra).cuda()
+
+
+def forward_backward(layer, x, cu):
+    """{"o", "dx" and each parameter's name: its gradient} of sum(o^2)/T under bf16 autocast
+    (by name: FLA's layers register their parameters in another order)."""
+    layer.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        o = layer(x, cu_seqlens=cu)[0]
+    (o.float().square().sum() / x.shape[1]).backward()
+    return {"o": o.detach(), "dx": x.grad, **{n: p.grad for n, p in layer.named_parameters()}}
+
+
+def test_gdn_matches_flas_layer():
+    fla = pytest.importorskip("fla.layers", reason="flash-linear-attention is not installed")
+    ours = gdn()
+    theirs = fla.GatedDeltaNet(**CONFIG).cuda()
+    theirs.load_state_dict(ours.state_dict())
+    x, cu = packed_batch()
+    got, want = forward_backward(ours, x, cu), forward_backward(theirs, x, cu)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert_within_gate(got[name], want[name], name)
+
+
+def test_kda_on_cpu_matches_flas_layer_on_gpu():
+    """cake's KDA has no CUDA kernels: its CPU layer (the FP64 reference) against FLA's layer on
+    the GPU, in float32, with the same weights: output and every gradient within the gate."""
+    fla = pytest.importorskip("fla.layers", reason="flash-linear-attention is not installed")
+    config = dict(hidden_size=256, head_dim=64, num_heads=2, num_v_heads=4)
+    torch.manual_seed(6)
+    ours = KimiDeltaAttention(**config)
+    theirs = fla.KimiDeltaAttention(**config).cuda()
+    theirs.load_state_dict(ours.state_dict())
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(1, 501, 256, generator=gen)
+    cu = torch.tensor([0, 300, 301, 501], dtype=torch.int32)
+
+    def run(layer, device):
+        xd = x.to(device).requires_grad_()
+        o = layer(xd, cu_seqlens=cu.to(device))[0]
+        o.square().sum().backward()
+        return {"o": o.detach().cpu(), "dx": xd.grad.cpu(),
+                **{n: p.grad.cpu() for n, p in layer.named_parameters()}}
+
+    got, want = run(ours, "cpu"), run(theirs, "cuda")
+    assert got.keys() == want.keys()
+    for name in want:
+        assert_within_gate(got[name], want[name], name)
+
+
+@pytest.mark.parametrize("mode", ["saved", "inverse", "recompute"])
+def test_save_for_backward_modes_agree_bitwise(mode):
+    x, cu = packed_batch(1)
+    want = forward_backward(gdn(save_for_backward="recompute"), x, cu)
+    got = forward_backward(gdn(save_for_backward=mode), x, cu)
+    for name in want:
+        assert torch.equal(got[name], want[name]), name
+
+
+def test_saved_mode_keeps_more_than_recompute():
+    """What the forward keeps for the backward: "saved" holds more than "recompute"."""
+    x, cu = packed_batch(2)
+
+    def kept(mode):
+        layer = gdn(save_for_backward=mode)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            o = layer(x.requires_grad_(), cu_seqlens=cu)[0]
+        torch.cuda.synchronize()
+        held = torch.cuda.memory_allocated() - before
+        del o
+        return held
+
+    assert kept("saved") > kept("recompute")
+
+
+def test_compile_gdn_matches_eager():
+    x, cu = packed_batch(3)
+    layer = gdn()
+    eager = forward_backward(layer, x, cu)
+    layer.compile(fullgraph=True)  # in place: the parameters keep their names
+    got = forward_backward(layer, x, cu)
+    for name in eager:
+        assert_within_gate(got[name], eager[name], f"compiled {name}")
+
+
+@pytest.mark.skipif(KDA_ON_CUDA, reason="this build has KDA CUDA kernels")
+def test_kda_refuses_cuda_tensors():
+    layer = KimiDeltaAttention(hidden_size=256, head_dim=128, num_heads=2).cuda()
+    x, cu = packed_batch()
+    with pytest.raises(NotImplementedError, match="no KDA CUDA kernels"):
+        layer(x[..., :256], cu_seqlens=cu)
+
+
+def test_graph_capture_of_a_training_step_replays_eager():
+    """A whole step (forward, backward, AdamW) of a layer captured in a CUDA graph: after the
+    same steps from the same weights on the same batch, replay and eager agree bitwise."""
+    x, cu = packed_batch(4)
+    eager_layer, graph_layer = gdn(seed=5), gdn(seed=5)
+
+    def make_step(layer):
+        optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-3, capturable=True)
+
+        def step():
+            optimizer.zero_grad(set_to_none=False)
+            # No autocast cache: a cast cached outside the capture would be a stale input to it.
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False):
+                o = layer(x, cu_seqlens=cu)[0]
+            o.float().square().mean().backward()
+            optimizer.step()
+        return step
+
+    eager_step, graph_step = make_step(eager_layer), make_step(graph_layer)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up: allocates the gradients and AdamW's state
+            graph_step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_step()  # captured, not run: the weights are still after 2 steps
+    for _ in range(2):
+        eager_step()
+    for _ in range(3):
+        graph.replay()
+        eager_step()
+    torch.cuda.synchronize()
+    for (name, a), b in zip(eager_layer.named_parameters(), graph_layer.parameters()):
+        assert torch.equal(a, b), name

@@ -1,0 +1,89 @@
+"""python -m cake.train, the main job: a tiny run end to end (its log, plot and falling loss),
+the corpus's packing, and the command line's help and refusals."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from cake.train import cli, corpus
+
+TINY = ["--layers", "gdn,kda", "--d-model", "32", "--heads", "1", "--v-heads", "2",
+        "--head-dim", "16", "--tokens", "512", "--steps", "30", "--lr", "1e-2"]
+
+
+def run_train(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "cake.train", *args, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_tiny_cpu_run_learns_and_writes_its_outputs(tmp_path):
+    result = run_train(tmp_path, "--device", "cpu", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"wrote {tmp_path / 'loss.png'}" in result.stdout
+    assert f"wrote {tmp_path / 'log.json'}" in result.stdout
+    assert "30/30" in result.stderr  # the progress bar reached the end
+    log = json.loads((tmp_path / "log.json").read_text())
+    assert log["settings"]["model"]["layers"] == ["gdn", "kda"]
+    (run,) = log["runs"]
+    losses = [s["loss"] for s in run["steps"]]
+    assert len(losses) == 30 and all(torch.isfinite(torch.tensor(losses)))
+    assert run["loss_last"] < run["loss_first"] - 0.5  # from ~5.5 (a uniform guess over bytes)
+    assert run["tokens"] == 30 * 512 and run["tokens_per_second"] > 0
+    assert run["peak_memory_bytes"] > 0
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_batches_pack_documents_with_next_byte_targets():
+    first, second = corpus.batches(700, seed=3), corpus.batches(700, seed=3)
+    for _ in range(5):
+        batch, again = next(first), next(second)
+        assert torch.equal(batch.inputs, again.inputs)  # the seed fixes the batches
+        cu = batch.cu_seqlens.tolist()
+        assert batch.inputs.shape == batch.targets.shape == (1, 700)
+        assert cu[0] == 0 and cu[-1] == 700 and all(a < b for a, b in zip(cu, cu[1:]))
+        for start, end in zip(cu, cu[1:]):
+            # within a document, each target is the next input
+            assert torch.equal(batch.inputs[0, start + 1:end], batch.targets[0, start:end - 1])
+
+
+def test_help_explains_every_option(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--device", "--layers", "--d-model", "--heads", "--v-heads", "--head-dim",
+                   "--tokens", "--steps", "--lr", "--seed", "--save-for-backward",
+                   "--checkpoint", "--compare", "--out", "loss.png", "log.json", "tokens/s",
+                   "peak memory"):
+        assert option in text, option
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda", "--layers", "gdn,kda"], "no KDA CUDA kernels"),
+    (["--device", "cpu", "--compare", "fla"], "--compare fla needs a CUDA GPU"),
+    (["--layers", "gdn,mamba"], "--layers takes gdn and kda"),
+    (["--device", "cpu", "--heads", "2", "--v-heads", "3"], "must be a multiple"),
+    (["--device", "cpu", "--heads", "0"], "--heads must be at least 1"),
+])
+def test_refusals_are_clear(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cli.cuda_usable(), reason="needs a CUDA device and cake's kernels")
+def test_tiny_gpu_run_with_fla_comparison(tmp_path):
+    pytest.importorskip("fla.layers", reason="flash-linear-attention is not installed")
+    result = run_train(tmp_path, "--device", "cuda", "--layers", "gdn,gdn", "--d-model", "256",
+                       "--tokens", "8192", "--steps", "30", "--compare", "fla")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "speed: cake's training step at" in result.stdout
+    runs = json.loads((tmp_path / "log.json").read_text())["runs"]
+    assert [r["label"] for r in runs] == ["cake", "fla"]
+    # The same start and the same batches: the first losses agree closely.
+    assert abs(runs[0]["steps"][0]["loss"] - runs[1]["steps"][0]["loss"]) < 1e-2
