@@ -1,11 +1,13 @@
 """cake.layers on the GPU: against flash-linear-attention 0.6.0's own layers with the same state
-dict, the save_for_backward modes, torch.compile, KDA's refusal, and CUDA-graph capture of a
-whole training step. Skipped where there is no CUDA device (and the FLA comparison where FLA is
+dict, the save_for_backward modes, torch.compile, KDA's layer on CUDA against its CPU layer, and
+CUDA-graph capture of a whole training step. Skipped where there is no CUDA device (and the FLA comparison where FLA is
 not installed).
 
 Accuracy gate (bench/workloads.json): rel-RMS error <= 1e-2, max-abs error <= 2e-2 x max|ref|,
 all finite; here the reference is FLA's layer in the same precision (bf16 autocast).
 """
+
+import copy
 
 import pytest
 import torch
@@ -61,8 +63,8 @@ def test_gdn_matches_flas_layer():
 
 
 def test_kda_on_cpu_matches_flas_layer_on_gpu():
-    """cake's KDA has no CUDA kernels: its CPU layer (the FP64 reference) against FLA's layer on
-    the GPU, in float32, with the same weights: output and every gradient within the gate."""
+    """cake's KDA CPU layer (the FP64 reference) against FLA's layer on the GPU, in float32, with
+    the same weights: output and every gradient within the gate."""
     fla = pytest.importorskip("fla.layers", reason="flash-linear-attention is not installed")
     config = dict(hidden_size=256, head_dim=64, num_heads=2, num_v_heads=4)
     torch.manual_seed(6)
@@ -123,11 +125,36 @@ def test_compile_gdn_matches_eager():
         assert_within_gate(got[name], eager[name], f"compiled {name}")
 
 
+@pytest.mark.skipif(not KDA_ON_CUDA, reason="this build has no KDA CUDA kernels")
+def test_kda_layer_on_cuda_matches_its_cpu_layer():
+    """The KDA layer on CUDA (the gate and beta's sigmoid in torch, the op's kernels) against the
+    same layer on the CPU (all of it in the op's FP64 reference): output and every gradient
+    within the gate, under bf16 autocast on the GPU (head dims 128, as the kernels take)."""
+    torch.manual_seed(7)
+    layer = KimiDeltaAttention(hidden_size=256, head_dim=128, num_heads=2, num_v_heads=4)
+    gpu = copy.deepcopy(layer).cuda()
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 300, 256, generator=gen)
+    cu = torch.tensor([0, 64, 65, 300], dtype=torch.int32)
+
+    def run(model, device):
+        xd = x.to(device).requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+            o = model(xd, cu_seqlens=cu.to(device))[0]
+        o.float().square().sum().backward()
+        return {"o": o.detach().float().cpu(), "dx": xd.grad.cpu(),
+                **{n: p.grad.cpu() for n, p in model.named_parameters()}}
+
+    got, want = run(gpu, "cuda"), run(layer, "cpu")
+    for name in want:
+        assert_within_gate(got[name], want[name], name)
+
+
 @pytest.mark.skipif(KDA_ON_CUDA, reason="this build has KDA CUDA kernels")
 def test_kda_refuses_cuda_tensors():
     layer = KimiDeltaAttention(hidden_size=256, head_dim=128, num_heads=2).cuda()
     x, cu = packed_batch()
-    with pytest.raises(NotImplementedError, match="no KDA CUDA kernels"):
+    with pytest.raises(NotImplementedError, match="without KDA CUDA kernels"):
         layer(x[..., :256], cu_seqlens=cu)
 
 

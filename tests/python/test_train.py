@@ -62,7 +62,6 @@ def test_help_explains_every_option(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--device", "cuda", "--layers", "gdn,kda"], "no KDA CUDA kernels"),
     (["--device", "cpu", "--compare", "fla"], "--compare fla needs a CUDA GPU"),
     (["--layers", "gdn,mamba"], "--layers takes gdn and kda"),
     (["--device", "cpu", "--heads", "2", "--v-heads", "3"], "must be a multiple"),

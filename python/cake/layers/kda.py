@@ -8,13 +8,16 @@ inside the op (``use_gate_in_kernel``):
            (lower_bound * sigmoid(exp(A_log) * (f_proj(x) + dt_bias)) with lower_bound)
     beta = sigmoid(b_proj(x))  (times 2 with allow_neg_eigval)
 
-cake has no KDA CUDA kernels yet: on CUDA tensors the layer raises NotImplementedError rather than
-run anything on the CPU behind the caller's back.
+The CUDA kernels take neither the in-op gate nor beta's sigmoid yet: on CUDA tensors the layer
+computes both in torch (the same formulas) and passes the op g and beta. A build without KDA
+CUDA kernels raises NotImplementedError on CUDA tensors rather than run anything on the CPU
+behind the caller's back.
 """
 
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import abi
@@ -75,16 +78,26 @@ class KimiDeltaAttention(DeltaLayer):
                     cu_seqlens: Optional[Tensor]) -> Tensor:
         if x.is_cuda and not KDA_ON_CUDA:
             raise NotImplementedError(
-                "cake.layers.KimiDeltaAttention: cake has no KDA CUDA kernels yet "
-                "(cake.chunk_kda raises on CUDA tensors), and the layer does not fall back to the "
-                "CPU reference; run it on CPU tensors, or use flash-linear-attention's "
-                "KimiDeltaAttention on the GPU (it loads this layer's state dict)")
-        g = self.f_proj(x).unflatten(-1, (-1, self.head_k_dim))            # [B, T, HV, K]
-        o, _ = chunk_kda(
-            q, k, v, g, self.b_proj(x), A_log=self.A_log, dt_bias=self.dt_bias,
-            use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-            use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
-            safe_gate=self.safe_gate, lower_bound=self.lower_bound, cu_seqlens=cu_seqlens)
+                "cake.layers.KimiDeltaAttention: this cake was built without KDA CUDA kernels "
+                "(cake.build_info() says what it has), and the layer does not fall back to the "
+                "CPU reference; reinstall where nvcc is found, run it on CPU tensors, or use "
+                "flash-linear-attention's KimiDeltaAttention (it loads this layer's state dict)")
+        f = self.f_proj(x).unflatten(-1, (-1, self.head_k_dim))            # [B, T, HV, K]
+        b = self.b_proj(x)                                                 # [B, T, HV]
+        if not x.is_cuda:
+            o, _ = chunk_kda(
+                q, k, v, f, b, A_log=self.A_log, dt_bias=self.dt_bias,
+                use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
+                safe_gate=self.safe_gate, lower_bound=self.lower_bound, cu_seqlens=cu_seqlens)
+            return o
+        # the op's in-kernel gate and sigmoid, in torch (float32), for the CUDA kernels
+        a = self.A_log.float().exp()[:, None]                              # [HV, 1]
+        z = f.float() + self.dt_bias.float().view(-1, self.head_k_dim)     # [B, T, HV, K]
+        g = (self.lower_bound * torch.sigmoid(a * z) if self.lower_bound is not None
+             else -a * F.softplus(z))
+        beta = b.float().sigmoid() * (2.0 if self.allow_neg_eigval else 1.0)
+        o, _ = chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
         return o
 
     def _output_norm(self, x: Tensor, o: Tensor) -> Tensor:

@@ -22,7 +22,8 @@ from .report import write_log, write_plot
 
 # Defaults per device. The CPU runs cake's FP64 reference, so its model is small and its run
 # takes a few minutes on two cores; the GPU's layers have the head dims cake's kernels take
-# (K = V = 128) and it runs GDN only, the layer with CUDA kernels.
+# (K = V = 128) and it runs GDN only: the GDN kernels are the ones measured on a GPU (KDA's run
+# with --layers ... kda where the build has them).
 DEFAULTS = {
     "cpu": dict(layers="gdn,kda", d_model=128, heads=2, v_heads=2, head_dim=32,
                 tokens=2048, steps=300, lr=3e-3),
@@ -51,7 +52,7 @@ Defaults depend on the device:
   cpu:  --layers gdn,kda  --d-model 128 --heads 2 --v-heads 2 --head-dim 32 --tokens 2048
         --steps 300 --lr 3e-3  (a few minutes on two cores)
   cuda: --layers gdn x 6  --d-model 1024 --heads 4 --v-heads 8 --head-dim 128 --tokens 32768
-        --steps 300 --lr 1e-3  (cake has no KDA CUDA kernels yet: kda on CUDA is an error)"""
+        --steps 300 --lr 1e-3  (kda layers run on CUDA where the build has KDA CUDA kernels)"""
 
 EPILOG = """\
 output:
@@ -141,7 +142,7 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if unknown or not args.layers:
         parser.error(f"--layers takes gdn and kda, comma-separated; got {unknown}")
     if args.device == "cuda" and "kda" in args.layers and not KDA_ON_CUDA:
-        parser.error("cake has no KDA CUDA kernels yet: --layers kda cannot run on cuda; use "
+        parser.error("this cake was built without KDA CUDA kernels: --layers kda cannot run on cuda; use "
                      "gdn layers on cuda (e.g. --layers gdn,gdn), or --device cpu")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch finds no CUDA device here")
