@@ -126,6 +126,7 @@ def chunk_kda(
     chunk_size: int = CHUNK_SIZE,
     transpose_state_layout: Optional[bool] = None,
     head_first: Optional[bool] = None,
+    save_for_backward: Optional[str] = None,
 ):
     """Kimi Delta Attention: as chunk_gated_delta_rule with a decay per key channel,
     S_t = Diag(exp(g_t)) S_{t-1} + k_t (beta_t (v_t - (Diag(exp(g_t)) S_{t-1})^T k_t))^T.
@@ -140,15 +141,16 @@ def chunk_kda(
             in the op).
         lower_bound: the lower-bound gate above (with ``use_gate_in_kernel``; ignored without).
         disable_recompute: accepted; what the forward keeps for the backward is
-            ``cake.set_default_save_for_backward``'s mode.
+            ``save_for_backward``'s mode.
+        save_for_backward: as for chunk_gated_delta_rule; on CUDA the saved set is kept in
+            ``"saved"`` mode only (``"inverse"`` recomputes, as ``"recompute"`` does).
         return_intermediate_states: under ``torch.inference_mode()`` only, also return the state
             before every chunk of ``chunk_size`` tokens: ``h [B, NT, HV, K, V]`` (``[B, NT, HV,
             V, K]`` with ``state_v_first``) in k's dtype, NT = ceil(T / chunk_size) per batch row,
             or with ``cu_seqlens`` B = 1 and NT the chunks of all documents in order.
         chunk_size: 32 or 64 accepted; cake computes at 64, which gives the same result (the
             intermediate states are taken every ``chunk_size`` tokens).
-    {cuda} On CUDA, g is float32 ``[B, T, HV, K]``; the saved set is kept in ``"saved"`` mode
-    only (``"inverse"`` recomputes, as ``"recompute"`` does).
+    {cuda} On CUDA, g is float32 ``[B, T, HV, K]``.
 
     Returns:
         ``(o, final_state or None)``, or ``(o, final_state or None, h)`` with
@@ -162,7 +164,8 @@ def chunk_kda(
         safe_gate=safe_gate, lower_bound=lower_bound, disable_recompute=disable_recompute,
         return_intermediate_states=return_intermediate_states, state_v_first=state_v_first,
         transpose_state_layout=transpose_state_layout, chunk_size=chunk_size,
-        head_first=head_first, A_log=A_log, dt_bias=dt_bias, **ops.head_counts(q, v))
+        head_first=head_first, save_for_backward=save_for_backward, A_log=A_log,
+        dt_bias=dt_bias, **ops.head_counts(q, v))
     if errors:
         raise ValueError(errors[0])
     return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
