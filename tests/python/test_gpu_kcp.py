@@ -1,0 +1,105 @@
+"""cake.kcp on CUDA tensors with virtual ranks on one GPU: the context-parallel GDN and KDA (the
+summaries, their composition and the local walks all on the kernels) against the FP64 reference
+of the whole pack, within the accuracy gate (bench/workloads.json: rel-RMS <= 1e-2, max-abs <=
+2e-2 x max|ref|, all finite), for W = 2, 3, 4, 8, every layout, P = 1 and 2 segments per fragment,
+documents shorter than a chunk and documents spanning 3+ ranks, initial and final states; and
+bitwise reproducible run to run. Skipped where there is no CUDA device.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cake
+import cake.kcp as kcp
+from test_kcp import PER_TOKEN, TIMEOUT, _assemble, _kcp_rank
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+K = V = 128
+PACKS = {
+    "short_and_long": [0, 5, 17, 64, 65, 900, 963, 1000],  # < a chunk, chunk edges, spans ranks
+    "one_long": [0, 1500],                                # a document across every rank
+}
+
+
+def make_inputs(cu, H, HV, kda, seed):
+    """bf16 q, k, v (q, k L2-normalised in the op), float32 g (per channel for KDA) and beta,
+    float32 initial states; on the GPU, as leaves."""
+    gen = torch.Generator().manual_seed(seed)
+    T, N = cu[-1], len(cu) - 1
+    t = dict(q=torch.randn(1, T, H, K, generator=gen).bfloat16(),
+             k=torch.randn(1, T, H, K, generator=gen).bfloat16(),
+             v=torch.randn(1, T, HV, V, generator=gen).bfloat16(),
+             g=F.logsigmoid(torch.randn((1, T, HV, K) if kda else (1, T, HV), generator=gen) + 3),
+             beta=0.2 * torch.rand(1, T, HV, generator=gen),
+             initial_state=torch.randn(N, HV, K, V, generator=gen))
+    t = {n: x.cuda().requires_grad_() for n, x in t.items()}
+    t["cu_seqlens"] = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    return t
+
+
+def fp64_reference(kda, t, do, dht):
+    """The single-rank op on the CPU (the FP64 reference) on the upcast inputs."""
+    x = {n: v.detach().double().cpu().requires_grad_() for n, v in t.items() if n != "cu_seqlens"}
+    fn = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
+    o, ht = fn(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
+               output_final_state=True, use_qk_l2norm_in_kernel=True,
+               cu_seqlens=t["cu_seqlens"].cpu())
+    torch.autograd.backward([o, ht], [do.double().cpu(), dht.double().cpu()])
+    return o.detach(), ht.detach(), {n: x[n].grad for n in PER_TOKEN + ("initial_state",)}
+
+
+def within_gate(got, want, what):
+    got, want = got.double().cpu(), want.double().cpu()
+    assert torch.isfinite(got).all(), f"{what}: non-finite values"
+    err = got - want
+    rel_rms = (err.norm() / want.norm().clamp_min(1e-30)).item()
+    max_abs = err.abs().max().item()
+    assert rel_rms <= 1e-2 and max_abs <= 2e-2 * want.abs().max().item(), (
+        f"{what}: rel_rms {rel_rms:.2e}, max_abs {max_abs:.2e}")
+
+
+def run_kcp(kda, t, W, layout, P, do, dht):
+    opts = dict(output_final_state=True, use_qk_l2norm_in_kernel=True)
+    world = kcp.VirtualWorld(W, timeout=TIMEOUT)
+    return world.run(lambda ex: _kcp_rank(ex, kda, t, opts, layout, P, do, dht))
+
+
+@pytest.mark.parametrize("P", [1, 2])
+@pytest.mark.parametrize("layout", kcp.LAYOUTS)
+@pytest.mark.parametrize("W", [2, 3, 4, 8])
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_on_cuda_within_the_gate(kda, W, layout, P):
+    cu = PACKS["short_and_long"] if W % 2 == 0 else PACKS["one_long"]
+    t = make_inputs(cu, 2, 4, kda, seed=W * 10 + P)
+    gen = torch.Generator().manual_seed(5)
+    T, N, HV = cu[-1], len(cu) - 1, 4
+    do = torch.randn(1, T, HV, V, generator=gen).bfloat16().cuda()
+    dht = torch.randn(N, HV, K, V, generator=gen).cuda()
+    o, ht, want = fp64_reference(kda, t, do, dht)
+    ranks = run_kcp(kda, t, W, layout, P, do, dht)
+    within_gate(_assemble([(r[0], r[1]) for r in ranks], o.to(ranks[0][1])), o, "o")
+    within_gate(sum(r[2] for r in ranks), ht, "final_state")
+    for n in PER_TOKEN:
+        got = _assemble([(r[0], r[3][n]) for r in ranks], t[n].detach())
+        within_gate(got, want[n], f"d{n}")
+    within_gate(sum(r[4]["initial_state"] for r in ranks), want["initial_state"], "dh0")
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_on_cuda_is_reproducible(kda):
+    cu = PACKS["short_and_long"]
+    t = make_inputs(cu, 2, 4, kda, seed=3)
+    gen = torch.Generator().manual_seed(6)
+    do = torch.randn(1, cu[-1], 4, V, generator=gen).bfloat16().cuda()
+    dht = torch.randn(len(cu) - 1, 4, K, V, generator=gen).cuda()
+    first = run_kcp(kda, t, 4, "zigzag", 2, do, dht)
+    again = run_kcp(kda, t, 4, "zigzag", 2, do, dht)
+    for a, b in zip(first, again):
+        assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+        for n in PER_TOKEN:
+            assert torch.equal(a[3][n], b[3][n]), f"d{n} differs between runs"
