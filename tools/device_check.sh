@@ -17,7 +17,8 @@
 # backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
 # CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check); "sources" where their warps wait, per instruction
-# (tools/stall_sources.py). Without a build there when tools/stage_device.sh
+# (tools/stall_sources.py); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
+# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl). Without a build there when tools/stage_device.sh
 # has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -122,8 +123,9 @@ if [[ $stages == *" tests "* ]]; then
   # a segmentation fault when cake raises for CUDA tensors, shows here; one process per test hid
   # one). On a timeout SIGABRT makes faulthandler print where it hangs; 30 s later SIGKILL.
   start=$SECONDS
+  # CAKE_PYTEST_ARGS (e.g. "-k 'kda or kcp'") splits the tests over calls when 600 s is short.
   timeout -s ABRT -k 30 600 python3 -X faulthandler -m pytest -q -rs tests/python \
-    > "$OUT/gpu_tests.log" 2>&1
+    ${CAKE_PYTEST_ARGS:+$CAKE_PYTEST_ARGS} > "$OUT/gpu_tests.log" 2>&1
   rc=$?
   if [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge 600 ]; }; then
     tail -40 "$OUT/gpu_tests.log"
@@ -199,6 +201,9 @@ if [[ $stages == *" accuracy "* ]]; then
 fi
 if [[ $stages == *" bench "* ]]; then
   python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1
+fi
+if [[ $stages == *" kda_bench "* ]]; then
+  python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1
 fi
 if [ -n "$stage_failed" ]; then
   echo "device_check: failed:$stage_failed (the other stages ran)"
