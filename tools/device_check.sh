@@ -123,9 +123,10 @@ if [[ $stages == *" tests "* ]]; then
   # a segmentation fault when cake raises for CUDA tensors, shows here; one process per test hid
   # one). On a timeout SIGABRT makes faulthandler print where it hangs; 30 s later SIGKILL.
   start=$SECONDS
-  # CAKE_PYTEST_ARGS (e.g. "-k 'kda or kcp'") splits the tests over calls when 600 s is short.
+  # CAKE_PYTEST_K (a pytest -k expression, e.g. "kda or kcp") splits the tests over calls when
+  # 600 s is short.
   timeout -s ABRT -k 30 600 python3 -X faulthandler -m pytest -q -rs tests/python \
-    ${CAKE_PYTEST_ARGS:+$CAKE_PYTEST_ARGS} > "$OUT/gpu_tests.log" 2>&1
+    ${CAKE_PYTEST_K:+-k "$CAKE_PYTEST_K"} > "$OUT/gpu_tests.log" 2>&1
   rc=$?
   if [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge 600 ]; }; then
     tail -40 "$OUT/gpu_tests.log"
