@@ -1,6 +1,7 @@
 // The FP64 causal conv1d (ref/conv1d.hpp): the forward against a hand example and an independent
 // token-indexed formula, the backward against central finite differences of a scalar loss, for
-// widths 1..5, packs with documents shorter than, equal to and longer than W, and empty ones.
+// widths 1..5, packs with documents shorter than, equal to and longer than W, and empty ones;
+// and the C ABI's CPU path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cake/cake.h"
+#include "core/tensor.hpp"
 #include "ref/conv1d.hpp"
 #include "ref_testing.hpp"
 
@@ -192,6 +195,54 @@ TEST(Conv1dReference, NoLeakageAcrossDocuments) {
     for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(before.ht[(n * 2) * 4 + c], after.ht[(n * 2) * 4 + c]);
   }
   EXPECT_NE(before.y[3 * 2], after.y[3 * 2]);
+}
+
+}  // namespace
+
+namespace {
+
+// The C ABI on CPU tensors: the reference behind it, dresidual = dy, no workspace, and a failure
+// that names its argument.
+TEST(Conv1dAbi, CpuBackwardThroughTheAbi) {
+  Problem p = random_problem({2, 5}, 3, 4, true, Activation::kSilu, 5);
+  int64_t const T = p.shape.num_tokens, D = 3, W = 4, N = 2;
+  std::vector<int64_t> cu = p.shape.cu_seqlens;
+  Vec dy = random_vector(T * D, 9), dx(T * D, NAN), dw(D * W, NAN), db(D, NAN), dr(T * D, NAN),
+      dh0(N * D * W, NAN);
+  auto view = [](Vec& v, std::vector<int64_t> const& shape) {
+    return cake::dense_view(v.data(), cakeFloat64, cakeCPU, shape);
+  };
+  cakeConv1dBackwardArgs_t a{};
+  a.struct_size = sizeof a;
+  a.activation = cakeActivationSilu;
+  a.x = view(p.x, {1, T, D});
+  a.weight = view(p.weight, {D, W});
+  a.bias = view(p.bias, {D});
+  a.initial_state = view(p.h0, {N, D, W});
+  a.cu_seqlens = cake::dense_view(cu.data(), cakeInt64, cakeCPU, {N + 1});
+  a.dy = view(dy, {1, T, D});
+  a.dx = view(dx, {1, T, D});
+  a.dweight = view(dw, {D, W});
+  a.dbias = view(db, {D});
+  a.dresidual = view(dr, {1, T, D});
+  a.dinitial_state = view(dh0, {N, D, W});
+  size_t bytes = 1;
+  ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&a, &bytes), cakeSuccess) << cakeGetLastError();
+  EXPECT_EQ(bytes, 0u);
+  ASSERT_EQ(cakeConv1dBackward(&a, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
+  EXPECT_EQ(dr, dy);
+  Vec dx_ref(T * D), dw_ref(D * W), db_ref(D), dh0_ref(N * D * W);
+  cake::ref::conv1d_backward(p.shape, p.inputs(), dy.data(), nullptr,
+                             {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr,
+                              dh0_ref.data()});
+  EXPECT_EQ(dx, dx_ref);
+  EXPECT_EQ(dw, dw_ref);
+  EXPECT_EQ(db, db_ref);
+  EXPECT_EQ(dh0, dh0_ref);
+
+  a.dbias = view(db, {D + 1});
+  EXPECT_EQ(cakeConv1dBackward(&a, nullptr, 0, nullptr), cakeInvalidArgument);
+  EXPECT_STREQ(cakeGetLastError(), "dbias must have shape [D] (as bias) = [3], got [4]");
 }
 
 }  // namespace
