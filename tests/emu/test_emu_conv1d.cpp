@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -194,6 +195,84 @@ TEST(EmulatedConv1d, Float16MatchesReference) {
 TEST(EmulatedConv1d, Float32MatchesReference) {
   uint64_t seed = 200;
   for (Case const& c : cases()) check_case<float>(c, seed++);
+}
+
+// Without bias, residual and states, no activation; B rows of T tokens (no cu_seqlens) or int32
+// cu_seqlens; only dx and dweight wanted (no workspace for dbias).
+template <class T>
+void check_plain(bool packed, int64_t D, int W, uint64_t seed) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  int64_t const B = packed ? 1 : 3, rows = 37, BT = B * rows;
+  std::vector<int32_t> const cu32 = {0, 1, 5, 5, 37};
+  std::vector<int64_t> cu;
+  if (packed) {
+    cu.assign(cu32.begin(), cu32.end());
+  } else {
+    for (int64_t b = 0; b <= B; ++b) cu.push_back(b * rows);
+  }
+  int64_t const N = static_cast<int64_t>(cu.size()) - 1;
+  std::vector<T> const x = random_values<T>(BT * D, rng), dy = random_values<T>(BT * D, rng);
+  std::vector<float> const weight = random_values<float>(D * W, rng);
+  cake::ref::Conv1dShape shape{BT, D, W, cu};
+  std::vector<double> const xd = widen(x), wd = widen(weight), dyd = widen(dy);
+  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), nullptr, nullptr, nullptr,
+                                   cake::ref::Activation::kNone};
+  std::vector<double> y_ref(BT * D), ht_ref(N * D * W), dx_ref(BT * D), dw_ref(D * W);
+  cake::ref::conv1d_forward(shape, in, {y_ref.data(), ht_ref.data()});
+  cake::ref::conv1d_backward(shape, in, dyd.data(), nullptr,
+                             {dx_ref.data(), dw_ref.data(), nullptr, nullptr, nullptr});
+
+  std::vector<T> y = poisoned<T>(BT * D), ht = poisoned<T>(N * D * W), dx = poisoned<T>(BT * D);
+  std::vector<float> dw = poisoned<float>(D * W);
+  int64_t const T_ = packed ? BT : rows;
+  cakeTensor_t const cu_view =
+      packed ? cake::dense_view(const_cast<int32_t*>(cu32.data()), cakeInt32, cakeCUDA, {N + 1})
+             : cakeTensor_t{};
+  cakeConv1dForwardArgs_t fa{};
+  fa.struct_size = sizeof fa;
+  fa.x = view(x.data(), {B, T_, D});
+  fa.weight = view(weight.data(), {D, W});
+  fa.cu_seqlens = cu_view;
+  fa.y = view(y.data(), {B, T_, D});
+  fa.final_state = view(ht.data(), {N, D, W});
+  ASSERT_EQ(cakeConv1dForward(&fa, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
+  cakeConv1dBackwardArgs_t ba{};
+  ba.struct_size = sizeof ba;
+  ba.x = fa.x;
+  ba.weight = fa.weight;
+  ba.cu_seqlens = cu_view;
+  ba.dy = view(dy.data(), {B, T_, D});
+  ba.dx = view(dx.data(), {B, T_, D});
+  ba.dweight = view(dw.data(), {D, W});
+  size_t bytes = 0;
+  ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
+  std::vector<unsigned char> ws(bytes + 256);
+  auto* base = ws.data() + (256 - reinterpret_cast<uintptr_t>(ws.data()) % 256) % 256;
+  ASSERT_EQ(cakeConv1dBackward(&ba, base, bytes, nullptr), cakeSuccess) << cakeGetLastError();
+  bool const fp32 = std::is_same_v<T, float>;
+  std::tuple<char const*, std::vector<double>, std::vector<double> const*> const outputs[] = {
+      {"y", widen(y), &y_ref},
+      {"final_state", widen(ht), &ht_ref},
+      {"dx", widen(dx), &dx_ref},
+      {"dweight", widen(dw), &dw_ref}};
+  for (auto const& [name, got, ref] : outputs) {
+    Errors e;
+    e.add(got, *ref);
+    SCOPED_TRACE(std::string(name) + (packed ? ", packed" : ", rows"));
+    EXPECT_TRUE(e.finite);
+    EXPECT_LE(e.rel_rms(), fp32 ? 1e-5 : 1e-2);
+    EXPECT_LE(e.max_rel(), fp32 ? 1e-5 : 2e-2);
+  }
+}
+
+TEST(EmulatedConv1d, RowsAndInt32OffsetsWithoutOptionalTensors) {
+  uint64_t seed = 400;
+  for (bool packed : {false, true}) {
+    for (int W = 2; W <= 4; ++W) {
+      check_plain<__nv_bfloat16>(packed, 12, W, seed++);
+      check_plain<float>(packed, 7, W, seed++);
+    }
+  }
 }
 
 TEST(EmulatedConv1d, SeveralChannelBlocks) {
