@@ -5,6 +5,7 @@
 #include <nanobind/stl/optional.h>
 
 #include <cstdint>
+
 #include "binding/result.hpp"
 #include "binding/view.hpp"
 #include "cake/cake.h"
@@ -57,17 +58,17 @@ cakeConv1dBackwardArgs_t backward_args(OptionalArray x, OptionalArray weight, Op
 }
 
 // The forward's arguments, in the order cake/ops.py passes them.
-#define CAKE_CONV1D_FORWARD_PARAMS                                                          \
-  OptionalArray x, OptionalArray weight, OptionalArray bias, OptionalArray residual,       \
-      OptionalArray initial_state, OptionalArray cu_seqlens, OptionalArray y,               \
+#define CAKE_CONV1D_FORWARD_PARAMS                                                   \
+  OptionalArray x, OptionalArray weight, OptionalArray bias, OptionalArray residual, \
+      OptionalArray initial_state, OptionalArray cu_seqlens, OptionalArray y,        \
       OptionalArray final_state, int activation
 #define CAKE_CONV1D_FORWARD_ARGS \
   forward_args(x, weight, bias, residual, initial_state, cu_seqlens, y, final_state, activation)
-#define CAKE_CONV1D_BACKWARD_PARAMS                                                         \
-  OptionalArray x, OptionalArray weight, OptionalArray bias, OptionalArray initial_state,  \
-      OptionalArray cu_seqlens, OptionalArray dy, OptionalArray dht, OptionalArray dx,      \
+#define CAKE_CONV1D_BACKWARD_PARAMS                                                       \
+  OptionalArray x, OptionalArray weight, OptionalArray bias, OptionalArray initial_state, \
+      OptionalArray cu_seqlens, OptionalArray dy, OptionalArray dht, OptionalArray dx,    \
       OptionalArray dweight, OptionalArray dbias, OptionalArray dinitial_state, int activation
-#define CAKE_CONV1D_BACKWARD_ARGS                                                             \
+#define CAKE_CONV1D_BACKWARD_ARGS                                                        \
   backward_args(x, weight, bias, initial_state, cu_seqlens, dy, dht, dx, dweight, dbias, \
                 dinitial_state, activation)
 

@@ -23,7 +23,8 @@ cakeDtype_t dtype_of(nb::dlpack::dtype dt, char const* name) {
   }
   char const* kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   std::string const got = (dt.code < 7 ? kinds[dt.code] : "code" + std::to_string(dt.code)) +
-                          std::to_string(dt.bits) + (dt.lanes == 1 ? "" : "x" + std::to_string(dt.lanes));
+                          std::to_string(dt.bits) +
+                          (dt.lanes == 1 ? "" : "x" + std::to_string(dt.lanes));
   throw cake::Error(cakeInvalidArgument,
                     cake::concat(name, " has an unsupported dtype ", got,
                                  ": cake takes float16, bfloat16, float32, float64, int32 and "

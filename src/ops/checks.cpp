@@ -39,9 +39,9 @@ void check_output(char const* name, cakeTensor_t const& t, std::vector<int64_t> 
              cake::shape_string(t), " with non-row-major strides");
 }
 
-void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed,
-                           char const* needs, std::vector<int64_t> const& shape,
-                           char const* meaning, char const* like_name, cakeTensor_t const& like) {
+void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed, char const* needs,
+                           std::vector<int64_t> const& shape, char const* meaning,
+                           char const* like_name, cakeTensor_t const& like) {
   if (!present(t)) return;
   CAKE_CHECK(allowed, cakeInvalidArgument, name, " can only be computed with ", needs);
   check_output(name, t, shape, meaning, like_name, like);
@@ -55,14 +55,14 @@ int64_t check_cu_seqlens(cakeTensor_t const& cu, int64_t batch) {
              cake::shape_string(cu));
   CAKE_CHECK(batch == 1, cakeInvalidArgument,
              "the batch size B must be 1 when cu_seqlens is given (flatten the packed "
-             "documents into [1, T, ...]), got B = ", batch);
+             "documents into [1, T, ...]), got B = ",
+             batch);
   return cu.shape[0] - 1;
 }
 
 void check_cu_seqlens_contents(cakeTensor_t const& cu_seqlens, int64_t seq_len) {
   std::vector<int64_t> const cu = to_int64(cu_seqlens);
-  CAKE_CHECK(cu.front() == 0, cakeInvalidArgument, "cu_seqlens must start at 0, got ",
-             cu.front());
+  CAKE_CHECK(cu.front() == 0, cakeInvalidArgument, "cu_seqlens must start at 0, got ", cu.front());
   for (size_t i = 1; i < cu.size(); ++i) {
     CAKE_CHECK(cu[i] >= cu[i - 1], cakeInvalidArgument,
                "cu_seqlens must be non-decreasing, got cu_seqlens[", i - 1, "] = ", cu[i - 1],

@@ -22,9 +22,9 @@ void check_same_device(char const* name, cakeTensor_t const& t, char const* like
 void check_output(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& shape,
                   char const* meaning, char const* like_name, cakeTensor_t const& like);
 // A gradient is optional (absent: not computed); some exist only with their input (allowed).
-void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed,
-                           char const* needs, std::vector<int64_t> const& shape,
-                           char const* meaning, char const* like_name, cakeTensor_t const& like);
+void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed, char const* needs,
+                           std::vector<int64_t> const& shape, char const* meaning,
+                           char const* like_name, cakeTensor_t const& like);
 
 // cu_seqlens' dtype and shape [N + 1], and B = 1 with it; returns N.
 int64_t check_cu_seqlens(cakeTensor_t const& cu_seqlens, int64_t batch);

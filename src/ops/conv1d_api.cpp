@@ -18,8 +18,7 @@ Conv1dImplementation const& checked_forward(cakeConv1dForwardArgs_t const* args,
   return impl;
 }
 
-Conv1dImplementation const& checked_backward(cakeConv1dBackwardArgs_t const* args,
-                                             Conv1dDims* d) {
+Conv1dImplementation const& checked_backward(cakeConv1dBackwardArgs_t const* args, Conv1dDims* d) {
   *d = cake::ops::validate_conv1d_backward(args);
   Conv1dImplementation const& impl = cake::ops::conv1d_implementation_for(d->device_type);
   impl.check_backward(*args, *d);
@@ -46,8 +45,7 @@ cakeResult_t cakeConv1dForwardWorkspaceSize(cakeConv1dForwardArgs_t const* args,
   });
 }
 
-cakeResult_t cakeConv1dBackwardWorkspaceSize(cakeConv1dBackwardArgs_t const* args,
-                                             size_t* bytes) {
+cakeResult_t cakeConv1dBackwardWorkspaceSize(cakeConv1dBackwardArgs_t const* args, size_t* bytes) {
   return guard([&] {
     CAKE_CHECK(bytes != nullptr, cakeInvalidArgument, "bytes must not be NULL");
     Conv1dDims d;

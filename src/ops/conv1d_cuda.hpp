@@ -15,8 +15,8 @@ size_t conv1d_cuda_forward_workspace_bytes(cakeConv1dForwardArgs_t const& args,
                                            Conv1dDims const& d);
 size_t conv1d_cuda_backward_workspace_bytes(cakeConv1dBackwardArgs_t const& args,
                                             Conv1dDims const& d);
-void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& args, Conv1dDims const& d,
-                         void* workspace, size_t workspace_bytes, void* stream);
+void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& args, Conv1dDims const& d, void* workspace,
+                         size_t workspace_bytes, void* stream);
 void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& args, Conv1dDims const& d,
                           void* workspace, size_t workspace_bytes, void* stream);
 

@@ -46,8 +46,8 @@ Conv1dImplementation const& conv1d_implementation_for(int32_t device_type) {
     if (row.device_type == device_type) return row;
   }
   // Validation admits only the CPU and CUDA, and both have a row.
-  throw Error(cakeInternalError, concat("no causal_conv1d implementation for device type ",
-                                        device_type));
+  throw Error(cakeInternalError,
+              concat("no causal_conv1d implementation for device type ", device_type));
 }
 
 Conv1dImplementation const* conv1d_implementations_begin() { return std::begin(kTable); }

@@ -66,17 +66,16 @@ void conv1d_reference_backward(cakeConv1dBackwardArgs_t const& args, Conv1dDims 
                           args.initial_state, args.cu_seqlens, d);
   std::vector<double> const dy = to_double(args.dy);
   std::vector<double> const dht = optional(args.dht);
-  auto sized = [](cakeTensor_t const& t) {
-    return std::vector<double>(present(t) ? numel(t) : 0);
-  };
-  std::vector<double> dx = sized(args.dx), dweight = sized(args.dweight),
-                      dbias = sized(args.dbias), dresidual = sized(args.dresidual),
-                      dh0 = sized(args.dinitial_state);
+  auto sized = [](cakeTensor_t const& t) { return std::vector<double>(present(t) ? numel(t) : 0); };
+  std::vector<double> dx = sized(args.dx), dweight = sized(args.dweight), dbias = sized(args.dbias),
+                      dresidual = sized(args.dresidual), dh0 = sized(args.dinitial_state);
   auto out = [](std::vector<double>& v) { return v.empty() ? nullptr : v.data(); };
   ref::conv1d_backward(a.shape, a.inputs(), dy.data(), dht.empty() ? nullptr : dht.data(),
                        {out(dx), out(dweight), out(dbias), out(dresidual), out(dh0)});
-  for (auto [values, t] : {std::pair{&dx, &args.dx}, {&dweight, &args.dweight},
-                           {&dbias, &args.dbias}, {&dresidual, &args.dresidual},
+  for (auto [values, t] : {std::pair{&dx, &args.dx},
+                           {&dweight, &args.dweight},
+                           {&dbias, &args.dbias},
+                           {&dresidual, &args.dresidual},
                            {&dh0, &args.dinitial_state}}) {
     if (present(*t)) from_double(*values, *t);
   }

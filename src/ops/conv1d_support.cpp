@@ -20,9 +20,8 @@ void check_token_dtypes(cakeTensor_t const& x, std::initializer_list<Named> tens
              dtype_name(x.dtype));
   for (auto [name, t] : tensors) {
     if (!present(*t)) continue;
-    CAKE_CHECK(t->dtype == x.dtype, cakeInvalidArgument, name,
-               " must have x's dtype (", dtype_name(x.dtype), ") for the CUDA kernels, got ",
-               dtype_name(t->dtype));
+    CAKE_CHECK(t->dtype == x.dtype, cakeInvalidArgument, name, " must have x's dtype (",
+               dtype_name(x.dtype), ") for the CUDA kernels, got ", dtype_name(t->dtype));
   }
 }
 
@@ -47,8 +46,8 @@ void check_contiguous(std::initializer_list<Named> tensors) {
 
 void check_width(Conv1dDims const& d) {
   CAKE_CHECK(d.width >= kConv1dCudaMinWidth && d.width <= kConv1dCudaMaxWidth, cakeNotSupported,
-             "the CUDA kernels support widths W = ", kConv1dCudaMinWidth, "..",
-             kConv1dCudaMaxWidth, ", got weight of shape [D, W] with W = ", d.width);
+             "the CUDA kernels support widths W = ", kConv1dCudaMinWidth, "..", kConv1dCudaMaxWidth,
+             ", got weight of shape [D, W] with W = ", d.width);
 }
 
 }  // namespace
@@ -67,22 +66,33 @@ char const* const kConv1dCudaSupport =
 void check_conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d) {
   check_width(d);
   check_token_dtypes(a.x, {{"residual", &a.residual}, {"y", &a.y}});
-  check_small_dtypes({{"weight", &a.weight}, {"bias", &a.bias},
-                      {"initial_state", &a.initial_state}, {"final_state", &a.final_state}});
-  check_contiguous({{"x", &a.x}, {"weight", &a.weight}, {"bias", &a.bias},
-                    {"residual", &a.residual}, {"initial_state", &a.initial_state},
+  check_small_dtypes({{"weight", &a.weight},
+                      {"bias", &a.bias},
+                      {"initial_state", &a.initial_state},
+                      {"final_state", &a.final_state}});
+  check_contiguous({{"x", &a.x},
+                    {"weight", &a.weight},
+                    {"bias", &a.bias},
+                    {"residual", &a.residual},
+                    {"initial_state", &a.initial_state},
                     {"cu_seqlens", &a.cu_seqlens}});
 }
 
 void check_conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d) {
   check_width(d);
   check_token_dtypes(a.x, {{"dy", &a.dy}, {"dx", &a.dx}, {"dresidual", &a.dresidual}});
-  check_small_dtypes({{"weight", &a.weight}, {"bias", &a.bias},
-                      {"initial_state", &a.initial_state}, {"dht", &a.dht},
-                      {"dweight", &a.dweight}, {"dbias", &a.dbias},
+  check_small_dtypes({{"weight", &a.weight},
+                      {"bias", &a.bias},
+                      {"initial_state", &a.initial_state},
+                      {"dht", &a.dht},
+                      {"dweight", &a.dweight},
+                      {"dbias", &a.dbias},
                       {"dinitial_state", &a.dinitial_state}});
-  check_contiguous({{"x", &a.x}, {"weight", &a.weight}, {"bias", &a.bias},
-                    {"initial_state", &a.initial_state}, {"cu_seqlens", &a.cu_seqlens}});
+  check_contiguous({{"x", &a.x},
+                    {"weight", &a.weight},
+                    {"bias", &a.bias},
+                    {"initial_state", &a.initial_state},
+                    {"cu_seqlens", &a.cu_seqlens}});
 }
 
 }  // namespace cake::ops

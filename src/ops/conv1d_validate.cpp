@@ -12,18 +12,16 @@ namespace cake::ops {
 namespace {
 
 void check_header(size_t struct_size, size_t expected, char const* type, int32_t activation) {
-  CAKE_CHECK(struct_size == expected, cakeInvalidArgument, "args.struct_size must be sizeof(",
-             type, ") = ", expected, ", got ", struct_size);
-  CAKE_CHECK(activation == cakeActivationNone || activation == cakeActivationSilu,
-             cakeInvalidArgument,
-             "activation must be cakeActivationNone (0) or cakeActivationSilu (1), got ",
-             activation);
+  CAKE_CHECK(struct_size == expected, cakeInvalidArgument, "args.struct_size must be sizeof(", type,
+             ") = ", expected, ", got ", struct_size);
+  CAKE_CHECK(
+      activation == cakeActivationNone || activation == cakeActivationSilu, cakeInvalidArgument,
+      "activation must be cakeActivationNone (0) or cakeActivationSilu (1), got ", activation);
 }
 
 // The inputs shared by the forward and the backward.
-Conv1dDims check_inputs(cakeTensor_t const& x, cakeTensor_t const& weight,
-                        cakeTensor_t const& bias, cakeTensor_t const& initial_state,
-                        cakeTensor_t const& cu_seqlens) {
+Conv1dDims check_inputs(cakeTensor_t const& x, cakeTensor_t const& weight, cakeTensor_t const& bias,
+                        cakeTensor_t const& initial_state, cakeTensor_t const& cu_seqlens) {
   check_present("x", x);
   CAKE_CHECK(x.ndim == 3, cakeInvalidArgument, "x must have 3 dimensions [B, T, D], got shape ",
              shape_string(x));
@@ -55,7 +53,8 @@ Conv1dDims check_inputs(cakeTensor_t const& x, cakeTensor_t const& weight,
     check_shape("initial_state", initial_state, {d.num_seqs, d.dim, d.width}, "[N, D, W]");
   }
   for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"weight", &weight},
-                         {"bias", &bias}, {"initial_state", &initial_state},
+                         {"bias", &bias},
+                         {"initial_state", &initial_state},
                          {"cu_seqlens", &cu_seqlens}}) {
     if (present(*t)) check_same_device(name, *t, "x", x);
   }
@@ -82,8 +81,8 @@ Conv1dDims validate_conv1d_forward(cakeConv1dForwardArgs_t const* args) {
   check_present("y", args->y);
   check_output("y", args->y, tokens, "[B, T, D] (as x)", "x", args->x);
   if (present(args->final_state)) {
-    check_output("final_state", args->final_state, {d.num_seqs, d.dim, d.width}, "[N, D, W]",
-                 "x", args->x);
+    check_output("final_state", args->final_state, {d.num_seqs, d.dim, d.width}, "[N, D, W]", "x",
+                 args->x);
   }
   return d;
 }
@@ -101,12 +100,11 @@ Conv1dDims validate_conv1d_backward(cakeConv1dBackwardArgs_t const* args) {
   check_output("dy", args->dy, tokens, "[B, T, D] (as y)", "x", x);
   if (present(args->dht)) check_output("dht", args->dht, state, "[N, D, W]", "x", x);
   check_optional_output("dx", args->dx, true, "", tokens, "[B, T, D] (as x)", "x", x);
-  check_optional_output("dweight", args->dweight, true, "", {d.dim, d.width},
-                        "[D, W] (as weight)", "x", x);
+  check_optional_output("dweight", args->dweight, true, "", {d.dim, d.width}, "[D, W] (as weight)",
+                        "x", x);
   check_optional_output("dbias", args->dbias, present(args->bias), "a bias", {d.dim},
                         "[D] (as bias)", "x", x);
-  check_optional_output("dresidual", args->dresidual, true, "", tokens, "[B, T, D] (as x)", "x",
-                        x);
+  check_optional_output("dresidual", args->dresidual, true, "", tokens, "[B, T, D] (as x)", "x", x);
   check_optional_output("dinitial_state", args->dinitial_state, present(args->initial_state),
                         "an initial_state", state, "[N, D, W] (as initial_state)", "x", x);
   return d;

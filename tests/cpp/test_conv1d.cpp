@@ -192,7 +192,8 @@ TEST(Conv1dReference, NoLeakageAcrossDocuments) {
     EXPECT_EQ(before.y[q * 2], after.y[q * 2]) << "token " << q;
   }
   for (int64_t n : {0, 2}) {
-    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(before.ht[(n * 2) * 4 + c], after.ht[(n * 2) * 4 + c]);
+    for (int64_t c = 0; c < 4; ++c)
+      EXPECT_EQ(before.ht[(n * 2) * 4 + c], after.ht[(n * 2) * 4 + c]);
   }
   EXPECT_NE(before.y[3 * 2], after.y[3 * 2]);
 }
@@ -232,9 +233,9 @@ TEST(Conv1dAbi, CpuBackwardThroughTheAbi) {
   ASSERT_EQ(cakeConv1dBackward(&a, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
   EXPECT_EQ(dr, dy);
   Vec dx_ref(T * D), dw_ref(D * W), db_ref(D), dh0_ref(N * D * W);
-  cake::ref::conv1d_backward(p.shape, p.inputs(), dy.data(), nullptr,
-                             {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr,
-                              dh0_ref.data()});
+  cake::ref::conv1d_backward(
+      p.shape, p.inputs(), dy.data(), nullptr,
+      {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr, dh0_ref.data()});
   EXPECT_EQ(dx, dx_ref);
   EXPECT_EQ(dw, dw_ref);
   EXPECT_EQ(db, db_ref);

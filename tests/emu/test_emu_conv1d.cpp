@@ -5,10 +5,9 @@
 // W - 1, W, W + 1 tokens and ones across tiles; states, bias, residual, SiLU. Outputs poisoned
 // first; guard bytes after the exact workspace stay untouched; the backward twice is bitwise
 // equal (fixed-order reductions).
-#include <gtest/gtest.h>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
@@ -89,14 +88,14 @@ void check_case(Case const& c, uint64_t seed) {
   cake::ref::Conv1dShape shape{T_, D, W, cu};
   std::vector<double> const xd = widen(x), rd = widen(residual), hd = widen(h0), wd = widen(weight),
                             bd = widen(bias), dyd = widen(dy), dhtd = widen(dht);
-  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), bd.data(), rd.data(), hd.data(),
-                                   cake::ref::Activation::kSilu};
+  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), bd.data(),
+                                   rd.data(), hd.data(), cake::ref::Activation::kSilu};
   std::vector<double> y_ref(T_ * D), ht_ref(N * D * W), dx_ref(T_ * D), dw_ref(D * W), db_ref(D),
       dh0_ref(N * D * W);
   cake::ref::conv1d_forward(shape, in, {y_ref.data(), ht_ref.data()});
-  cake::ref::conv1d_backward(shape, in, dyd.data(), dhtd.data(),
-                             {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr,
-                              dh0_ref.data()});
+  cake::ref::conv1d_backward(
+      shape, in, dyd.data(), dhtd.data(),
+      {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr, dh0_ref.data()});
 
   std::vector<T> y = poisoned<T>(T_ * D), ht = poisoned<T>(N * D * W);
   cakeConv1dForwardArgs_t fa{};
@@ -215,8 +214,8 @@ void check_plain(bool packed, int64_t D, int W, uint64_t seed) {
   std::vector<float> const weight = random_values<float>(D * W, rng);
   cake::ref::Conv1dShape shape{BT, D, W, cu};
   std::vector<double> const xd = widen(x), wd = widen(weight), dyd = widen(dy);
-  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), nullptr, nullptr, nullptr,
-                                   cake::ref::Activation::kNone};
+  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), nullptr,
+                                   nullptr,   nullptr,   cake::ref::Activation::kNone};
   std::vector<double> y_ref(BT * D), ht_ref(N * D * W), dx_ref(BT * D), dw_ref(D * W);
   cake::ref::conv1d_forward(shape, in, {y_ref.data(), ht_ref.data()});
   cake::ref::conv1d_backward(shape, in, dyd.data(), nullptr,

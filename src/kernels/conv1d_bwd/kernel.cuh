@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) {
       conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
-                             bos, t - (W - 1) + k, d, halo[k]);
+                                bos, t - (W - 1) + k, d, halo[k]);
 #pragma unroll
       for (int j = 0; j < V; ++j) ring[k][j] = 0.f;
     }
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
         }
         if (p.dresidual != nullptr) {
           conv1d::store_row<T, V>(static_cast<T*>(p.dresidual) + t * p.dim, d, p.dim, p.vectorised,
-                            dys[k]);
+                                  dys[k]);
         }
       }
       // dx[s], s = t - m: at every token for m = W - 1, at a document's last token for all m
@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(kStateThreads)
     float pre = b[0];
 #pragma unroll
     for (int i = 0; i < W; ++i) {
-      float const e = conv1d::extended_one<T, W>(x, p.initial_state, p.initial_state_dtype,
-                                                 p.dim, n, bos, bos + t - (W - 1) + i, d);
+      float const e = conv1d::extended_one<T, W>(x, p.initial_state, p.initial_state_dtype, p.dim,
+                                                 n, bos, bos + t - (W - 1) + i, d);
       pre = fmaf(w[i][0], e, pre);
     }
     float const g =

@@ -20,35 +20,35 @@ inline constexpr int64_t kMinTileTokens = 32;
 inline constexpr int64_t kMinBlocks = 8 * 132;
 
 struct Params {
-  int64_t num_tokens = 0;  // BT: B * T, all documents packed token-major
-  int64_t seq_len = 0;     // T: document length without cu_seqlens
-  int64_t num_seqs = 0;    // N
-  int32_t dim = 0;         // D
-  int32_t width = 0;       // W, 2..4
-  int32_t activation = 0;  // cakeActivation_t
+  int64_t num_tokens = 0;              // BT: B * T, all documents packed token-major
+  int64_t seq_len = 0;                 // T: document length without cu_seqlens
+  int64_t num_seqs = 0;                // N
+  int32_t dim = 0;                     // D
+  int32_t width = 0;                   // W, 2..4
+  int32_t activation = 0;              // cakeActivation_t
   cakeDtype_t x_dtype = cakeBfloat16;  // x, dy, dx, dresidual
-  bool vectorised = false;  // D % V == 0 and the token-major bases aligned to V elements
-  void const* x = nullptr;          // [BT, D]
-  void const* dy = nullptr;         // [BT, D]
-  void* dx = nullptr;               // [BT, D] out, or nullptr
-  void* dresidual = nullptr;        // [BT, D] out (= dy), or nullptr
-  void const* weight = nullptr;     // [D, W]
+  bool vectorised = false;             // D % V == 0 and the token-major bases aligned to V elements
+  void const* x = nullptr;             // [BT, D]
+  void const* dy = nullptr;            // [BT, D]
+  void* dx = nullptr;                  // [BT, D] out, or nullptr
+  void* dresidual = nullptr;           // [BT, D] out (= dy), or nullptr
+  void const* weight = nullptr;        // [D, W]
   cakeDtype_t weight_dtype = cakeFloat32;
-  void const* bias = nullptr;       // [D] or nullptr
+  void const* bias = nullptr;  // [D] or nullptr
   cakeDtype_t bias_dtype = cakeFloat32;
   void const* initial_state = nullptr;  // [N, D, W] or nullptr
   cakeDtype_t initial_state_dtype = cakeFloat32;
-  void const* dht = nullptr;        // [N, D, W] or nullptr (zero)
+  void const* dht = nullptr;  // [N, D, W] or nullptr (zero)
   cakeDtype_t dht_dtype = cakeFloat32;
-  void* dweight = nullptr;          // [D, W] out, or nullptr
+  void* dweight = nullptr;  // [D, W] out, or nullptr
   cakeDtype_t dweight_dtype = cakeFloat32;
-  void* dbias = nullptr;            // [D] out, or nullptr
+  void* dbias = nullptr;  // [D] out, or nullptr
   cakeDtype_t dbias_dtype = cakeFloat32;
-  void* dinitial_state = nullptr;   // [N, D, W] out, or nullptr
+  void* dinitial_state = nullptr;  // [N, D, W] out, or nullptr
   cakeDtype_t dinitial_state_dtype = cakeFloat32;
   void const* cu_seqlens = nullptr;  // [N + 1] or nullptr
   bool cu_int64 = false;
-  int64_t tile_tokens = 0;           // tokens per tile (Workspace::tile_tokens)
+  int64_t tile_tokens = 0;  // tokens per tile (Workspace::tile_tokens)
   int64_t num_tiles = 0;
   float* dweight_partial = nullptr;  // [num_tiles, D, W]: each tile's sum, or nullptr
   float* dbias_partial = nullptr;    // [num_tiles, D], or nullptr

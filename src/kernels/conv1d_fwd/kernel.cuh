@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_fwd_kernel(__grid_constant__ 
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) {
       conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
-                             bos, t - (W - 1) + k, d, halo[k]);
+                                bos, t - (W - 1) + k, d, halo[k]);
     }
   };
   fill_halo(t0);
@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kStateThreads)
   T const* x = static_cast<T const*>(p.x);
 #pragma unroll
   for (int s = 0; s < W; ++s) {
-    float const value = conv1d::extended_one<T, W>(x, p.initial_state, p.initial_state_dtype,
-                                                   p.dim, n, bos, eos - W + s, d);
+    float const value = conv1d::extended_one<T, W>(x, p.initial_state, p.initial_state_dtype, p.dim,
+                                                   n, bos, eos - W + s, d);
     conv1d::store_small(p.final_state, p.final_state_dtype, (n * p.dim + d) * W + s, value);
   }
 }

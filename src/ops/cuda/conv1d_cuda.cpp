@@ -1,6 +1,8 @@
 // The conv's GPU path: validated arguments -> the stages' Params -> conv1d_fwd (y, final_state)
 // or conv1d_bwd (dx, dresidual, dinitial_state, and dweight, dbias through per-tile partial sums
 // in the workspace). Nothing is read back to the host: capturable in a CUDA graph.
+#include "ops/conv1d_cuda.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -10,7 +12,6 @@
 #include "core/tensor.hpp"
 #include "kernels/conv1d_bwd/launch.hpp"
 #include "kernels/conv1d_fwd/launch.hpp"
-#include "ops/conv1d_cuda.hpp"
 
 namespace cake::ops {
 
@@ -18,8 +19,8 @@ namespace {
 
 void check_launch(cudaError_t err, char const* what) {
   if (err != cudaSuccess)
-    throw Error(cakeCudaError, concat(what, ": ", cudaGetErrorName(err), " (",
-                                      cudaGetErrorString(err), ")"));
+    throw Error(cakeCudaError,
+                concat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
 }
 
 int dtype_bytes(cakeDtype_t dtype) { return dtype == cakeFloat32 ? 4 : 2; }
@@ -67,9 +68,8 @@ void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d, 
   p.width = static_cast<int32_t>(d.width);
   p.activation = a.activation;
   p.x_dtype = a.x.dtype;
-  p.vectorised =
-      vectorised(d, kernels::conv1d_fwd::channels_per_thread(dtype_bytes(a.x.dtype)), a.x.dtype,
-                 {&a.x, &a.residual, &a.y});
+  p.vectorised = vectorised(d, kernels::conv1d_fwd::channels_per_thread(dtype_bytes(a.x.dtype)),
+                            a.x.dtype, {&a.x, &a.residual, &a.y});
   p.x = a.x.data;
   p.residual = data_or_null(a.residual);
   p.y = a.y.data;
@@ -87,8 +87,8 @@ void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d, 
                "conv1d_fwd launch");
 }
 
-void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d,
-                          void* workspace, size_t, void* stream) {
+void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d, void* workspace,
+                          size_t, void* stream) {
   kernels::conv1d_bwd::Workspace const ws = backward_workspace(a, d);
   kernels::conv1d_bwd::Params p;
   p.num_tokens = d.batch * d.seq_len;
@@ -98,9 +98,8 @@ void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d
   p.width = static_cast<int32_t>(d.width);
   p.activation = a.activation;
   p.x_dtype = a.x.dtype;
-  p.vectorised =
-      vectorised(d, kernels::conv1d_bwd::channels_per_thread(dtype_bytes(a.x.dtype)), a.x.dtype,
-                 {&a.x, &a.dy, &a.dx, &a.dresidual});
+  p.vectorised = vectorised(d, kernels::conv1d_bwd::channels_per_thread(dtype_bytes(a.x.dtype)),
+                            a.x.dtype, {&a.x, &a.dy, &a.dx, &a.dresidual});
   p.x = a.x.data;
   p.dy = a.dy.data;
   p.dx = data_or_null(a.dx);

@@ -1,6 +1,7 @@
 // Built without the CUDA kernels: CUDA tensors get a clear cakeNotImplemented.
-#include "core/error.hpp"
 #include "ops/conv1d_cuda.hpp"
+
+#include "core/error.hpp"
 
 namespace cake::ops {
 
@@ -19,8 +20,7 @@ size_t conv1d_cuda_forward_workspace_bytes(cakeConv1dForwardArgs_t const&, Conv1
 size_t conv1d_cuda_backward_workspace_bytes(cakeConv1dBackwardArgs_t const&, Conv1dDims const&) {
   unavailable();
 }
-void conv1d_cuda_forward(cakeConv1dForwardArgs_t const&, Conv1dDims const&, void*, size_t,
-                         void*) {
+void conv1d_cuda_forward(cakeConv1dForwardArgs_t const&, Conv1dDims const&, void*, size_t, void*) {
   unavailable();
 }
 void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const&, Conv1dDims const&, void*, size_t,
