@@ -160,10 +160,71 @@ cakeResult_t cakeBackward(const cakeOptions_t* options, const cakeBackwardArgs_t
 cakeResult_t cakeCheckSupport(const cakeOptions_t* options, const cakeForwardArgs_t* args,
                               int32_t device_type);
 
+/* ---- causal_conv1d: the causal depthwise convolution before the delta rule -------------------
+ *
+ * flash-linear-attention's causal_conv1d. Per document of L tokens and channel d, on the extended
+ * sequence e[j] = x[j] (j >= 0), initial_state[n, d, W + j] (-W <= j < 0; 0 without one):
+ *   y[t] = act(sum_{i < W} weight[d, i] e[t - (W - 1) + i] + bias[d]) + residual[t]
+ *   final_state[n, d, s] = e[L - W + s]  (the last W tokens, the state's tail in front of a
+ *                                          document shorter than W)
+ * Layouts: x, residual, y [B, T, D]; weight [D, W]; bias [D]; states [N, D, W]; cu_seqlens as for
+ * the delta rule (packed documents, B = 1). Documents never read each other's tokens.
+ * CPU tensors run the FP64 reference (any float dtype, any W >= 1). CUDA tensors: see
+ * cakeGetBuildInfo ("causal_conv1d"). */
+typedef enum {
+  cakeActivationNone = 0,
+  cakeActivationSilu = 1, /* silu (= swish): p sigmoid(p) */
+} cakeActivation_t;
+
+typedef struct {
+  size_t struct_size;         /* = sizeof(cakeConv1dForwardArgs_t) */
+  int32_t activation;         /* cakeActivation_t */
+  cakeTensor_t x;             /* [B, T, D] */
+  cakeTensor_t weight;        /* [D, W] */
+  cakeTensor_t bias;          /* optional, [D] */
+  cakeTensor_t residual;      /* optional, [B, T, D], added after the activation */
+  cakeTensor_t initial_state; /* optional, [N, D, W] */
+  cakeTensor_t cu_seqlens;    /* optional, [N + 1] */
+  cakeTensor_t y;             /* output [B, T, D] */
+  cakeTensor_t final_state;   /* optional output [N, D, W] */
+} cakeConv1dForwardArgs_t;
+
+typedef struct {
+  size_t struct_size; /* = sizeof(cakeConv1dBackwardArgs_t) */
+  int32_t activation; /* the forward's */
+  /* the forward's inputs, unchanged (the residual is not needed: its gradient is dy) */
+  cakeTensor_t x, weight, bias, initial_state, cu_seqlens;
+  cakeTensor_t dy;  /* [B, T, D] */
+  cakeTensor_t dht; /* optional, [N, D, W]: gradient of final_state */
+  /* gradients, overwritten; an absent one is not computed */
+  cakeTensor_t dx;             /* [B, T, D] */
+  cakeTensor_t dweight;        /* [D, W] */
+  cakeTensor_t dbias;          /* [D], with bias */
+  cakeTensor_t dresidual;      /* [B, T, D] (a copy of dy) */
+  cakeTensor_t dinitial_state; /* [N, D, W], with initial_state */
+} cakeConv1dBackwardArgs_t;
+
+/* Exact bytes of device scratch memory of a call (0 on the CPU); read shapes and dtypes only. */
+cakeResult_t cakeConv1dForwardWorkspaceSize(const cakeConv1dForwardArgs_t* args, size_t* bytes);
+cakeResult_t cakeConv1dBackwardWorkspaceSize(const cakeConv1dBackwardArgs_t* args, size_t* bytes);
+
+/* The workspace holds at least the queried bytes (else cakeInsufficientWorkspace); stream is a
+ * cudaStream_t for CUDA tensors. On CUDA: no host synchronisation (CUDA-graph capturable), and
+ * dweight and dbias are reduced in a fixed order (bitwise reproducible). */
+cakeResult_t cakeConv1dForward(const cakeConv1dForwardArgs_t* args, void* workspace,
+                               size_t workspace_bytes, void* stream);
+cakeResult_t cakeConv1dBackward(const cakeConv1dBackwardArgs_t* args, void* workspace,
+                                size_t workspace_bytes, void* stream);
+
+/* As cakeCheckSupport, for the conv: whether device_type's implementation would run this forward
+ * and its backward. */
+cakeResult_t cakeConv1dCheckSupport(const cakeConv1dForwardArgs_t* args, int32_t device_type);
+
 /* How this library was built, as a JSON object: "cuda_kernels" (bool), "cuda_architectures"
  * (e.g. ["sm_90a"]), "cuda_runtime_version" (e.g. 13000, 0 without CUDA), "compiler", and "ops":
- * for each op ("chunk_gated_delta_rule", "chunk_kda") and device ("cpu", "cuda"; a device missing
- * there has no implementation in this build) one line saying what it accepts. Static storage. */
+ * for each op ("chunk_gated_delta_rule", "chunk_kda", "causal_conv1d") and device ("cpu",
+ * "cuda"; a device missing there has no implementation in this build) one line saying what it
+ * accepts. Static storage. */
 const char* cakeGetBuildInfo(void);
 
 /* The name of a result code, e.g. "cakeInvalidArgument". */

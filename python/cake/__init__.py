@@ -1,6 +1,7 @@
 """cake: chunked linear-attention training kernels (Gated DeltaNet and Kimi Delta Attention).
 
-Drop-in for flash-linear-attention: ``from cake import chunk_gated_delta_rule, chunk_kda``.
+Drop-in for flash-linear-attention: ``from cake import chunk_gated_delta_rule, chunk_kda`` and
+the short convolution before them, ``cake.causal_conv1d``.
 CPU tensors run an FP64 reference in C++; CUDA tensors run cake's Hopper kernels.
 Context parallelism (one packed batch split over ranks, exact state passing): ``cake.kcp``.
 flash-linear-attention-compatible layers (GatedDeltaNet, KimiDeltaAttention): ``cake.layers``.
@@ -9,6 +10,7 @@ What this installation was built with and supports where: ``cake.build_info()``.
 
 from . import abi, kcp, layers
 from .api import chunk_gated_delta_rule, chunk_gdn, chunk_kda
+from .conv1d import causal_conv1d
 from .ops import CudaSupportWarning, set_default_save_for_backward
 
 __version__ = "0.1.0"
@@ -29,5 +31,5 @@ def build_info() -> dict:
     return {"version": __version__, **abi.build_info()}
 
 
-__all__ = ["CudaSupportWarning", "build_info", "chunk_gated_delta_rule", "chunk_gdn", "chunk_kda",
-           "kcp", "layers", "set_default_save_for_backward"]
+__all__ = ["CudaSupportWarning", "build_info", "causal_conv1d", "chunk_gated_delta_rule",
+           "chunk_gdn", "chunk_kda", "kcp", "layers", "set_default_save_for_backward"]

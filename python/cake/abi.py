@@ -45,12 +45,23 @@ forward_workspace_size = _raising(_C.forward_workspace_size)
 forward_saved_size = _raising(_C.forward_saved_size)
 backward_workspace_size = _raising(_C.backward_workspace_size)
 cuda_saved_size_of_shapes = _raising(_C.cuda_saved_size_of_shapes)
+conv1d_forward = _raising(_C.conv1d_forward)
+conv1d_backward = _raising(_C.conv1d_backward)
+conv1d_forward_workspace_size = _raising(_C.conv1d_forward_workspace_size)
+conv1d_backward_workspace_size = _raising(_C.conv1d_backward_workspace_size)
 
 
 def support_error(*args, device_type: int):
     """The exception that device_type's implementation would raise for this forward call (the
     forward's arguments, as forward_saved_size takes them), or None where it would run it."""
     code, message, _ = _C.check_support(*args, device_type)
+    return error(code, message) if code else None
+
+
+def conv1d_support_error(*args, device_type: int):
+    """As support_error, for the conv's forward arguments (as conv1d_forward_workspace_size takes
+    them)."""
+    code, message, _ = _C.conv1d_check_support(*args, device_type)
     return error(code, message) if code else None
 
 

@@ -14,67 +14,23 @@
 #include <vector>
 
 #include "binding/result.hpp"
+#include "binding/view.hpp"
 #include "cake/cake.h"
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
 namespace nb = nanobind;
 void bind_kcp(nanobind::module_& m);
+void bind_conv1d(nanobind::module_& m);
 
 namespace {
 
-using OptionalArray = std::optional<nb::ndarray<>>;
-
+using cake::binding::buffer_of;
 using cake::binding::check;
+using cake::binding::OptionalArray;
+using cake::binding::placeholder;
 using cake::binding::result;
-
-cakeDtype_t dtype_of(nb::dlpack::dtype dt, char const* name) {
-  using Code = nb::dlpack::dtype_code;
-  auto const code = static_cast<Code>(dt.code);
-  if (dt.lanes == 1) {
-    if (code == Code::Float && dt.bits == 32) return cakeFloat32;
-    if (code == Code::Float && dt.bits == 64) return cakeFloat64;
-    if (code == Code::Float && dt.bits == 16) return cakeFloat16;
-    if (code == Code::Bfloat && dt.bits == 16) return cakeBfloat16;
-    if (code == Code::Int && dt.bits == 32) return cakeInt32;
-    if (code == Code::Int && dt.bits == 64) return cakeInt64;
-  }
-  char const* kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
-  std::string const got = (dt.code < 7 ? kinds[dt.code] : "code" + std::to_string(dt.code)) +
-                          std::to_string(dt.bits) + (dt.lanes == 1 ? "" : "x" + std::to_string(dt.lanes));
-  throw cake::Error(cakeInvalidArgument,
-                    cake::concat(name, " has an unsupported dtype ", got,
-                                 ": cake takes float16, bfloat16, float32, float64, int32 and "
-                                 "int64"));
-}
-
-// Stands for the data of a tensor that is present but has no data pointer (no elements, or a
-// shape-only query): non-NULL marks it present, and it is aligned as the kernels require.
-alignas(256) char placeholder[256];
-
-cakeTensor_t view(OptionalArray const& a, char const* name) {
-  cakeTensor_t t{};
-  if (!a) return t;
-  if (a->ndim() > CAKE_MAX_DIMS) {
-    std::string shape;
-    for (size_t d = 0; d < a->ndim(); ++d) shape += (d ? ", " : "") + std::to_string(a->shape(d));
-    throw cake::Error(cakeInvalidArgument,
-                      cake::concat(name, " has ", a->ndim(), " dimensions (shape [", shape,
-                                   "]); cake's tensors have at most ", CAKE_MAX_DIMS));
-  }
-  t.data = a->data();
-  t.dtype = dtype_of(a->dtype(), name);
-  t.device_type = a->device_type();
-  t.device_id = a->device_id();
-  t.ndim = static_cast<int32_t>(a->ndim());
-  for (size_t d = 0; d < a->ndim(); ++d) {
-    t.shape[d] = a->shape(d);
-    t.strides[d] = a->stride(d);
-  }
-  // A tensor with no elements may come without a data pointer; keep "present" meaning present.
-  if (t.data == nullptr) t.data = placeholder;
-  return t;
-}
+using cake::binding::view;
 
 cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,
                       std::optional<double> lower_bound, bool use_beta_sigmoid,
@@ -145,12 +101,6 @@ cakeBackwardArgs_t backward_args(CAKE_INPUT_PARAMS, OptionalArray dout, Optional
           view(ddt_bias, "ddt_bias")};
 }
 
-// A byte buffer (workspace or saved set): None is NULL with 0 bytes.
-std::pair<void*, size_t> buffer_of(OptionalArray const& buffer) {
-  if (!buffer) return {nullptr, 0};
-  return {buffer->data(), buffer->nbytes()};
-}
-
 // A dense row-major descriptor of the given shape on the first CUDA device, for the size queries
 // from shapes alone: they read shapes, dtypes and options, never data, so data is a placeholder
 // (non-NULL marks the tensor present; aligned as the kernels require).
@@ -160,7 +110,7 @@ cakeTensor_t shape_only(cakeDtype_t dtype, std::vector<int64_t> const& shape) {
                       cake::concat("a shape has ", shape.size(),
                                    " dimensions; cake's tensors have at most ", CAKE_MAX_DIMS));
   }
-  return cake::dense_view(placeholder, dtype, cakeCUDA, shape);
+  return cake::dense_view(placeholder(), dtype, cakeCUDA, shape);
 }
 
 // A byte query of the forward (workspace or saved set) as a Python function of the forward's
@@ -287,4 +237,5 @@ NB_MODULE(_C, m) {
     });
   });
   bind_kcp(m);
+  bind_conv1d(m);
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cake/cake.h"
+#include "ops/conv1d_dispatch.hpp"
 #include "ops/dispatch.hpp"
 #include "ops/gdn_cuda.hpp"
 
@@ -50,7 +51,16 @@ std::string build_info() {
     }
     os << "}";
   }
-  os << "}}";
+  os << ", " << quoted(cake::ops::kConv1dOpName) << ": {";
+  bool first = true;
+  for (auto* row = cake::ops::conv1d_implementations_begin();
+       row != cake::ops::conv1d_implementations_end(); ++row) {
+    if (row->device_type == cakeCUDA && !cuda.kernels) continue;
+    os << (first ? "" : ", ") << quoted(row->device_type == cakeCPU ? "cpu" : "cuda") << ": "
+       << quoted(row->support);
+    first = false;
+  }
+  os << "}}}";
   return os.str();
 }
 

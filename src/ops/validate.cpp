@@ -7,28 +7,11 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
+#include "ops/checks.hpp"
 
 namespace cake::ops {
 
 namespace {
-
-void check_shape(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& expected,
-                 char const* meaning) {
-  bool same = t.ndim == static_cast<int>(expected.size());
-  for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == expected[d];
-  CAKE_CHECK(same, cakeInvalidArgument, name, " must have shape ", meaning, " = ",
-             cake::shape_string(expected), ", got ", cake::shape_string(t));
-}
-
-void check_present(char const* name, cakeTensor_t const& t) {
-  CAKE_CHECK(present(t), cakeInvalidArgument, name, " is required but was not given");
-}
-
-void check_float(char const* name, cakeTensor_t const& t) {
-  CAKE_CHECK(is_float(t.dtype), cakeInvalidArgument, name,
-             " must be a float tensor (float16, bfloat16, float32 or float64), got ",
-             dtype_name(t.dtype));
-}
 
 // The inputs and options shared by the forward and the backward.
 struct Inputs {
@@ -64,8 +47,9 @@ void check_options(cakeOptions_t const* options) {
     CAKE_CHECK(options->variant == cakeKda, cakeInvalidArgument,
                "lower_bound applies to chunk_kda only, got lower_bound=", options->lower_bound,
                " for chunk_gated_delta_rule");
-    CAKE_CHECK(std::isfinite(options->lower_bound) && options->lower_bound < 0, cakeInvalidArgument,
-               "lower_bound must be a finite negative number, got ", options->lower_bound);
+    CAKE_CHECK(std::isfinite(options->lower_bound) && options->lower_bound < 0,
+               cakeInvalidArgument, "lower_bound must be a finite negative number, got ",
+               options->lower_bound);
   }
 }
 
@@ -111,32 +95,15 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
   check_present("beta", in.beta);
   check_shape("beta", in.beta, {d.batch, d.seq_len, d.num_v_heads}, "[B, T, HV]");
 
-  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q},
-                         {"k", &in.k},
-                         {"v", &in.v},
-                         {"g", &in.g},
-                         {"beta", &in.beta}}) {
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q}, {"k", &in.k},
+                         {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta}}) {
     check_float(name, *t);
   }
   CAKE_CHECK(in.k.dtype == in.q.dtype && in.v.dtype == in.q.dtype, cakeInvalidArgument,
              "q, k and v must have the same dtype, got q ", dtype_name(in.q.dtype), ", k ",
              dtype_name(in.k.dtype), ", v ", dtype_name(in.v.dtype));
 
-  if (present(in.cu_seqlens)) {
-    cakeTensor_t const& cu = in.cu_seqlens;
-    CAKE_CHECK(cu.dtype == cakeInt32 || cu.dtype == cakeInt64, cakeInvalidArgument,
-               "cu_seqlens must be int32 or int64, got ", dtype_name(cu.dtype));
-    CAKE_CHECK(cu.ndim == 1 && cu.shape[0] >= 2, cakeInvalidArgument,
-               "cu_seqlens must have shape [N + 1] with N >= 1 documents, got shape ",
-               cake::shape_string(cu));
-    CAKE_CHECK(d.batch == 1, cakeInvalidArgument,
-               "the batch size B must be 1 when cu_seqlens is given (flatten the packed "
-               "documents into [1, T, ...]), got B = ",
-               d.batch);
-    d.num_seqs = cu.shape[0] - 1;
-  } else {
-    d.num_seqs = d.batch;
-  }
+  d.num_seqs = present(in.cu_seqlens) ? check_cu_seqlens(in.cu_seqlens, d.batch) : d.batch;
   if (present(in.initial_state)) {
     check_float("initial_state", in.initial_state);
     check_shape("initial_state", in.initial_state,
@@ -169,56 +136,20 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
   }
 
   // Every tensor on q's device.
-  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"k", &in.k},
-                         {"v", &in.v},
-                         {"g", &in.g},
-                         {"beta", &in.beta},
-                         {"initial_state", &in.initial_state},
-                         {"cu_seqlens", &in.cu_seqlens},
-                         {"A_log", &in.A_log},
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"k", &in.k}, {"v", &in.v},
+                         {"g", &in.g}, {"beta", &in.beta}, {"initial_state", &in.initial_state},
+                         {"cu_seqlens", &in.cu_seqlens}, {"A_log", &in.A_log},
                          {"dt_bias", &in.dt_bias}}) {
-    if (!present(*t)) continue;
-    CAKE_CHECK(t->device_type == in.q.device_type && t->device_id == in.q.device_id,
-               cakeInvalidArgument, name, " must be on q's device (", device_string(in.q),
-               "), got ", device_string(*t));
+    if (present(*t)) check_same_device(name, *t, "q", in.q);
   }
 
   // Contents of cu_seqlens, read where they live on the host. CUDA offsets are not read here:
   // that would synchronise the device with the host (cake.h says so).
   if (present(in.cu_seqlens) && d.device_type == cakeCPU) {
-    std::vector<int64_t> const cu = to_int64(in.cu_seqlens);
-    CAKE_CHECK(cu.front() == 0, cakeInvalidArgument, "cu_seqlens must start at 0, got ",
-               cu.front());
-    for (size_t i = 1; i < cu.size(); ++i) {
-      CAKE_CHECK(cu[i] >= cu[i - 1], cakeInvalidArgument,
-                 "cu_seqlens must be non-decreasing, got cu_seqlens[", i - 1, "] = ", cu[i - 1],
-                 " > cu_seqlens[", i, "] = ", cu[i]);
-    }
-    CAKE_CHECK(cu.back() == d.seq_len, cakeInvalidArgument,
-               "cu_seqlens must end at the number of tokens T = ", d.seq_len, ", got ", cu.back());
+    check_cu_seqlens_contents(in.cu_seqlens, d.seq_len);
   }
 
   return d;
-}
-
-// An output (or gradient) tensor: present when required, the expected shape, on q's device.
-void check_output(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& shape,
-                  char const* meaning, cakeTensor_t const& q) {
-  check_float(name, t);
-  check_shape(name, t, shape, meaning);
-  CAKE_CHECK(t.device_type == q.device_type && t.device_id == q.device_id, cakeInvalidArgument,
-             name, " must be on q's device (", device_string(q), "), got ", device_string(t));
-  CAKE_CHECK(is_contiguous(t), cakeInvalidArgument, name, " must be contiguous, got shape ",
-             cake::shape_string(t), " with non-row-major strides");
-}
-
-// A gradient is optional (absent: not computed); some exist only with their input.
-void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed, char const* needs,
-                           std::vector<int64_t> const& shape, char const* meaning,
-                           cakeTensor_t const& q) {
-  if (!present(t)) return;
-  CAKE_CHECK(allowed, cakeInvalidArgument, name, " can only be computed with ", needs);
-  check_output(name, t, shape, meaning, q);
 }
 
 }  // namespace
@@ -226,15 +157,16 @@ void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed
 Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args) {
   check_options(options);
   CAKE_CHECK(args != nullptr, cakeInvalidArgument, "args must not be NULL");
-  Dims const d =
-      check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta, args->initial_state,
-                              args->cu_seqlens, args->A_log, args->dt_bias});
+  Dims const d = check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta,
+                                         args->initial_state, args->cu_seqlens, args->A_log,
+                                         args->dt_bias});
   check_present("o", args->o);
   check_output("o", args->o, {d.batch, d.seq_len, d.num_v_heads, d.head_dim_v}, "[B, T, HV, V]",
-               args->q);
+               "q", args->q);
   if (present(args->final_state)) {
     check_output("final_state", args->final_state,
-                 {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]", args->q);
+                 {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]",
+                 "q", args->q);
   }
   return d;
 }
@@ -242,9 +174,9 @@ Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* arg
 Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args) {
   check_options(options);
   CAKE_CHECK(args != nullptr, cakeInvalidArgument, "args must not be NULL");
-  Dims const d =
-      check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta, args->initial_state,
-                              args->cu_seqlens, args->A_log, args->dt_bias});
+  Dims const d = check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta,
+                                         args->initial_state, args->cu_seqlens, args->A_log,
+                                         args->dt_bias});
   std::vector<int64_t> const qk = {d.batch, d.seq_len, d.num_qk_heads, d.head_dim_k};
   std::vector<int64_t> const vo = {d.batch, d.seq_len, d.num_v_heads, d.head_dim_v};
   std::vector<int64_t> const state = {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v};
@@ -256,20 +188,20 @@ Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* a
   cakeTensor_t const& q = args->q;
 
   check_present("dout", args->dout);
-  check_output("dout", args->dout, vo, "[B, T, HV, V] (as o)", q);
-  if (present(args->dht)) check_output("dht", args->dht, state, "[N, HV, K, V]", q);
+  check_output("dout", args->dout, vo, "[B, T, HV, V] (as o)", "q", q);
+  if (present(args->dht)) check_output("dht", args->dht, state, "[N, HV, K, V]", "q", q);
 
-  check_optional_output("dq", args->dq, true, "", qk, "[B, T, H, K] (as q)", q);
-  check_optional_output("dk", args->dk, true, "", qk, "[B, T, H, K] (as k)", q);
-  check_optional_output("dv", args->dv, true, "", vo, "[B, T, HV, V] (as v)", q);
-  check_optional_output("dg", args->dg, true, "", gate, "(as g)", q);
-  check_optional_output("dbeta", args->dbeta, true, "", row, "[B, T, HV] (as beta)", q);
+  check_optional_output("dq", args->dq, true, "", qk, "[B, T, H, K] (as q)", "q", q);
+  check_optional_output("dk", args->dk, true, "", qk, "[B, T, H, K] (as k)", "q", q);
+  check_optional_output("dv", args->dv, true, "", vo, "[B, T, HV, V] (as v)", "q", q);
+  check_optional_output("dg", args->dg, true, "", gate, "(as g)", "q", q);
+  check_optional_output("dbeta", args->dbeta, true, "", row, "[B, T, HV] (as beta)", "q", q);
   check_optional_output("dh0", args->dh0, present(args->initial_state), "an initial_state", state,
-                        "[N, HV, K, V] (as initial_state)", q);
-  check_optional_output("dA_log", args->dA_log, present(args->A_log), "A_log", {d.num_v_heads},
-                        "[HV] (as A_log)", q);
+                        "[N, HV, K, V] (as initial_state)", "q", q);
+  check_optional_output("dA_log", args->dA_log, present(args->A_log), "A_log",
+                        {d.num_v_heads}, "[HV] (as A_log)", "q", q);
   check_optional_output("ddt_bias", args->ddt_bias, present(args->dt_bias), "dt_bias",
-                        {numel(args->dt_bias)}, "(as dt_bias)", q);
+                        {numel(args->dt_bias)}, "(as dt_bias)", "q", q);
   return d;
 }
 
@@ -280,12 +212,12 @@ void validate_saved(cakeOptions_t const& options, void const* saved, size_t save
   if (options.save_for_backward == 0) {
     CAKE_CHECK(saved == nullptr, cakeInvalidArgument,
                "saved must be NULL in recompute mode (options.save_for_backward = 0), got a "
-               "buffer of ",
-               saved_bytes, " bytes");
+               "buffer of ", saved_bytes, " bytes");
     return;
   }
-  CAKE_CHECK(saved_bytes >= expected_bytes, cakeInsufficientWorkspace, "saved: expected at least ",
-             expected_bytes, " bytes (cakeForwardSavedSize) with options.save_for_backward = ",
+  CAKE_CHECK(saved_bytes >= expected_bytes, cakeInsufficientWorkspace,
+             "saved: expected at least ", expected_bytes,
+             " bytes (cakeForwardSavedSize) with options.save_for_backward = ",
              options.save_for_backward, ", got ", saved_bytes);
 }
 

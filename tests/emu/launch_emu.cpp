@@ -2,11 +2,16 @@
 // launch.cu computes, run by emu::launch, so that the emulated tests call the stages as the GPU
 // check and the op (src/ops/cuda/gdn_cuda.cpp, compiled into the emulated tests) do. Also each
 // kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a time.
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
+
 #include <algorithm>
 #include <cstring>
 
-#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 #include "kernels/common/tensor_map_encode.hpp"
+#include "kernels/conv1d_bwd/kernel.cuh"
+#include "kernels/conv1d_bwd/launch.hpp"
+#include "kernels/conv1d_fwd/kernel.cuh"
+#include "kernels/conv1d_fwd/launch.hpp"
 #include "kernels/intra_bwd/kernel.cuh"
 #include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/kernel.cuh"
@@ -81,6 +86,48 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   return cudaSuccess;
 }
 }  // namespace cake::kernels::qk_grad
+
+// launch.cu's grids and order, on the emulator.
+namespace cake::kernels::conv1d_fwd {
+cudaError_t launch(Params const& p, cudaStream_t) {
+  return conv1d::dispatch(p.x_dtype, p.width, [&](auto variant) {
+    using T = typename decltype(variant)::Type;
+    constexpr int W = decltype(variant)::kWidth;
+    if (has_tiles(p)) {
+      conv1d::Grid const g = tile_grid<T>(p);
+      emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { conv1d_fwd_kernel<T, W>(p); });
+    }
+    if (has_states(p)) {
+      conv1d::Grid const g = state_grid(p);
+      emu::launch(Dim3{g.x, g.y}, Dim3{kStateThreads}, {}, [&] { conv1d_state_kernel<T, W>(p); });
+    }
+    return cudaSuccess;
+  });
+}
+}  // namespace cake::kernels::conv1d_fwd
+
+namespace cake::kernels::conv1d_bwd {
+cudaError_t launch(Params const& p, cudaStream_t) {
+  return conv1d::dispatch(p.x_dtype, p.width, [&](auto variant) {
+    using T = typename decltype(variant)::Type;
+    constexpr int W = decltype(variant)::kWidth;
+    if (has_tiles(p)) {
+      conv1d::Grid const g = tile_grid<T>(p);
+      emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { conv1d_bwd_kernel<T, W>(p); });
+    }
+    if (has_states(p)) {
+      conv1d::Grid const g = state_grid(p);
+      emu::launch(Dim3{g.x, g.y}, Dim3{kStateThreads}, {},
+                  [&] { conv1d_state_bwd_kernel<T, W>(p); });
+    }
+    if (has_reduce(p)) {
+      conv1d::Grid const g = reduce_grid(p);
+      emu::launch(Dim3{g.x, g.y}, Dim3{kReduceThreads}, {}, [&] { conv1d_reduce_kernel(p); });
+    }
+    return cudaSuccess;
+  });
+}
+}  // namespace cake::kernels::conv1d_bwd
 
 // tensor_map_encode.hpp's functions, in the emulator's encoding
 namespace cake::kernels {

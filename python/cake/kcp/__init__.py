@@ -7,15 +7,19 @@ summaries (docs/design/context-parallel.md, section "Python API").
     o_local, _ = cake.kcp.chunk_gated_delta_rule_kcp(q_local, k_local, v_local, g_local,
                                                      beta_local, ctx)
     o = cake.kcp.unshard(o_local, ctx)                    # all-gather back to [1, T, ...]
+
+The short convolution before them, with its halo exchanged: cake.kcp.causal_conv1d_kcp.
 """
 
 from .context import (LAYOUTS, Context, ExchangeBytes, Fragment, FragmentRef, Shard, TokenRange,
                       build_context, shard, unshard)
 from .exchange import DistributedExchange, Exchange, SingleExchange, VirtualExchange, VirtualWorld
+from .conv1d import causal_conv1d_kcp
 from .ops import chunk_gated_delta_rule_kcp, chunk_kda_kcp
 
 __all__ = [
     "LAYOUTS", "Context", "DistributedExchange", "Exchange", "ExchangeBytes", "Fragment",
     "FragmentRef", "Shard", "SingleExchange", "TokenRange", "VirtualExchange", "VirtualWorld",
-    "build_context", "chunk_gated_delta_rule_kcp", "chunk_kda_kcp", "shard", "unshard",
+    "build_context", "causal_conv1d_kcp", "chunk_gated_delta_rule_kcp", "chunk_kda_kcp", "shard",
+    "unshard",
 ]

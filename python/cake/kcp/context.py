@@ -26,6 +26,10 @@ OP_HEADER_FIELDS = (
     "context", "variant", "num_heads", "num_v_heads", "head_dim_k", "head_dim_v", "dtype",
     "device_type", "scale", "flags", "lower_bound", "forward_slots", "needs_grad")
 
+# The header of a causal_conv1d_kcp call (cake.kcp.conv1d): int64 fields.
+CONV_HEADER_FIELDS = ("context", "dim", "width", "dtype", "device_type", "activation", "flags",
+                      "x_requires_grad")
+
 _CONTEXT_FIELDS = ("rank", "cu_seqlens_global (hash)", "num_documents", "num_tokens",
                    "world_size", "layout", "segments", "num_sms")
 
@@ -94,9 +98,11 @@ class Shard:
 
 @dataclass(frozen=True)
 class ExchangeBytes:
-    """Bytes one rank sends and receives per op call. Forward: the header and the summary records;
-    backward: the adjoint records. Records are [HV, K, K + V] in the state dtype (float32, or
-    float64 for float64 inputs), ``*_slots`` of them per rank; receive = (W - 1) * send."""
+    """Bytes one rank sends and receives per op call. Forward: the header and the records of the
+    state_out fragments; backward: the records of the state_in fragments; ``*_slots`` records per
+    rank, receive = (W - 1) * send. Delta-rule ops: summary and adjoint records [HV, K, K + V] in
+    the state dtype (float32, or float64 for float64 inputs). causal_conv1d_kcp: halo records
+    [W_conv - 1, D] in x's dtype (its tokens forward, their gradients backward)."""
     header_bytes: int
     record_bytes: int
     forward_slots: int
@@ -218,14 +224,42 @@ class Context:
         """This rank's P at num_v_heads value heads."""
         return self.segment_plan(num_v_heads)[self.rank]
 
-    def exchange_bytes(self, num_v_heads: int, head_dim_k: int, head_dim_v: int,
-                       dtype: torch.dtype = torch.float32) -> ExchangeBytes:
-        """Bytes this rank sends and receives per forward and per backward of an op call whose
-        records are in ``dtype`` (the state dtype: float32, float64 for float64 inputs)."""
+    def exchange_bytes(self, num_v_heads: Optional[int] = None, head_dim_k: Optional[int] = None,
+                       head_dim_v: Optional[int] = None, dtype: torch.dtype = torch.float32, *,
+                       conv_dim: Optional[int] = None,
+                       conv_width: Optional[int] = None) -> ExchangeBytes:
+        """Bytes this rank sends and receives per forward and per backward of an op call: a
+        delta-rule op's (num_v_heads, head_dim_k, head_dim_v; records in ``dtype``, the state
+        dtype: float32, float64 for float64 inputs), or causal_conv1d_kcp's (conv_dim D and
+        conv_width W; records in ``dtype``, x's dtype)."""
+        if conv_dim is not None or conv_width is not None:
+            if conv_dim is None or conv_width is None or num_v_heads is not None:
+                raise ValueError("exchange_bytes: give conv_dim and conv_width (causal_conv1d_kcp) "
+                                 "or num_v_heads, head_dim_k and head_dim_v (the delta rule)")
+            key = ("conv1d", conv_dim, conv_width, dtype)
+            if key not in self._bytes:
+                self._bytes[key] = self._conv_exchange_bytes(conv_dim, conv_width, dtype)
+            return self._bytes[key]
+        if num_v_heads is None or head_dim_k is None or head_dim_v is None:
+            raise ValueError("exchange_bytes: give num_v_heads, head_dim_k and head_dim_v")
         key = (num_v_heads, head_dim_k, head_dim_v, dtype)
         if key not in self._bytes:
             self._bytes[key] = self._exchange_bytes(num_v_heads, head_dim_k, head_dim_v, dtype)
         return self._bytes[key]
+
+    def _conv_exchange_bytes(self, dim: int, width: int, dtype: torch.dtype) -> ExchangeBytes:
+        # The halo all-gathers are skipped at W = 1 (no halo); their slots are those of the
+        # summaries and adjoints (one per state_out / state_in fragment).
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        record = max(width - 1, 0) * dim * itemsize
+        forward_slots = max(s.num_summaries for s in self.shards) if width > 1 else 0
+        backward_slots = max(s.num_adjoints for s in self.shards) if width > 1 else 0
+        header = header_bytes(len(CONV_HEADER_FIELDS))
+        forward_send = header + forward_slots * record
+        backward_send = backward_slots * record
+        others = self.world_size - 1
+        return ExchangeBytes(header, record, forward_slots, backward_slots, forward_send,
+                             others * forward_send, backward_send, others * backward_send)
 
     def _exchange_bytes(self, num_v_heads: int, head_dim_k: int, head_dim_v: int,
                         dtype: torch.dtype) -> ExchangeBytes:

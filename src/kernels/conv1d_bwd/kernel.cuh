@@ -1,0 +1,248 @@
+// The conv's backward (src/ref/conv1d.hpp has the maths). With g[t] = dy[t] act'(pre[t]):
+//   dx[s]      = sum_{i < W} weight[:, i] g[s + W - 1 - i]  (same document) + dht's column of s
+//   dweight[:, i] = sum_t g[t] e[t - (W - 1) + i],   dbias = sum_t g[t],   dresidual = dy
+//   dinitial_state[n, :, c] = sum_t weight[:, c - 1 - t] g[t] (t < W - 1) + dht[n, :, c - L]
+// conv1d_bwd_kernel: a block owns a tile of tile_tokens tokens and kThreads * kVec channels; each
+// thread walks its tile in order (plus the W - 1 tokens after it, whose g its last tokens' dx
+// needs), recomputing pre[t] from x as the forward does (x and dy read once, plus halos), keeping
+// the last W - 1 values of g in registers, and writes dx[s] once g up to s + W - 1 is known (at a
+// document's last token, the pending ones, with the next document's g taken as zero). Its tile's
+// sums of dweight and dbias go to the workspace, one row per tile.
+// conv1d_state_bwd_kernel: dinitial_state, one thread per (document, channel).
+// conv1d_reduce_kernel: dweight and dbias, each element the sum of the tiles' rows in tile order
+// (the same order on every run: bitwise reproducible).
+#pragma once
+
+#include "kernels/common/conv1d.cuh"
+#include "kernels/conv1d_bwd/params.hpp"
+
+namespace cake::kernels::conv1d_bwd {
+
+using conv1d::Documents;
+// Channels per thread.
+template <class T>
+inline constexpr int kVec = channels_per_thread(sizeof(T));
+
+inline constexpr int kBatch = 4;  // token loads issued together
+inline constexpr int kStateThreads = 128;
+inline constexpr int kReduceThreads = 256;
+
+__device__ __forceinline__ Documents documents(Params const& p) {
+  return {p.cu_seqlens, p.cu_int64, p.seq_len, p.num_seqs};
+}
+
+// x: token tiles, y: channel blocks.
+template <class T>
+inline conv1d::Grid tile_grid(Params const& p) {
+  return {static_cast<unsigned>(p.num_tiles), conv1d::blocks(p.dim, kThreads * kVec<T>)};
+}
+inline conv1d::Grid state_grid(Params const& p) {
+  return {static_cast<unsigned>(p.num_seqs), conv1d::blocks(p.dim, kStateThreads)};
+}
+inline conv1d::Grid reduce_grid(Params const& p) {
+  return {conv1d::blocks(int64_t{p.dim} * (p.width + 1), kReduceThreads), 1};
+}
+inline bool has_tiles(Params const& p) { return p.num_tokens > 0 && p.dim > 0; }
+inline bool has_states(Params const& p) {
+  return p.dinitial_state != nullptr && p.num_seqs > 0 && p.dim > 0;
+}
+inline bool has_reduce(Params const& p) {
+  return (p.dweight != nullptr || p.dbias != nullptr) && p.dim > 0;
+}
+
+template <class T, int W>
+__global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ Params const p) {
+  constexpr int V = kVec<T>;
+  int const d = (static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x)) * V;
+  if (d >= p.dim) return;
+  int64_t const tile = blockIdx.x;
+  int64_t const t0 = tile * p.tile_tokens;
+  int64_t const t1 = t0 + p.tile_tokens < p.num_tokens ? t0 + p.tile_tokens : p.num_tokens;
+  // The W - 1 tokens after the tile feed its last tokens' dx.
+  int64_t const t_end = t1 + (W - 1) < p.num_tokens ? t1 + (W - 1) : p.num_tokens;
+
+  float w[W][V], b[V];
+  conv1d::load_taps<V, W>(p.weight, p.weight_dtype, p.bias, p.bias_dtype, p.dim, d, w, b);
+
+  T const* x = static_cast<T const*>(p.x);
+  T const* dy = static_cast<T const*>(p.dy);
+  Documents const docs = documents(p);
+  int64_t n = docs.of(t0);
+  int64_t bos = docs.start(n), eos = docs.start(n + 1);
+  // halo[k] = e[t - (W - 1) + k]; ring[k] = g[t - (W - 1) + k] of t's document (0 before it).
+  float halo[W - 1][V], ring[W - 1][V];
+  auto const enter_document = [&](int64_t t) {
+#pragma unroll
+    for (int k = 0; k < W - 1; ++k) {
+      conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
+                                bos, t - (W - 1) + k, d, halo[k]);
+#pragma unroll
+      for (int j = 0; j < V; ++j) ring[k][j] = 0.f;
+    }
+  };
+  enter_document(t0);
+  float dw[W][V] = {}, db[V] = {};
+
+  bool past = false;  // a document starts after the tile: nothing more to compute
+  for (int64_t tb = t0; tb < t_end && !past; tb += kBatch) {
+    float xs[kBatch][V], dys[kBatch][V];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      if (tb + k < t_end) {
+        conv1d::load_row<T, V>(x + (tb + k) * p.dim, d, p.dim, p.vectorised, xs[k]);
+        conv1d::load_row<T, V>(dy + (tb + k) * p.dim, d, p.dim, p.vectorised, dys[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      int64_t const t = tb + k;
+      if (t >= t_end || past) break;
+      if (t >= eos) {
+        past = t >= t1;
+        if (past) break;
+        n = docs.of(t);
+        bos = docs.start(n);
+        eos = docs.start(n + 1);
+        enter_document(t);
+      }
+      float g[V];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        float pre = b[j];
+#pragma unroll
+        for (int i = 0; i < W - 1; ++i) pre = fmaf(w[i][j], halo[i][j], pre);
+        pre = fmaf(w[W - 1][j], xs[k][j], pre);
+        g[j] = dys[k][j] * conv1d::activation_slope(p.activation, pre);
+      }
+      if (t < t1) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+#pragma unroll
+          for (int i = 0; i < W - 1; ++i) dw[i][j] = fmaf(g[j], halo[i][j], dw[i][j]);
+          dw[W - 1][j] = fmaf(g[j], xs[k][j], dw[W - 1][j]);
+          db[j] += g[j];
+        }
+        if (p.dresidual != nullptr) {
+          conv1d::store_row<T, V>(static_cast<T*>(p.dresidual) + t * p.dim, d, p.dim, p.vectorised,
+                                  dys[k]);
+        }
+      }
+      // dx[s], s = t - m: at every token for m = W - 1, at a document's last token for all m
+      // (g past the document is 0). g[t - u] is g for u = 0, else ring[W - 1 - u].
+      bool const last = t == eos - 1;
+#pragma unroll
+      for (int m = 0; m < W; ++m) {
+        int64_t const s = t - m;
+        if (!(m == W - 1 || last) || s < bos || s < t0 || s >= t1) continue;
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          float acc = 0.f;
+#pragma unroll
+          for (int i = W - 1 - m; i < W; ++i) {
+            int const u = m - (W - 1) + i;
+            acc = fmaf(w[i][j], u == 0 ? g[j] : ring[W - 1 - u][j], acc);
+          }
+          int64_t const column = s - (eos - W);
+          if (p.dht != nullptr && column >= 0 && d + j < p.dim) {
+            acc += conv1d::load_small(p.dht, p.dht_dtype, (n * p.dim + d + j) * W + column);
+          }
+          out[j] = acc;
+        }
+        if (p.dx != nullptr) {
+          conv1d::store_row<T, V>(static_cast<T*>(p.dx) + s * p.dim, d, p.dim, p.vectorised, out);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < W - 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          halo[h][j] = halo[h + 1][j];
+          ring[h][j] = ring[h + 1][j];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        halo[W - 2][j] = xs[k][j];
+        ring[W - 2][j] = g[j];
+      }
+    }
+  }
+
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (d + j >= p.dim) break;
+    int64_t const row = tile * p.dim + d + j;
+    if (p.dweight_partial != nullptr) {
+#pragma unroll
+      for (int i = 0; i < W; ++i) p.dweight_partial[row * W + i] = dw[i][j];
+    }
+    if (p.dbias_partial != nullptr) p.dbias_partial[row] = db[j];
+  }
+}
+
+// One thread per (document, channel): blockIdx.x is the document.
+template <class T, int W>
+__global__ void __launch_bounds__(kStateThreads)
+    conv1d_state_bwd_kernel(__grid_constant__ Params const p) {
+  int const d = static_cast<int>(blockIdx.y) * kStateThreads + static_cast<int>(threadIdx.x);
+  int64_t const n = blockIdx.x;
+  if (d >= p.dim) return;
+  Documents const docs = documents(p);
+  int64_t const bos = docs.start(n), len = docs.start(n + 1) - bos;
+  T const* x = static_cast<T const*>(p.x);
+  T const* dy = static_cast<T const*>(p.dy);
+  float w[W][1], b[1];
+  conv1d::load_taps<1, W>(p.weight, p.weight_dtype, p.bias, p.bias_dtype, p.dim, d, w, b);
+  // acc[c]: the gradient of e[c - W]; final_state's column c - L holds it when c >= L.
+  float acc[W];
+#pragma unroll
+  for (int c = 0; c < W; ++c) {
+    acc[c] = p.dht != nullptr && c >= len
+                 ? conv1d::load_small(p.dht, p.dht_dtype, (n * p.dim + d) * W + (c - len))
+                 : 0.f;
+  }
+#pragma unroll
+  for (int t = 0; t < W - 1; ++t) {
+    if (t >= len) break;
+    float pre = b[0];
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      float const e = conv1d::extended_one<T, W>(x, p.initial_state, p.initial_state_dtype, p.dim,
+                                                 n, bos, bos + t - (W - 1) + i, d);
+      pre = fmaf(w[i][0], e, pre);
+    }
+    float const g =
+        conv1d::to_float(dy[(bos + t) * p.dim + d]) * conv1d::activation_slope(p.activation, pre);
+#pragma unroll
+    for (int i = 0; i < W; ++i) {
+      int const c = t - (W - 1) + i + W;  // e[t - (W - 1) + i] is column c when c < W
+      if (c < W) acc[c] = fmaf(w[i][0], g, acc[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < W; ++c) {
+    conv1d::store_small(p.dinitial_state, p.dinitial_state_dtype, (n * p.dim + d) * W + c, acc[c]);
+  }
+}
+
+// One thread per element of dweight [D * W] then dbias [D].
+__global__ void __launch_bounds__(kReduceThreads)
+    conv1d_reduce_kernel(__grid_constant__ Params const p) {
+  int64_t const k = int64_t{blockIdx.x} * kReduceThreads + threadIdx.x;
+  int64_t const taps = int64_t{p.dim} * p.width;
+  if (k < taps) {
+    if (p.dweight == nullptr) return;
+    float acc = 0.f;
+    for (int64_t tile = 0; tile < p.num_tiles; ++tile) acc += p.dweight_partial[tile * taps + k];
+    conv1d::store_small(p.dweight, p.dweight_dtype, k, acc);
+  } else if (k < taps + p.dim) {
+    if (p.dbias == nullptr) return;
+    int64_t const c = k - taps;
+    float acc = 0.f;
+    for (int64_t tile = 0; tile < p.num_tiles; ++tile) acc += p.dbias_partial[tile * p.dim + c];
+    conv1d::store_small(p.dbias, p.dbias_dtype, c, acc);
+  }
+}
+
+}  // namespace cake::kernels::conv1d_bwd

@@ -1,0 +1,75 @@
+#include "ops/checks.hpp"
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+
+namespace cake::ops {
+
+void check_present(char const* name, cakeTensor_t const& t) {
+  CAKE_CHECK(present(t), cakeInvalidArgument, name, " is required but was not given");
+}
+
+void check_float(char const* name, cakeTensor_t const& t) {
+  CAKE_CHECK(is_float(t.dtype), cakeInvalidArgument, name,
+             " must be a float tensor (float16, bfloat16, float32 or float64), got ",
+             dtype_name(t.dtype));
+}
+
+void check_shape(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& expected,
+                 char const* meaning) {
+  bool same = t.ndim == static_cast<int>(expected.size());
+  for (int d = 0; same && d < t.ndim; ++d) same = t.shape[d] == expected[d];
+  CAKE_CHECK(same, cakeInvalidArgument, name, " must have shape ", meaning, " = ",
+             cake::shape_string(expected), ", got ", cake::shape_string(t));
+}
+
+void check_same_device(char const* name, cakeTensor_t const& t, char const* like_name,
+                       cakeTensor_t const& like) {
+  CAKE_CHECK(t.device_type == like.device_type && t.device_id == like.device_id,
+             cakeInvalidArgument, name, " must be on ", like_name, "'s device (",
+             device_string(like), "), got ", device_string(t));
+}
+
+void check_output(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& shape,
+                  char const* meaning, char const* like_name, cakeTensor_t const& like) {
+  check_float(name, t);
+  check_shape(name, t, shape, meaning);
+  check_same_device(name, t, like_name, like);
+  CAKE_CHECK(is_contiguous(t), cakeInvalidArgument, name, " must be contiguous, got shape ",
+             cake::shape_string(t), " with non-row-major strides");
+}
+
+void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed, char const* needs,
+                           std::vector<int64_t> const& shape, char const* meaning,
+                           char const* like_name, cakeTensor_t const& like) {
+  if (!present(t)) return;
+  CAKE_CHECK(allowed, cakeInvalidArgument, name, " can only be computed with ", needs);
+  check_output(name, t, shape, meaning, like_name, like);
+}
+
+int64_t check_cu_seqlens(cakeTensor_t const& cu, int64_t batch) {
+  CAKE_CHECK(cu.dtype == cakeInt32 || cu.dtype == cakeInt64, cakeInvalidArgument,
+             "cu_seqlens must be int32 or int64, got ", dtype_name(cu.dtype));
+  CAKE_CHECK(cu.ndim == 1 && cu.shape[0] >= 2, cakeInvalidArgument,
+             "cu_seqlens must have shape [N + 1] with N >= 1 documents, got shape ",
+             cake::shape_string(cu));
+  CAKE_CHECK(batch == 1, cakeInvalidArgument,
+             "the batch size B must be 1 when cu_seqlens is given (flatten the packed "
+             "documents into [1, T, ...]), got B = ",
+             batch);
+  return cu.shape[0] - 1;
+}
+
+void check_cu_seqlens_contents(cakeTensor_t const& cu_seqlens, int64_t seq_len) {
+  std::vector<int64_t> const cu = to_int64(cu_seqlens);
+  CAKE_CHECK(cu.front() == 0, cakeInvalidArgument, "cu_seqlens must start at 0, got ", cu.front());
+  for (size_t i = 1; i < cu.size(); ++i) {
+    CAKE_CHECK(cu[i] >= cu[i - 1], cakeInvalidArgument,
+               "cu_seqlens must be non-decreasing, got cu_seqlens[", i - 1, "] = ", cu[i - 1],
+               " > cu_seqlens[", i, "] = ", cu[i]);
+  }
+  CAKE_CHECK(cu.back() == seq_len, cakeInvalidArgument,
+             "cu_seqlens must end at the number of tokens T = ", seq_len, ", got ", cu.back());
+}
+
+}  // namespace cake::ops

@@ -1,0 +1,35 @@
+// The argument checks shared by the ops' validations (validate.cpp, conv1d_validate.cpp): each
+// throws a cake::Error (cakeInvalidArgument) naming the argument, the expected and the actual.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cake/cake.h"
+
+namespace cake::ops {
+
+void check_present(char const* name, cakeTensor_t const& t);
+void check_float(char const* name, cakeTensor_t const& t);
+// meaning: the shape in symbols, e.g. "[B, T, HV]".
+void check_shape(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& expected,
+                 char const* meaning);
+// t on the device of `like` (named like_name in the message).
+void check_same_device(char const* name, cakeTensor_t const& t, char const* like_name,
+                       cakeTensor_t const& like);
+
+// An output (or gradient) tensor: float, the expected shape, on like's device, contiguous.
+void check_output(char const* name, cakeTensor_t const& t, std::vector<int64_t> const& shape,
+                  char const* meaning, char const* like_name, cakeTensor_t const& like);
+// A gradient is optional (absent: not computed); some exist only with their input (allowed).
+void check_optional_output(char const* name, cakeTensor_t const& t, bool allowed, char const* needs,
+                           std::vector<int64_t> const& shape, char const* meaning,
+                           char const* like_name, cakeTensor_t const& like);
+
+// cu_seqlens' dtype and shape [N + 1], and B = 1 with it; returns N.
+int64_t check_cu_seqlens(cakeTensor_t const& cu_seqlens, int64_t batch);
+// Its contents (start 0, non-decreasing, end seq_len), for CPU tensors only: reading CUDA offsets
+// on the host would synchronise the device (cake.h).
+void check_cu_seqlens_contents(cakeTensor_t const& cu_seqlens, int64_t seq_len);
+
+}  // namespace cake::ops

@@ -1,0 +1,282 @@
+// The conv's GPU op (src/ops/cuda/conv1d_cuda.cpp and the kernels of conv1d_fwd, conv1d_bwd) on the
+// CPU emulator, through the C ABI on "CUDA" tensors in host memory, against the FP64 reference
+// (ref/conv1d.hpp) on the same rounded inputs: bfloat16, float16 and float32 x; widths 2..4; D
+// with and without vector loads, over one and several channel blocks; packs of documents of 0..5,
+// W - 1, W, W + 1 tokens and ones across tiles; states, bias, residual, SiLU. Outputs poisoned
+// first; guard bytes after the exact workspace stay untouched; the backward twice is bitwise
+// equal (fixed-order reductions).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "emu/gdn_emu_testing.hpp"
+#include "ref/conv1d.hpp"
+
+namespace {
+
+using cake::emu_testing::Errors;
+using cake::emu_testing::poisoned;
+
+template <class T>
+T from_double(double x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(x));
+  if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(x));
+  if constexpr (std::is_same_v<T, float>) return static_cast<float>(x);
+}
+
+template <class T>
+double to_double(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
+  if constexpr (std::is_same_v<T, float>) return x;
+}
+
+template <class T>
+constexpr cakeDtype_t dtype_of() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return cakeBfloat16;
+  if constexpr (std::is_same_v<T, __half>) return cakeFloat16;
+  return cakeFloat32;
+}
+
+template <class T>
+std::vector<double> widen(std::vector<T> const& x) {
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_double(x[i]);
+  return out;
+}
+
+// n values ~ N(0, 1) rounded to T, and their doubles.
+template <class T>
+std::vector<T> random_values(size_t n, std::mt19937& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<T> x(n);
+  for (auto& e : x) e = from_double<T>(normal(rng));
+  return x;
+}
+
+template <class T>
+cakeTensor_t view(T const* data, std::vector<int64_t> const& shape) {
+  return cake::dense_view(const_cast<T*>(data), dtype_of<T>(), cakeCUDA, shape);
+}
+
+struct Case {
+  std::vector<int64_t> lengths;
+  int64_t dim;
+  int width;
+};
+
+template <class T>
+void check_case(Case const& c, uint64_t seed) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  int64_t const D = c.dim, W = c.width;
+  std::vector<int64_t> cu = {0};
+  for (int64_t n : c.lengths) cu.push_back(cu.back() + n);
+  int64_t const T_ = cu.back(), N = static_cast<int64_t>(c.lengths.size());
+  std::vector<T> const x = random_values<T>(T_ * D, rng), residual = random_values<T>(T_ * D, rng);
+  std::vector<T> const h0 = random_values<T>(N * D * W, rng), dy = random_values<T>(T_ * D, rng);
+  std::vector<T> const dht = random_values<T>(N * D * W, rng);
+  std::vector<float> const weight = random_values<float>(D * W, rng);
+  std::vector<float> const bias = random_values<float>(D, rng);
+
+  cake::ref::Conv1dShape shape{T_, D, W, cu};
+  std::vector<double> const xd = widen(x), rd = widen(residual), hd = widen(h0), wd = widen(weight),
+                            bd = widen(bias), dyd = widen(dy), dhtd = widen(dht);
+  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), bd.data(),
+                                   rd.data(), hd.data(), cake::ref::Activation::kSilu};
+  std::vector<double> y_ref(T_ * D), ht_ref(N * D * W), dx_ref(T_ * D), dw_ref(D * W), db_ref(D),
+      dh0_ref(N * D * W);
+  cake::ref::conv1d_forward(shape, in, {y_ref.data(), ht_ref.data()});
+  cake::ref::conv1d_backward(
+      shape, in, dyd.data(), dhtd.data(),
+      {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr, dh0_ref.data()});
+
+  std::vector<T> y = poisoned<T>(T_ * D), ht = poisoned<T>(N * D * W);
+  cakeConv1dForwardArgs_t fa{};
+  fa.struct_size = sizeof fa;
+  fa.activation = cakeActivationSilu;
+  fa.x = view(x.data(), {1, T_, D});
+  fa.weight = view(weight.data(), {D, W});
+  fa.bias = view(bias.data(), {D});
+  fa.residual = view(residual.data(), {1, T_, D});
+  fa.initial_state = view(h0.data(), {N, D, W});
+  fa.cu_seqlens = cake::dense_view(cu.data(), cakeInt64, cakeCUDA, {N + 1});
+  fa.y = view(y.data(), {1, T_, D});
+  fa.final_state = view(ht.data(), {N, D, W});
+  size_t fwd_bytes = 1;
+  ASSERT_EQ(cakeConv1dForwardWorkspaceSize(&fa, &fwd_bytes), cakeSuccess) << cakeGetLastError();
+  EXPECT_EQ(fwd_bytes, 0u);
+  ASSERT_EQ(cakeConv1dForward(&fa, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
+
+  auto backward = [&](std::vector<T>& dx, std::vector<T>& dres, std::vector<float>& dw,
+                      std::vector<float>& db, std::vector<T>& dh0) {
+    cakeConv1dBackwardArgs_t ba{};
+    ba.struct_size = sizeof ba;
+    ba.activation = cakeActivationSilu;
+    ba.x = fa.x;
+    ba.weight = fa.weight;
+    ba.bias = fa.bias;
+    ba.initial_state = fa.initial_state;
+    ba.cu_seqlens = fa.cu_seqlens;
+    ba.dy = view(dy.data(), {1, T_, D});
+    ba.dht = view(dht.data(), {N, D, W});
+    ba.dx = view(dx.data(), {1, T_, D});
+    ba.dweight = view(dw.data(), {D, W});
+    ba.dbias = view(db.data(), {D});
+    ba.dresidual = view(dres.data(), {1, T_, D});
+    ba.dinitial_state = view(dh0.data(), {N, D, W});
+    size_t bytes = 0;
+    ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
+    constexpr size_t kGuard = 1024;
+    std::vector<unsigned char> ws(bytes + kGuard + 256, 0xff);
+    auto* base = ws.data() + (256 - reinterpret_cast<uintptr_t>(ws.data()) % 256) % 256;
+    std::memset(base + bytes, 0xa5, kGuard);
+    ASSERT_EQ(cakeConv1dBackward(&ba, base, bytes, nullptr), cakeSuccess) << cakeGetLastError();
+    for (size_t i = 0; i < kGuard; ++i) ASSERT_EQ(base[bytes + i], 0xa5) << "guard byte " << i;
+  };
+  std::vector<T> dx = poisoned<T>(T_ * D), dres = poisoned<T>(T_ * D), dh0 = poisoned<T>(N * D * W);
+  std::vector<float> dw = poisoned<float>(D * W), db = poisoned<float>(D);
+  backward(dx, dres, dw, db, dh0);
+
+  bool const fp32 = std::is_same_v<T, float>;
+  auto gate = [&](char const* name, auto const& got, std::vector<double> const& ref) {
+    Errors e;
+    e.add(widen(got), ref);
+    SCOPED_TRACE(std::string(name) + ", W = " + std::to_string(W) + ", D = " + std::to_string(D));
+    EXPECT_TRUE(e.finite);
+    EXPECT_LE(e.rel_rms(), fp32 ? 1e-5 : 1e-2);
+    EXPECT_LE(e.max_rel(), fp32 ? 1e-5 : 2e-2);
+  };
+  gate("y", y, y_ref);
+  gate("final_state", ht, ht_ref);
+  gate("dx", dx, dx_ref);
+  gate("dweight", dw, dw_ref);
+  gate("dbias", db, db_ref);
+  gate("dinitial_state", dh0, dh0_ref);
+  EXPECT_EQ(std::memcmp(dres.data(), dy.data(), dy.size() * sizeof(T)), 0) << "dresidual = dy";
+
+  std::vector<T> dx2 = poisoned<T>(T_ * D), dres2 = poisoned<T>(T_ * D),
+                 dh02 = poisoned<T>(N * D * W);
+  std::vector<float> dw2 = poisoned<float>(D * W), db2 = poisoned<float>(D);
+  backward(dx2, dres2, dw2, db2, dh02);
+  EXPECT_EQ(std::memcmp(dx.data(), dx2.data(), dx.size() * sizeof(T)), 0);
+  EXPECT_EQ(std::memcmp(dw.data(), dw2.data(), dw.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(db.data(), db2.data(), db.size() * sizeof(float)), 0);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int W = 2; W <= 4; ++W) {
+    // 70 tokens cross the backward's 32-token tiles; 0 is an empty document.
+    std::vector<int64_t> lengths = {1, 2, 3, 4, 5, W - 1, W, W + 1, 0, 70, 1};
+    out.push_back({lengths, 16, W});  // whole vectors of 4 channels
+    out.push_back({lengths, 13, W});  // element loads, channels past D
+  }
+  return out;
+}
+
+TEST(EmulatedConv1d, Bfloat16MatchesReference) {
+  uint64_t seed = 1;
+  for (Case const& c : cases()) check_case<__nv_bfloat16>(c, seed++);
+}
+
+TEST(EmulatedConv1d, Float16MatchesReference) {
+  uint64_t seed = 100;
+  for (Case const& c : cases()) check_case<__half>(c, seed++);
+}
+
+TEST(EmulatedConv1d, Float32MatchesReference) {
+  uint64_t seed = 200;
+  for (Case const& c : cases()) check_case<float>(c, seed++);
+}
+
+// Without bias, residual and states, no activation; B rows of T tokens (no cu_seqlens) or int32
+// cu_seqlens; only dx and dweight wanted (no workspace for dbias).
+template <class T>
+void check_plain(bool packed, int64_t D, int W, uint64_t seed) {
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  int64_t const B = packed ? 1 : 3, rows = 37, BT = B * rows;
+  std::vector<int32_t> const cu32 = {0, 1, 5, 5, 37};
+  std::vector<int64_t> cu;
+  if (packed) {
+    cu.assign(cu32.begin(), cu32.end());
+  } else {
+    for (int64_t b = 0; b <= B; ++b) cu.push_back(b * rows);
+  }
+  int64_t const N = static_cast<int64_t>(cu.size()) - 1;
+  std::vector<T> const x = random_values<T>(BT * D, rng), dy = random_values<T>(BT * D, rng);
+  std::vector<float> const weight = random_values<float>(D * W, rng);
+  cake::ref::Conv1dShape shape{BT, D, W, cu};
+  std::vector<double> const xd = widen(x), wd = widen(weight), dyd = widen(dy);
+  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), nullptr,
+                                   nullptr,   nullptr,   cake::ref::Activation::kNone};
+  std::vector<double> y_ref(BT * D), ht_ref(N * D * W), dx_ref(BT * D), dw_ref(D * W);
+  cake::ref::conv1d_forward(shape, in, {y_ref.data(), ht_ref.data()});
+  cake::ref::conv1d_backward(shape, in, dyd.data(), nullptr,
+                             {dx_ref.data(), dw_ref.data(), nullptr, nullptr, nullptr});
+
+  std::vector<T> y = poisoned<T>(BT * D), ht = poisoned<T>(N * D * W), dx = poisoned<T>(BT * D);
+  std::vector<float> dw = poisoned<float>(D * W);
+  int64_t const T_ = packed ? BT : rows;
+  cakeTensor_t const cu_view =
+      packed ? cake::dense_view(const_cast<int32_t*>(cu32.data()), cakeInt32, cakeCUDA, {N + 1})
+             : cakeTensor_t{};
+  cakeConv1dForwardArgs_t fa{};
+  fa.struct_size = sizeof fa;
+  fa.x = view(x.data(), {B, T_, D});
+  fa.weight = view(weight.data(), {D, W});
+  fa.cu_seqlens = cu_view;
+  fa.y = view(y.data(), {B, T_, D});
+  fa.final_state = view(ht.data(), {N, D, W});
+  ASSERT_EQ(cakeConv1dForward(&fa, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
+  cakeConv1dBackwardArgs_t ba{};
+  ba.struct_size = sizeof ba;
+  ba.x = fa.x;
+  ba.weight = fa.weight;
+  ba.cu_seqlens = cu_view;
+  ba.dy = view(dy.data(), {B, T_, D});
+  ba.dx = view(dx.data(), {B, T_, D});
+  ba.dweight = view(dw.data(), {D, W});
+  size_t bytes = 0;
+  ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
+  std::vector<unsigned char> ws(bytes + 256);
+  auto* base = ws.data() + (256 - reinterpret_cast<uintptr_t>(ws.data()) % 256) % 256;
+  ASSERT_EQ(cakeConv1dBackward(&ba, base, bytes, nullptr), cakeSuccess) << cakeGetLastError();
+  bool const fp32 = std::is_same_v<T, float>;
+  std::tuple<char const*, std::vector<double>, std::vector<double> const*> const outputs[] = {
+      {"y", widen(y), &y_ref},
+      {"final_state", widen(ht), &ht_ref},
+      {"dx", widen(dx), &dx_ref},
+      {"dweight", widen(dw), &dw_ref}};
+  for (auto const& [name, got, ref] : outputs) {
+    Errors e;
+    e.add(got, *ref);
+    SCOPED_TRACE(std::string(name) + (packed ? ", packed" : ", rows"));
+    EXPECT_TRUE(e.finite);
+    EXPECT_LE(e.rel_rms(), fp32 ? 1e-5 : 1e-2);
+    EXPECT_LE(e.max_rel(), fp32 ? 1e-5 : 2e-2);
+  }
+}
+
+TEST(EmulatedConv1d, RowsAndInt32OffsetsWithoutOptionalTensors) {
+  uint64_t seed = 400;
+  for (bool packed : {false, true}) {
+    for (int W = 2; W <= 4; ++W) {
+      check_plain<__nv_bfloat16>(packed, 12, W, seed++);
+      check_plain<float>(packed, 7, W, seed++);
+    }
+  }
+}
+
+TEST(EmulatedConv1d, SeveralChannelBlocks) {
+  // 128 threads x 4 channels = 512 channels a block: 1032 spans three, the third partly.
+  check_case<__nv_bfloat16>({{3, 40}, 1032, 4}, 300);
+}
+
+}  // namespace
