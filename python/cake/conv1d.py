@@ -196,7 +196,9 @@ def causal_conv1d(
     code = ACTIVATIONS[activation]
     y, final_state = _forward(x, weight, bias, residual, initial_state, cu_seqlens, code,
                               bool(output_final_state))
-    if x.device.type == "cpu" and x.dtype != torch.float64:
+    # not while torch.compile traces: the query is a C++ call, a graph break
+    if (x.device.type == "cpu" and x.dtype != torch.float64
+            and not torch.compiler.is_compiling()):
         _warn_if_cuda_refuses((x, weight, bias, residual, initial_state, cu_seqlens, y,
                                final_state if output_final_state else None, code))
     return y.view(shape), final_state if output_final_state else None
