@@ -30,14 +30,11 @@ void check_contiguous(char const* name, cakeTensor_t const& t) {
 }
 
 // The inputs shared by the forward and the backward, as the kernels read them (GDN's and KDA's
-// alike; the shared validation has checked g's shape for the variant). qk_elements_read: whether
-// the call reads q's and k's elements (not so in GDN's backward with use_qk_l2norm in saved and
-// inverse modes, whose saved set holds q̂, k̂ and rstd): where it does not, their strides are free
-// (a caller may pass a one-element tensor expanded to the shape).
+// alike; the shared validation has checked g's shape for the variant).
 void check_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& k,
                        cakeTensor_t const& v, cakeTensor_t const& g, cakeTensor_t const& beta,
                        cakeTensor_t const& initial_state, cakeTensor_t const& cu_seqlens,
-                       Dims const& d, bool qk_elements_read) {
+                       Dims const& d) {
   CAKE_CHECK(d.head_dim_k == 128 && d.head_dim_v == 128, cakeNotSupported,
              "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k,
              ", V = ", d.head_dim_v);
@@ -58,7 +55,7 @@ void check_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q, cake
                          {"beta", &beta},
                          {"initial_state", &initial_state},
                          {"cu_seqlens", &cu_seqlens}}) {
-    if (qk_elements_read || (t != &q && t != &k)) check_contiguous(name, *t);
+    check_contiguous(name, *t);
   }
 }
 
@@ -75,10 +72,6 @@ void check_reference_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, D
   check_head_dims_cpu(d);
 }
 
-bool cuda_backward_reads_qk(cakeOptions_t const& options) {
-  return !(options.variant == cakeGdn && options.use_qk_l2norm && options.save_for_backward != 0);
-}
-
 char const* const kGdnCudaSupport =
     "sm_90a kernels: bfloat16 q, k, v, o, dout; float32 g; float32 or bfloat16 beta; float32 "
     "states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped value heads; "
@@ -93,7 +86,7 @@ char const* const kKdaCudaSupport =
 void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
                         Dims const& d) {
   check_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
-                    args.cu_seqlens, d, true);
+                    args.cu_seqlens, d);
   check_dtype("o", args.o, cakeBfloat16, "the CUDA kernels write bfloat16 o");
   if (present(args.final_state)) {
     check_dtype("final_state", args.final_state, cakeFloat32, "states are float32 on CUDA");
@@ -103,7 +96,7 @@ void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& a
 void check_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
                          Dims const& d) {
   check_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
-                    args.cu_seqlens, d, cuda_backward_reads_qk(options));
+                    args.cu_seqlens, d);
   check_dtype("dout", args.dout, cakeBfloat16, "the CUDA kernels read bfloat16 dout");
   if (present(args.dht)) check_dtype("dht", args.dht, cakeFloat32, "states are float32");
   for (auto [name, t, dtype] :

@@ -8,8 +8,7 @@
 // Backward: the saved set from the forward (saved mode) or from its recompute [qk_norm] ->
 //           kkt_solve<ChannelDecay> -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
 //           per chunk what the intra pass needs) -> intra_bwd (dq, dk per value head, dg, dbeta)
-//           -> qk_grad (dq, dk summed over the value heads, L2-norm backward from q̂, k̂ and
-//           their rows' rstd).
+//           -> qk_grad (dq, dk summed over the value heads, L2-norm backward).
 // The same kernels on the same inputs in every mode, so the modes agree bitwise.
 #include "ops/kda_cuda.hpp"
 
@@ -118,8 +117,7 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream,
-               &q_used, &k_used);
+  normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
   run_chunk_pass(p, in, q_used, k_used, b, stream);
   run_walk(p, in, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
            save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
@@ -154,7 +152,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
   if (save_mode(options) != SaveMode::kSaved) {  // the saved set, recomputed
-    normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
+    normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
     run_chunk_pass(p, in, q_used, k_used, b, stream);
     check_cuda(
         cudaMemsetAsync(b.walk_done, 0,
@@ -215,10 +213,8 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   gp.num_qk_heads = p.num_qk_heads;
   gp.group_size = p.group_size();
   gp.use_l2norm = l2;
-  gp.q_norm = b.q_norm;  // with the norm (else nullptr, unread)
-  gp.k_norm = b.k_norm;
-  gp.q_rstd = b.q_rstd;
-  gp.k_rstd = b.k_rstd;
+  gp.q = ptr<bf16 const>(args.q);
+  gp.k = ptr<bf16 const>(args.k);
   gp.dq_hv = b.dq_hv;
   gp.dk_hv = b.dk_hv;
   gp.dq = ptr<bf16>(args.dq);

@@ -23,8 +23,6 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   if (use_qk_l2norm) {
     b.q_norm = set.take<bf16>(qk_rows * kHeadDim);
     b.k_norm = set.take<bf16>(qk_rows * kHeadDim);
-    b.q_rstd = set.take<float>(qk_rows);
-    b.k_rstd = set.take<float>(qk_rows);
   }
   b.gcum = set.take<float>(v_rows * kHeadDim);
   b.a = set.take<bf16>(v_rows * kChunk);

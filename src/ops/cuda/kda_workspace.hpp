@@ -20,8 +20,6 @@ struct KdaBuffers {
   // the saved set (in saved mode; else in the workspace)
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
-  float* q_rstd = nullptr;          // [BT, H]         with use_qk_l2norm: 1 / sqrt(sum q^2 + 1e-6)
-  float* k_rstd = nullptr;          // [BT, H]         with use_qk_l2norm (qk_grad's norm backward)
   float* gcum = nullptr;            // [BT, HV, K]     G (kkt_solve)
   __nv_bfloat16* a = nullptr;       // [BT, HV, 64]    the gated T (kkt_solve)
   float* beta_f32 = nullptr;        // [BT, HV]        beta in fp32 (kkt_solve)
