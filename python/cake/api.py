@@ -10,10 +10,10 @@ from .options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, parse
 _CUDA_LIMITS = """
     On CUDA tensors (the sm_90a kernels): bfloat16 q, k, v (o in bfloat16), float32 g, float32
     or bfloat16 beta, float32 initial_state; K = V = 128; use_gate_in_kernel and
-    use_beta_sigmoid_in_kernel not yet (apply them before the call). On CPU tensors the FP64
-    reference takes any float dtype and head dims 1..256 (it warns, with
-    ``cake.CudaSupportWarning``, when CUDA would refuse a call; float64 inputs, as gradcheck uses,
-    do not warn). ``cake.build_info()`` says what this build supports where."""
+    use_beta_sigmoid_in_kernel are computed in torch before the kernels (float32, with
+    autograd). On CPU tensors the FP64 reference takes any float dtype and head dims 1..256 (it
+    warns, with ``cake.CudaSupportWarning``, when CUDA would refuse a call; float64 inputs, as
+    gradcheck uses, do not warn). ``cake.build_info()`` says what this build supports where."""
 
 
 def _no_cp_context(cp_context) -> None:

@@ -372,8 +372,8 @@ def test_cuda_errors_are_clear():
         cake.chunk_gated_delta_rule(q, q, v, g, g)
     q = torch.randn(1, 8, 1, K, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(1, 8, 1, V, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="chunk_kda"):
-        cake.chunk_kda(q, q, v, torch.zeros(1, 8, 1, K, device="cuda"), g)
+    with pytest.raises(ValueError, match=r"^g must have shape \[B, T, HV, K\]"):
+        cake.chunk_kda(q, q, v, g, g)
     with pytest.raises(ValueError, match="q's device"):
         cake.chunk_gated_delta_rule(q, q, v, g.cpu(), g)
     with pytest.raises(ValueError, match=r"q must be bfloat16 .*got float16"):
@@ -381,12 +381,13 @@ def test_cuda_errors_are_clear():
     with pytest.raises(ValueError, match=r"initial_state must be float32 .*got float64"):
         cake.chunk_gated_delta_rule(q, q, v, g, g,
                                     initial_state=torch.zeros(1, 1, K, V, device="cuda").double())
-    with pytest.raises(NotImplementedError, match="use_gate_in_kernel"):
+    with pytest.raises(ValueError, match=r"^A_log must have shape \[HV\] = \[1\], got \[2\]"):
         cake.chunk_gated_delta_rule(q, q, v, g, g, use_gate_in_kernel=True,
-                                    A_log=torch.zeros(1, device="cuda"))
-    with torch.inference_mode(), pytest.raises(NotImplementedError, match="chunk_kda"):
+                                    A_log=torch.zeros(2, device="cuda"))
+    with pytest.raises(ValueError, match=r"^dt_bias must have shape \[HV \* K\]"):
         cake.chunk_kda(q, q, v, torch.zeros(1, 8, 1, K, device="cuda"), g,
-                       return_intermediate_states=True)
+                       use_gate_in_kernel=True, A_log=torch.zeros(1, device="cuda"),
+                       dt_bias=torch.zeros(3, device="cuda"))
     with pytest.raises(ValueError, match=r"^save_for_backward must be"):
         cake.chunk_gated_delta_rule(q, q, v, g, g, save_for_backward="everything")
 

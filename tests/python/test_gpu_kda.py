@@ -222,3 +222,46 @@ def test_buffers_are_exact(mode):
     torch.cuda.synchronize()
     assert (ws_whole[nbytes:] == 0xA5).all(), "the backward wrote past its workspace"
     assert torch.equal(saved_whole, saved_before), "the backward wrote to the saved set"
+
+
+@pytest.mark.parametrize("variant", ["gdn", "kda"])
+@pytest.mark.parametrize("lower_bound", [None, -3.0], ids=["softplus", "lower_bound"])
+def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound):
+    """use_gate_in_kernel (A_log, dt_bias; KDA also with lower_bound) and
+    use_beta_sigmoid_in_kernel with allow_neg_eigval on CUDA (computed in torch before the
+    kernels, cake/gate.py) against the same call on the CPU reference (computed in the op):
+    o, the final state and every gradient, dA_log and ddt_bias included, within the gate."""
+    kda = variant == "kda"
+    if lower_bound is not None and not kda:
+        pytest.skip("lower_bound is KDA's")
+    gen = torch.Generator().manual_seed(31)
+    docs, H, HV = [65, 300, 1], 2, 4
+    T, N = sum(docs), len(docs)
+    x = dict(q=torch.randn(1, T, H, K, generator=gen), k=torch.randn(1, T, H, K, generator=gen),
+             v=torch.randn(1, T, HV, V, generator=gen),
+             g=torch.randn((1, T, HV, K) if kda else (1, T, HV), generator=gen),
+             beta=torch.randn(1, T, HV, generator=gen),
+             initial_state=torch.randn(N, HV, K, V, generator=gen),
+             A_log=torch.rand(HV, generator=gen), dt_bias=torch.randn(HV * K if kda else HV,
+                                                                      generator=gen))
+    cu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
+    do = torch.randn(1, T, HV, V, generator=gen)
+    dht = torch.randn(N, HV, K, V, generator=gen)
+    fn = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
+    extra = dict(lower_bound=lower_bound) if kda else {}
+
+    def run(device, dtype):
+        leaves = {n: (t.to(dtype) if n in ("q", "k", "v") else t.double() if dtype == torch.float64
+                      else t).to(device).requires_grad_() for n, t in x.items()}
+        o, ht = fn(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                   initial_state=leaves["initial_state"], output_final_state=True,
+                   use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                   use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True,
+                   A_log=leaves["A_log"], dt_bias=leaves["dt_bias"], cu_seqlens=cu.to(device),
+                   **extra)
+        torch.autograd.backward([o, ht], [do.to(device, o.dtype), dht.to(device, ht.dtype)])
+        return {"o": o.detach().cpu(), "final_state": ht.detach().cpu(),
+                **{"d" + n: t.grad.cpu() for n, t in leaves.items()}}
+
+    check_gate(run("cuda", torch.bfloat16), run("cpu", torch.float64), f"{variant} in-op gate")
+

@@ -1,0 +1,83 @@
+"""The in-op gate and beta's sigmoid in torch, for the CUDA kernels, which take neither yet.
+
+On CUDA tensors ``use_gate_in_kernel`` and ``use_beta_sigmoid_in_kernel`` are computed here, in
+float32 with autograd (so A_log, dt_bias and the raw g and beta get their gradients), by the
+formulas of the FP64 reference (src/ref/preprocess.cpp; float64 stays float64), and the kernels get the activated g and
+beta with those options off:
+
+    g    <- -exp(A_log) * softplus(g + dt_bias)                  (exp(A_log) = 1 without A_log)
+    g    <- lower_bound * sigmoid(exp(A_log) * (g + dt_bias))    (KDA with lower_bound)
+    beta <- c * sigmoid(beta),  c = 2 with allow_neg_eigval, else 1
+
+dt_bias is [HV] (GDN) or [HV * K] (KDA, a bias per key channel). The shapes are checked first,
+with the C++ validation's messages: a g of the wrong shape would otherwise broadcast against
+dt_bias into one of the right shape.
+"""
+
+import dataclasses
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .options import KDA, DeltaOptions
+
+
+def _at_least_float32(t: Tensor) -> torch.dtype:
+    return torch.promote_types(t.dtype, torch.float32)
+
+
+def _shape_error(name: str, t: Tensor, expected: tuple, meaning: str) -> Optional[str]:
+    if tuple(t.shape) == expected:
+        return None
+    want = "[" + ", ".join(str(n) for n in expected) + "]"
+    got = "[" + ", ".join(str(n) for n in t.shape) + "]"
+    return f"{name} must have shape {meaning} = {want}, got {got}"
+
+
+def _check(opts: DeltaOptions, q: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+           A_log: Optional[Tensor], dt_bias: Optional[Tensor]) -> None:
+    if q.dim() != 4 or v.dim() != 4:
+        return  # the C++ validation names q's or v's rank
+    B, T, _, K = q.shape
+    HV = v.shape[2]
+    kda = opts.variant == KDA
+    errors = [_shape_error("g", g, (B, T, HV, K) if kda else (B, T, HV),
+                           "[B, T, HV, K]" if kda else "[B, T, HV]"),
+              _shape_error("beta", beta, (B, T, HV), "[B, T, HV]")]
+    if opts.use_gate_in_kernel:
+        if A_log is None and opts.lower_bound is None:
+            errors.append("A_log [HV] is required with use_gate_in_kernel=True")
+        if A_log is not None:
+            errors.append(_shape_error("A_log", A_log, (HV,), "[HV]"))
+        if dt_bias is not None:
+            errors.append(_shape_error("dt_bias", dt_bias, (HV * K,) if kda else (HV,),
+                                       "[HV * K]" if kda else "[HV]"))
+    errors = [e for e in errors if e]
+    if errors:
+        raise ValueError(errors[0])
+
+
+def in_torch(opts: DeltaOptions, q: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+             A_log: Optional[Tensor], dt_bias: Optional[Tensor]):
+    """(options without the in-op gate and sigmoid, g, beta, A_log = None, dt_bias = None)."""
+    _check(opts, q, v, g, beta, A_log, dt_bias)
+    if opts.use_gate_in_kernel:
+        HV, K = v.shape[2], q.shape[3]
+        per_head = (HV, 1) if opts.variant == KDA else (HV,)  # A_log's broadcast against g
+        x = g.to(_at_least_float32(g))
+        if dt_bias is not None:
+            x = x + dt_bias.to(x.dtype).view((HV, K) if opts.variant == KDA else (HV,))
+        a = A_log.to(x.dtype).exp().view(per_head) if A_log is not None else 1.0
+        g = (opts.lower_bound * torch.sigmoid(a * x) if opts.lower_bound is not None
+             else -a * F.softplus(x))
+    if opts.use_beta_sigmoid:
+        beta = beta.to(_at_least_float32(beta)).sigmoid() * (2.0 if opts.allow_neg_eigval else 1.0)
+    return kernel_options(opts), g, beta, None, None
+
+
+def kernel_options(opts: DeltaOptions) -> DeltaOptions:
+    """The options the kernels get once the gate and the sigmoid are computed here."""
+    return dataclasses.replace(opts, use_gate_in_kernel=False, lower_bound=None,
+                               use_beta_sigmoid=False, allow_neg_eigval=False)
