@@ -75,13 +75,15 @@ void check_reference_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, D
 char const* const kGdnCudaSupport =
     "sm_90a kernels: bfloat16 q, k, v, o, dout; float32 g; float32 or bfloat16 beta; float32 "
     "states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped value heads; "
-    "use_qk_l2norm_in_kernel; no use_gate_in_kernel or use_beta_sigmoid_in_kernel yet";
+    "use_qk_l2norm_in_kernel; use_gate_in_kernel and use_beta_sigmoid_in_kernel not in the kernels "
+    "(the Python API computes them in torch before the call)";
 
 char const* const kKdaCudaSupport =
     "sm_90a kernels: bfloat16 q, k, v, o, dout; float32 g [B, T, HV, K]; float32 or bfloat16 "
     "beta; float32 states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped "
-    "value heads; use_qk_l2norm_in_kernel; no use_gate_in_kernel or use_beta_sigmoid_in_kernel "
-    "yet; the saved set is kept in saved mode only (inverse mode recomputes, as recompute mode)";
+    "value heads; use_qk_l2norm_in_kernel; use_gate_in_kernel and use_beta_sigmoid_in_kernel "
+    "not in the kernels (the Python API computes them in torch before the call); the saved set "
+    "is kept in saved mode only (inverse mode recomputes, as recompute mode)";
 
 void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
                         Dims const& d) {
