@@ -23,7 +23,9 @@ beta; the q/k L2 norm in the kernel); KDA P4, Q1-Q6 at H = HV = 4, 16, 64 (--hea
 bench_kda.py (q, k L2-normalised by the caller, g in (-5, 0) per channel, bf16 beta). No initial
 or final states: FLA's context parallelism takes neither.
 
-Arms, on each layout that they take (the others are skipped with the reason printed):
+Arms, on each layout that they take (the others are skipped with the reason printed; --pad
+appends one document of fewer than 2W tokens to a pack whose T does not divide by 2W, for every
+arm, so that the baselines take it too: GDN P1-P3 at W = 4):
   cake            cake.kcp.chunk_gated_delta_rule_kcp / chunk_kda_kcp, the segment plan's P, every
                   layout; single GPU: cake.chunk_gated_delta_rule / chunk_kda.
   fla             FLA 0.6.0's chunk_gated_delta_rule / chunk_kda with its cp_context
@@ -320,6 +322,9 @@ def parse_args():
                         default=["fwd", "fwd+bwd"])
     parser.add_argument("--arms", nargs="+", default=None,
                         help="baselines to run (fla flashqla flashqla_exact); cake always runs")
+    parser.add_argument("--pad", action="store_true",
+                        help="append a document of the (< 2W) tokens that make T a multiple of "
+                             "2W, for every arm, so that FLA's and FlashQLA's CP take the pack")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="nccl")
@@ -353,11 +358,14 @@ def main():
     for variant, name, docs, H, HV in workloads(args, spec):
         kda = variant == "kda"
         arms = load_arms(kda, device, args.arms)
+        # --pad: one short document more, so that T divides by 2W and the baselines run the pack.
+        padding = (-sum(docs)) % (2 * W) if args.pad else 0
+        docs = docs + [padding] if padding else docs
         meta = dict(date=datetime.date.today().isoformat(), gpu=gpu,
                     commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
                     versions={a.name: a.version for a in arms}, backend=args.backend,
                     op_name="chunk_kda" if kda else "chunk_gated_delta_rule", variant=variant,
-                    workload=name, heads=[H, HV], tokens=sum(docs))
+                    workload=name, heads=[H, HV], tokens=sum(docs), padded_tokens=padding)
         inputs, cu, do = make_inputs(variant, docs, H, HV, device)
         leaves = [t.requires_grad_() for t in inputs]
 
