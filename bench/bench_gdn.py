@@ -115,9 +115,13 @@ def flush_l2(buffer):
     buffer.zero_()
 
 
-def time_once(run, l2):
+def time_once(run, l2, wait=None):
+    """One timed call of run, the L2 flushed and the device idle before it; ``wait()`` is called
+    just before the clock starts (bench_kcp.py: a barrier across ranks)."""
     flush_l2(l2)
     torch.cuda.synchronize()
+    if wait is not None:
+        wait()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     run()

@@ -40,9 +40,10 @@ arm, so that the baselines take it too: GDN P1-P3 at W = 4):
                   layout); single GPU: flash_qla.chunk_gated_delta_rule (auto_cp=True).
   flashqla_exact  the same with enable_intra=False (exact); single GPU: auto_cp=False.
   cake_control    cake again.
-Every arm of a layout reads the same local tensors (cake.kcp.shard of the global inputs, the same
-on every rank from one seed); the set-up checks that each baseline's context holds as many local
-tokens as cake's, with every sequence boundary of cake's among its own.
+A baseline whose first call of a cell raises on any rank is left out of that cell, its error
+printed. Every arm of a layout reads the same local tensors (cake.kcp.shard of the global inputs,
+the same on every rank from one seed); the set-up checks that each baseline's context holds as
+many local tokens as cake's, with every sequence boundary of cake's among its own.
 
 On the CPU (--device cpu, gloo): a smoke run of the harness, a tiny pack of 200 tokens, float64,
 cake's FP64 reference, host timers, cake alone.
@@ -72,7 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # bench_gdn sets FLA_FLASH_QLA=0 on import, before FLA is imported.
 import bench_gdn  # noqa: E402
 import bench_kda  # noqa: E402
-from bench_gdn import flush_l2, git_commit, measure  # noqa: E402
+from bench_gdn import git_commit, measure, time_once  # noqa: E402
 
 import cake  # noqa: E402
 import cake.kcp as kcp  # noqa: E402
@@ -232,38 +233,52 @@ def iteration_timer(device: torch.device, distributed: bool):
     def wait_for_everyone():
         if distributed:
             dist.barrier()
-
-    def time_cuda(run, l2):
-        flush_l2(l2)
-        torch.cuda.synchronize()
-        wait_for_everyone()
-        torch.cuda.synchronize()  # the barrier's collective has ended on this GPU
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end)
-
-    def time_cpu(run, l2):
-        wait_for_everyone()
-        start = time.perf_counter()
-        run()
-        return 1e3 * (time.perf_counter() - start)
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # the barrier's collective has ended on this GPU
 
     def timed(run, l2):
-        ms = (time_cuda if device.type == "cuda" else time_cpu)(run, l2)
-        if distributed:
-            ms = slowest(ms, device)
-        return ms
+        if device.type == "cuda":
+            ms = time_once(run, l2, wait=wait_for_everyone)
+        else:
+            wait_for_everyone()
+            start = time.perf_counter()
+            run()
+            ms = 1e3 * (time.perf_counter() - start)
+        return over_ranks(ms, device) if distributed else ms
     return timed
 
 
-def slowest(x: float, device: torch.device) -> float:
-    """The maximum of x over the ranks."""
+def over_ranks(x: float, device: torch.device, op=dist.ReduceOp.MAX) -> float:
+    """x reduced over the ranks (by default the maximum)."""
     t = torch.tensor([x], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=op)
     return t.item()
+
+
+def runnable(steps: dict, device: torch.device, distributed: bool) -> dict:
+    """The steps of the baselines whose first call runs on every rank, and cake's: a baseline that
+    raises (a shape or layout it refuses, memory it lacks) is dropped with its error printed rather
+    than ending the run. An error raised on every rank before any collective, as those are, keeps
+    the ranks in step; cake's errors end the run."""
+    kept = {}
+    for name, run in steps.items():
+        error = None
+        if not name.startswith("cake"):
+            try:
+                run()
+            except Exception as e:  # noqa: BLE001 - reported, the arm dropped
+                error = f"{type(e).__name__}: {e}"
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+        ok = error is None
+        if distributed:
+            ok = over_ranks(float(ok), device, dist.ReduceOp.MIN) == 1.0
+        if ok:
+            kept[name] = run
+        else:
+            print(f"rank {dist.get_rank()}: {name} dropped: {error or 'it failed on another rank'}",
+                  flush=True)
+    return kept
 
 
 def peak_gib(run, device: torch.device, distributed: bool) -> Union[float, None]:
@@ -272,7 +287,7 @@ def peak_gib(run, device: torch.device, distributed: bool) -> Union[float, None]
     if device.type != "cuda":
         return None
     gib = bench_kda.peak_extra_bytes(run) / 2**30
-    return slowest(gib, device) if distributed else gib
+    return over_ranks(gib, device) if distributed else gib
 
 
 def same_tokens(arm_ctx, ctx) -> bool:
@@ -308,6 +323,70 @@ def report(out, meta: dict, cell: dict, per_group: dict, peaks: dict, extra: dic
               + f"   drift {100 * line['drift']:+.1f}%", flush=True)
     control = statistics.median(per_group["cake_control"]) / cake_ms
     print(f"{label} control ratio {control:.3f} (accept 0.98-1.02)", flush=True)
+
+
+@dataclass
+class Bench:
+    """One workload's global inputs (the same on every rank) and what its timings need."""
+    args: argparse.Namespace
+    device: torch.device
+    l2: Union[torch.Tensor, None]
+    out: object
+    meta: dict
+    arms: list
+    leaves: list
+    cu: torch.Tensor
+    do: torch.Tensor
+
+    def single_gpu(self) -> dict:
+        """The whole pack on this GPU alone with each arm's single-GPU op (rank 0): {(op, arm):
+        ms}, and the cells reported."""
+        timer = iteration_timer(self.device, distributed=False)
+        single_ms = {}
+        for op in self.args.ops:
+            steps = runnable({a.name: make_step(lambda a=a: a.single(self.leaves, self.cu), op,
+                                                self.leaves, self.do) for a in self.arms},
+                             self.device, distributed=False)
+            per_group = measure(steps, self.args.groups, self.args.iters, self.l2, time=timer)
+            peaks = {n: peak_gib(s, self.device, False) for n, s in steps.items()}
+            single_ms.update({(op, n): statistics.median(m) for n, m in per_group.items()})
+            report(self.out, self.meta, dict(world_size=1, layout="single_gpu", op=op),
+                   per_group, peaks, {})
+        return single_ms
+
+    def context_parallel(self, layout: str, num_sms: int, single_ms: dict) -> None:
+        """Every arm that takes the layout, on this rank's shard, across the ranks."""
+        W, HV = dist.get_world_size(), self.meta["heads"][1]
+        ctx = kcp.build_context(self.cu, group=dist.group.WORLD, layout=layout, num_sms=num_sms)
+        local = [kcp.shard(x.detach(), ctx).requires_grad_() for x in self.leaves]
+        local_do = kcp.shard(self.do, ctx)
+        contexts = {}
+        for a in self.arms:
+            c = a.context(self.cu, layout, ctx, HV)
+            if isinstance(c, str):
+                say(f"{self.meta['workload']} {layout}: {a.name} skipped: {c}")
+            elif a.name.startswith("cake") or same_tokens(c, ctx):
+                contexts[a.name] = c
+            else:
+                raise RuntimeError(f"{a.name}'s context holds other tokens than cake's on rank "
+                                   f"{ctx.rank} ({layout})")
+        timer = iteration_timer(self.device, distributed=True)
+        for op in self.args.ops:
+            steps = runnable({a.name: make_step(lambda a=a: a.cp(local, contexts[a.name]), op,
+                                                local, local_do)
+                              for a in self.arms if a.name in contexts},
+                             self.device, distributed=True)
+            per_group = measure(steps, self.args.groups, self.args.iters, self.l2, time=timer)
+            peaks = {n: peak_gib(s, self.device, True) for n, s in steps.items()}
+            extra = {n: {} for n in steps}
+            extra["cake"]["segments"] = list(ctx.segment_plan(HV))
+            for n, medians in per_group.items():
+                if (op, n) in single_ms:
+                    extra[n]["single_gpu_ms"] = single_ms[(op, n)]
+                    extra[n]["scaling_efficiency"] = (
+                        single_ms[(op, n)] / (W * statistics.median(medians)))
+            report(self.out, self.meta, dict(world_size=W, layout=layout, op=op), per_group,
+                   peaks, extra)
 
 
 def parse_args():
@@ -355,66 +434,25 @@ def main():
           if device.type == "cuda" else None)
     out = args.out.open("a") if args.out and rank == 0 else None
     start = time.monotonic()
+    arms = {v: load_arms(v == "kda", device, args.arms) for v in args.variants}
     for variant, name, docs, H, HV in workloads(args, spec):
-        kda = variant == "kda"
-        arms = load_arms(kda, device, args.arms)
         # --pad: one short document more, so that T divides by 2W and the baselines run the pack.
         padding = (-sum(docs)) % (2 * W) if args.pad else 0
         docs = docs + [padding] if padding else docs
         meta = dict(date=datetime.date.today().isoformat(), gpu=gpu,
                     commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
-                    versions={a.name: a.version for a in arms}, backend=args.backend,
-                    op_name="chunk_kda" if kda else "chunk_gated_delta_rule", variant=variant,
-                    workload=name, heads=[H, HV], tokens=sum(docs), padded_tokens=padding)
+                    versions={a.name: a.version for a in arms[variant]}, backend=args.backend,
+                    op_name="chunk_kda" if variant == "kda" else "chunk_gated_delta_rule",
+                    variant=variant, workload=name, heads=[H, HV], tokens=sum(docs),
+                    padded_tokens=padding)
         inputs, cu, do = make_inputs(variant, docs, H, HV, device)
-        leaves = [t.requires_grad_() for t in inputs]
-
-        # The whole pack on rank 0's GPU alone, each arm's single-GPU op.
-        single_ms = {}
-        if rank == 0:
-            timer = iteration_timer(device, distributed=False)
-            for op in args.ops:
-                steps = {a.name: make_step(lambda a=a: a.single(leaves, cu), op, leaves, do)
-                         for a in arms}
-                per_group = measure(steps, args.groups, args.iters, l2, time=timer)
-                peaks = {n: peak_gib(s, device, False) for n, s in steps.items()}
-                single_ms.update({(op, n): statistics.median(m) for n, m in per_group.items()})
-                report(out, meta, dict(world_size=1, layout="single_gpu", op=op), per_group,
-                       peaks, {})
-        dist.barrier()
-
-        timer = iteration_timer(device, distributed=True)
+        bench = Bench(args, device, l2, out, meta, arms[variant],
+                      [t.requires_grad_() for t in inputs], cu, do)
+        single_ms = bench.single_gpu() if rank == 0 else {}
+        dist.barrier()  # the other ranks wait for rank 0's single-GPU times
         for layout in args.layouts:
-            ctx = kcp.build_context(cu, group=dist.group.WORLD, layout=layout, num_sms=num_sms)
-            local = [kcp.shard(x.detach(), ctx).requires_grad_() for x in leaves]
-            local_do = kcp.shard(do, ctx)
-            contexts = {}
-            for a in arms:
-                c = a.context(cu, layout, ctx, HV)
-                if isinstance(c, str):
-                    say(f"{name} {layout}: {a.name} skipped: {c}")
-                elif a.name.startswith("cake") or same_tokens(c, ctx):
-                    contexts[a.name] = c
-                else:
-                    raise RuntimeError(f"{a.name}'s context holds other tokens than cake's on "
-                                       f"rank {rank} ({layout})")
-            running = [a for a in arms if a.name in contexts]
-            extra = {a.name: {} for a in running}
-            extra["cake"]["segments"] = list(ctx.segment_plan(HV))
-            for op in args.ops:
-                steps = {a.name: make_step(lambda a=a: a.cp(local, contexts[a.name]), op, local,
-                                           local_do) for a in running}
-                per_group = measure(steps, args.groups, args.iters, l2, time=timer)
-                peaks = {n: peak_gib(s, device, True) for n, s in steps.items()}
-                for n, medians in per_group.items():
-                    if (op, n) in single_ms:
-                        extra[n]["single_gpu_ms"] = single_ms[(op, n)]
-                        extra[n]["scaling_efficiency"] = (
-                            single_ms[(op, n)] / (W * statistics.median(medians)))
-                report(out, meta, dict(world_size=W, layout=layout, op=op), per_group, peaks,
-                       extra)
-            del steps, local, local_do, contexts
-        del inputs, leaves, do
+            bench.context_parallel(layout, num_sms, single_ms)
+        del bench, inputs, do
         if device.type == "cuda":
             torch.cuda.empty_cache()
         say(f"{variant} {name}: done after {time.monotonic() - start:.0f} s")
