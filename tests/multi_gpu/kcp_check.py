@@ -198,7 +198,8 @@ def check_mismatches(device: torch.device) -> list:
     ctx = kcp.build_context(batch["cu_seqlens"], group=dist.group.WORLD, layout="contiguous")
     local = [kcp.shard(batch[n], ctx) for n in PER_TOKEN]
     problems += expect_value_error(
-        lambda: kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if mine else None),
+        lambda: kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if mine else None,
+                                               use_qk_l2norm_in_kernel=True),
         "chunk_gated_delta_rule_kcp: the ranks disagree on scale")
     return problems
 
