@@ -115,9 +115,13 @@ def flush_l2(buffer):
     buffer.zero_()
 
 
-def time_once(run, l2):
+def time_once(run, l2, wait=None):
+    """One timed call of run, the L2 flushed and the device idle before it; ``wait()`` is called
+    just before the clock starts (bench_kcp.py: a barrier across ranks)."""
     flush_l2(l2)
     torch.cuda.synchronize()
+    if wait is not None:
+        wait()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     run()
@@ -126,18 +130,19 @@ def time_once(run, l2):
     return start.elapsed_time(end)
 
 
-def measure(steps, groups, iters, l2):
-    """Palindromic visits; returns name -> list of per-group medians (ms)."""
+def measure(steps, groups, iters, l2, time=time_once):
+    """Palindromic visits; returns name -> list of per-group medians (ms). ``time(run, l2)`` times
+    one iteration (bench_kcp.py's waits for every rank and takes the slowest); it synchronises
+    before it starts, so the untimed calls have ended before the first timed one."""
     names = list(steps)
     for name in names:  # one untimed call per arm (compilation, autotuning, allocator)
         steps[name]()
-    torch.cuda.synchronize()
     per_group = {n: [] for n in names}
     for _ in range(groups):
         samples = {n: [] for n in names}
         for name in names + names[::-1]:
             for _ in range(iters):
-                samples[name].append(time_once(steps[name], l2))
+                samples[name].append(time(steps[name], l2))
         for n in names:
             per_group[n].append(statistics.median(samples[n]))
     return per_group

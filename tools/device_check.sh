@@ -18,8 +18,11 @@
 # CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check); "sources" where their warps wait, per instruction
 # (tools/stall_sources.py); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
-# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl). Without a build there when tools/stage_device.sh
-# has filled .devpkg here (carry it).
+# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); on a machine of several GPUs, "kcp_check" cake.kcp
+# across them (tools/kcp_multi_gpu.sh: W = 2, 4, 8 as the GPUs allow, or CAKE_KCP_W; NCCL) into
+# kcp_check.log, and "kcp_bench" the KCP benchmark (bench/bench_kcp.py under torchrun at W =
+# CAKE_KCP_W, default every GPU, with CAKE_KCP_BENCH_ARGS) into kcp_bench.jsonl. Without a build
+# there when tools/stage_device.sh has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/out}"
@@ -205,6 +208,18 @@ if [[ $stages == *" bench "* ]]; then
 fi
 if [[ $stages == *" kda_bench "* ]]; then
   python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1
+fi
+if [[ $stages == *" kcp_check "* ]]; then
+  bash tools/kcp_multi_gpu.sh ${CAKE_KCP_W:-} 2>&1 | tee "$OUT/kcp_check.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || stage_failed+=" kcp_check"
+fi
+if [[ $stages == *" kcp_bench "* ]]; then
+  # NVLink multicast off, as tools/kcp_multi_gpu.sh (bench_kcp.py sets it again for itself).
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+    python3 -m torch.distributed.run --standalone \
+    --nproc_per_node "${CAKE_KCP_W:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}" \
+    bench/bench_kcp.py --out "$OUT/kcp_bench.jsonl" ${CAKE_KCP_BENCH_ARGS:-} 2>&1 \
+    || stage_failed+=" kcp_bench"
 fi
 if [ -n "$stage_failed" ]; then
   echo "device_check: failed:$stage_failed (the other stages ran)"
