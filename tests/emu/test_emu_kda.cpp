@@ -36,15 +36,16 @@ namespace model = cake::ref::kda_model;
 
 // kkt_solve<ChannelDecay>'s outputs for a problem and its gate g (fp32 [BT, HV, K]).
 struct ChunkPass {
-  std::vector<float> gcum, beta;
+  std::vector<float> glast, beta;
   std::vector<bf16> a, aqk, qg, kg, kbar;
 };
 
 ChunkPass run_chunk_pass(Problem const& pr, std::vector<float> const& g32) {
   size_t const keys = pr.BT * pr.HV * K;
   size_t const rows = pr.BT * pr.HV * kn::kChunk;
-  ChunkPass out{poisoned<float>(keys), poisoned<float>(pr.BT * pr.HV), poisoned<bf16>(rows),
-                poisoned<bf16>(rows),  poisoned<bf16>(keys),           poisoned<bf16>(keys),
+  size_t const slot_keys = pr.kernel_problem().num_slots * pr.HV * K;
+  ChunkPass out{poisoned<float>(slot_keys), poisoned<float>(pr.BT * pr.HV), poisoned<bf16>(rows),
+                poisoned<bf16>(rows),       poisoned<bf16>(keys),           poisoned<bf16>(keys),
                 poisoned<bf16>(keys)};
   kn::kkt_solve::Params p;
   p.problem = pr.kernel_problem();
@@ -52,7 +53,7 @@ ChunkPass run_chunk_pass(Problem const& pr, std::vector<float> const& g32) {
   p.q = pr.q16.data();
   p.g = g32.data();
   p.beta = pr.beta32.data();
-  p.gcum = out.gcum.data();
+  p.glast = out.glast.data();
   p.beta_f32 = out.beta.data();
   p.a = out.a.data();
   p.aqk = out.aqk.data();
@@ -68,7 +69,7 @@ kn::walk_a_fwd::Params walk_inputs(Problem const& pr, ChunkPass const& c, bool s
   p.problem = pr.kernel_problem();
   p.v = pr.v16.data();
   p.a = c.a.data();
-  p.gcum = c.gcum.data();
+  p.glast = c.glast.data();
   p.beta = c.beta.data();
   p.h0 = states ? pr.h0_32.data() : nullptr;
   p.qg = c.qg.data();
@@ -334,7 +335,7 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
     p.v = pr.v16.data();
     p.dout = pr.dout16.data();
     p.a = c.a.data();
-    p.gcum = c.gcum.data();
+    p.glast = c.glast.data();
     p.beta = c.beta.data();
     p.h = h.data();
     p.dht = states ? pr.dht32.data() : nullptr;

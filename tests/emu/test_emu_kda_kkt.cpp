@@ -1,9 +1,9 @@
 // kkt_solve with the per-channel decay (ChannelDecay, KDA) on the CPU emulator, against the FP64
-// reference's stages 1 and 2 (chunk_local_cumsum, chunk_solve_forward): G [BT, HV, K] and the
-// gated inverse A = T [BT, HV, 64]; and against FP64 formed here from the reference's G: the
-// output's intra-chunk attention P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc} (i >= j) and the walks'
-// operands qg, kg, kbar. On the cases of kda_emu_testing.hpp, whose gates break a naive
-// e^{G} e^{-G} split. Outputs poisoned (NaN) before each run.
+// reference's stages 1 and 2 (chunk_local_cumsum, chunk_solve_forward): G's last row of each
+// chunk [num_slots, HV, K] and the gated inverse A = T [BT, HV, 64]; and against FP64 formed here
+// from the reference's G: the output's intra-chunk attention P_ij = s sum_c q_ic k_jc e^{G_ic -
+// G_jc} (i >= j) and the walks' operands qg, kg, kbar. On the cases of kda_emu_testing.hpp, whose
+// gates break a naive e^{G} e^{-G} split. Outputs poisoned (NaN) before each run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,7 +84,8 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
   std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
 
-  auto gcum = poisoned<float>(g.size());
+  int64_t const slots = pr.kernel_problem().num_slots;
+  auto glast = poisoned<float>(slots * pr.HV * K);
   auto beta = poisoned<float>(pr.BT * pr.HV);
   auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
   auto aqk = poisoned<bf16>(a.size());
@@ -96,7 +97,7 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   p.k = pr.k16.data();
   p.g = g32.data();
   p.beta = pr.beta32.data();
-  p.gcum = gcum.data();
+  p.glast = glast.data();
   p.beta_f32 = beta.data();
   p.a = a.data();
   p.q = pr.q16.data();
@@ -114,7 +115,20 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   // k as the kernel reads it: q/k head h of value head hv (the reference's layout is the same)
   ref::chunk_solve_forward(shape, tiling, pr.k.data(), pr.beta.data(), rG.data(), rA.data());
 
-  pool.G.add(gcum, rG);
+  // G's last row of each chunk, at its slot (slots that hold no chunk are not written)
+  std::vector<float> got_last;
+  std::vector<double> want_last;
+  kn::Problem const kp = pr.kernel_problem();
+  for (int n = 0; n < pr.N; ++n)
+    for (int64_t j = 0; pr.cu[n] + j * kn::kChunk < pr.cu[n + 1]; ++j) {
+      int64_t const last = std::min<int64_t>(pr.cu[n] + (j + 1) * kn::kChunk, pr.cu[n + 1]) - 1;
+      for (int hv = 0; hv < pr.HV; ++hv)
+        for (int c = 0; c < K; ++c) {
+          got_last.push_back(glast[((kp.slot_base(n) + j) * pr.HV + hv) * K + c]);
+          want_last.push_back(rG[(last * pr.HV + hv) * K + c]);
+        }
+    }
+  pool.G.add(got_last, want_last);
   std::vector<double> got = widen(a);
   pool.A.add(got, rA);
   std::vector<double> strict_got, strict_ref;

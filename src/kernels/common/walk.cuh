@@ -111,15 +111,16 @@ __device__ __forceinline__ void load_gcum_beta_async(float* gcum_dst, float* bet
   }
 }
 
-// G of the last token of chunk [t0, t0 + len) of value head hv (gcum [BT, HV, 128] fp32: a decay
-// per key channel) -> glast_dst [128] by threads tid 0 .. 31 (16-byte cp.async each), and beta as
+// G of the last token of the chunk in slot `slot` for value head hv (glast [num_slots, HV, 128]
+// fp32: a decay per key channel, from kkt_solve<ChannelDecay>) -> glast_dst [128] by threads
+// tid 0 .. 31 (16-byte cp.async each), and beta of tokens t0 .. t0 + len - 1 as
 // load_gcum_beta_async does (threads 64 .. 127); committed with the caller's tiles.
 __device__ __forceinline__ void load_glast_beta_async(float* glast_dst, float* beta_dst,
-                                                      float const* gcum, float const* beta,
+                                                      float const* glast, float const* beta,
                                                       int64_t t0, int len, int HV, int hv,
-                                                      int tid) {
+                                                      int64_t slot, int tid) {
   if (tid < kHeadDim / 4) {
-    cp_async_16(&glast_dst[4 * tid], gcum + ((t0 + len - 1) * HV + hv) * kHeadDim + 4 * tid, true);
+    cp_async_16(&glast_dst[4 * tid], glast + (slot * HV + hv) * kHeadDim + 4 * tid, true);
   } else if (tid >= kChunk && tid < 2 * kChunk) {
     int const r = tid - kChunk;
     cp_async_4(&beta_dst[r], beta + (t0 + (r < len ? r : 0)) * HV + hv, r < len);

@@ -24,7 +24,8 @@
 //
 // ChannelDecay (KDA), the gated inverse, per value head hv of the group:
 //
-//   G    = cumsum(g) within the chunk, per key channel                 [64 x 128] fp32 out
+//   G    = cumsum(g) within the chunk, per key channel                 [64 x 128] fp32
+//          (its last row out: the walks' state decay)
 //   S_ij = sum_c k_ic k_jc e^{G_ic - G_jc}   (i > j; channel_kkt.cuh)  [64 x 64]  fp32
 //   A    = T = (I + diag(beta) strict(S))^-1                           [64 x 64]  bf16 out
 //
@@ -239,13 +240,9 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
     if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr)
       store_walk_operands(p, s.q, s.k, s.gcum, row0, HV, len);
-    float* const gout = p.gcum + row0 * kHeadDim;
-    for (int idx = tid; idx < len * (kHeadDim / 4); idx += kThreads) {
-      int const r = idx / (kHeadDim / 4);
-      int const col = idx % (kHeadDim / 4) * 4;
-      *reinterpret_cast<float4*>(gout + int64_t{r} * HV * kHeadDim + col) =
-          *reinterpret_cast<float4 const*>(s.gcum + r * kLdGate + col);
-    }
+    if (tid < kHeadDim / 4)  // G's last row -> glast[slot, hv]
+      *reinterpret_cast<float4*>(p.glast + (blockIdx.x * int64_t{HV} + hv) * kHeadDim + 4 * tid) =
+          *reinterpret_cast<float4 const*>(s.gcum + (len - 1) * kLdGate + 4 * tid);
     __syncthreads();  // S visible
     invert_unit_lower_64(s.s, s.beta, s.t, s.y);
     if (tid < len && p.beta_f32 != nullptr) p.beta_f32[row0 + int64_t{tid} * HV] = s.beta[tid];

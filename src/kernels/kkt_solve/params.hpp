@@ -14,11 +14,15 @@ struct Params {
   float const* g = nullptr;          // [BT, HV, W]   natural-log decay per token
   void const* beta = nullptr;        // [BT, HV]      fp32, or bf16 when beta_is_bf16
   bool beta_is_bf16 = false;
-  float* gcum = nullptr;       // [BT, HV, W]   out: G, inclusive cumsum of g in the chunk
+  float* gcum = nullptr;       // [BT, HV]      out (ScalarDecay): G, inclusive cumsum of g in the
+                               //               chunk
   float* beta_f32 = nullptr;   // [BT, HV]      out or nullptr: beta in fp32 (the walk's)
   __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
                                //   (I + diag(beta) strict-lower(K K^T))^-1, the K K^T gated
                                //   per channel with ChannelDecay
+  // ChannelDecay only: G of each chunk's last token, per key channel (the walks' state decay;
+  // nothing reads the rest of G, which the intra pass forms again from g)
+  float* glast = nullptr;  // [num_slots, HV, K] out
   // ChannelDecay only, each out or nullptr: the output's intra-chunk attention and the walks'
   // operands (the decay applied per channel, rounded to bf16 once; G_last: G of the chunk's last
   // token)

@@ -755,10 +755,10 @@ __device__ __forceinline__ void load_q_h(S& s, KernelParams const& kp, int64_t t
     tma_load_3d(s.h + half * kHeadDim * 64, &kp.h_map, 64 * half, 0, state, bar);
   }
 }
-// (ChannelDecay: G's last row for G, glast)
+// (ChannelDecay: G's last row for G, glast, of chunk j of the walk)
 template <class Decay>
 __device__ __forceinline__ void load_v_g_beta(SharedStorage<Decay>& s, KernelParams const& kp,
-                                              int64_t t0, int len, int hv, int tid) {
+                                              int64_t t0, int len, int hv, int64_t j, int tid) {
   Params const& p = kp.p;
   if (tid == 0) {
     uint64_t* const bar = &s.landed[kVLanded];
@@ -768,7 +768,8 @@ __device__ __forceinline__ void load_v_g_beta(SharedStorage<Decay>& s, KernelPar
                   static_cast<int>(t0), bar);
   }
   if constexpr (Decay::kGatedKkt)
-    load_glast_beta_async(s.glast, s.beta, p.gcum, p.beta, t0, len, p.problem.num_v_heads, hv, tid);
+    load_glast_beta_async(s.glast, s.beta, p.glast, p.beta, t0, len, p.problem.num_v_heads, hv,
+                          read_here(s.span).slot0 + j, tid);
   else
     load_gcum_beta_async(s.gcum, s.beta, p.gcum, p.beta, t0, len, p.problem.num_v_heads, hv, tid);
   cp_async_commit();
@@ -919,7 +920,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
         load_dout(s, kp, x.t0, x.hv, x.tid);
         load_a(s, kp, x.t0, x.hv, x.tid);
         load_q_h(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
-        load_v_g_beta(s, kp, x.t0, x.len, x.hv, x.tid);
+        load_v_g_beta(s, kp, x.t0, x.len, x.hv, j, x.tid);
         load_k(s, k_of(s, j), kp, x.t0, hk, x.tid);
       }
     }
@@ -1112,7 +1113,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
         load_k(s, k_of(s, j - 1), kp, y.t0, kChannel ? y.hv : y.hv / p.problem.group_size(), y.tid);
-        load_v_g_beta(s, kp, y.t0, kChunk, y.hv, y.tid);
+        load_v_g_beta(s, kp, y.t0, kChunk, y.hv, j - 1, y.tid);
       }
       named_barrier_sync(kMFull, kThreads);
       if constexpr (!kChannel) {

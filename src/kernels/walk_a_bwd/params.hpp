@@ -18,7 +18,7 @@ struct Params {
   __nv_bfloat16 const* v = nullptr;     // [BT, HV, V]
   __nv_bfloat16 const* dout = nullptr;  // [BT, HV, V]
   __nv_bfloat16 const* a = nullptr;     // [BT, HV, 64]    kkt_solve's (I + diag(beta) L)^-1
-  float const* gcum = nullptr;          // [BT, HV, W]     G, from kkt_solve (W = 1, or K)
+  float const* gcum = nullptr;          // [BT, HV]        G, from kkt_solve (ScalarDecay)
   float const* beta = nullptr;          // [BT, HV]        fp32 beta, from kkt_solve
   __nv_bfloat16 const* h = nullptr;     // [num_slots, HV, K, V] chunk-start states (h-walk)
   // nullptr (h was there before the launch: saved mode), or the h-walk's [N, HV] flags
@@ -39,6 +39,7 @@ struct Params {
   // so that every gradient is bitwise the same whichever others are wanted.
   bool eo_split = false;  // ScalarDecay only (ChannelDecay's launch refuses it)
   // ChannelDecay: inputs from kkt_solve<ChannelDecay>
+  float const* glast = nullptr;         // [num_slots, HV, K] G of each chunk's last token
   __nv_bfloat16 const* kbar = nullptr;  // [BT, HV, K]     k o e^{G_last - G}
   __nv_bfloat16 const* aqk = nullptr;   // [BT, HV, 64]    P
   // ChannelDecay: outputs for the intra pass (intra_bwd::Params has the same fields)

@@ -16,7 +16,7 @@ struct Params {
   __nv_bfloat16 const* k = nullptr;  // [BT, H, K]     ScalarDecay
   __nv_bfloat16 const* v = nullptr;  // [BT, HV, V]
   __nv_bfloat16 const* a = nullptr;  // [BT, HV, 64]    from kkt_solve: (I + diag(beta) L)^-1
-  float const* gcum = nullptr;       // [BT, HV, W]     from kkt_solve (W = 1, or K: ChannelDecay)
+  float const* gcum = nullptr;       // [BT, HV]        from kkt_solve (ScalarDecay)
   float const* beta = nullptr;       // [BT, HV]        fp32 (a bf16 beta goes through a copy)
   float const* h0 = nullptr;         // [N, HV, K, V]   or nullptr (zero initial state)
   __nv_bfloat16* o = nullptr;        // [BT, HV, V]     out, or nullptr: the h-walk (no o)
@@ -29,6 +29,7 @@ struct Params {
   // own h is there instead of after the last h-walk (walk_a_bwd::Params::h_ready).
   int* walk_done = nullptr;
   // ChannelDecay: from kkt_solve<ChannelDecay>
+  float const* glast = nullptr;         // [num_slots, HV, K] G of each chunk's last token
   __nv_bfloat16 const* qg = nullptr;    // [BT, HV, K]  q o e^G
   __nv_bfloat16 const* kg = nullptr;    // [BT, HV, K]  k o e^G
   __nv_bfloat16 const* kbar = nullptr;  // [BT, HV, K]  k o e^{G_last - G}

@@ -353,7 +353,8 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
         tma_load_2d(t.p, &rp.aqk_map, hv * kChunk, row, bar);
     }
     if constexpr (Decay::kGatedKkt)
-      load_glast_beta_async(t.glast, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
+      load_glast_beta_async(t.glast, t.beta, p.glast, p.beta, t0, span.chunk_len(jj), HV, hv,
+                            span.slot0 + jj, tid);
     else
       load_gcum_beta_async(t.gcum, t.beta, p.gcum, p.beta, t0, span.chunk_len(jj), HV, hv, tid);
     cp_async_commit();

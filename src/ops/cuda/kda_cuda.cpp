@@ -2,9 +2,9 @@
 // decay a policy of GDN's kernels (docs/design/kda-hopper.md; the FP64 model of every stage is
 // src/ref/kda_walk_model.hpp).
 //
-// Forward:  [qk_norm] -> kkt_solve<ChannelDecay> (G, the gated A, P, beta in fp32, and the walks'
-//           operands qg, kg, kbar) -> walk_a_fwd<ChannelDecay> (o, the final state; in saved
-//           mode also h per chunk)
+// Forward:  [qk_norm] -> kkt_solve<ChannelDecay> (G's last rows, the gated A, P, beta in fp32,
+//           the walks' operands qg, kg, kbar) -> walk_a_fwd<ChannelDecay> (o, the final state;
+//           in saved mode also h per chunk)
 // Backward: the saved set from the forward (saved mode) or from its recompute [qk_norm] ->
 //           kkt_solve<ChannelDecay> -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
 //           per chunk what the intra pass needs) -> intra_bwd (dq, dk per value head, dg, dbeta)
@@ -33,7 +33,7 @@ using kernels::ChannelDecay;
 using kernels::Problem;
 using namespace cuda;
 
-// The chunk pass: G, A, P, beta in fp32 and qg, kg, kbar per (chunk, value head).
+// The chunk pass: G's last row, A, P, beta in fp32 and qg, kg, kbar per (chunk, value head).
 void run_chunk_pass(Problem const& p, ForwardInputs const& in, bf16 const* q_used,
                     bf16 const* k_used, KdaBuffers const& b, cudaStream_t stream) {
   kernels::kkt_solve::Params kp;
@@ -43,7 +43,7 @@ void run_chunk_pass(Problem const& p, ForwardInputs const& in, bf16 const* q_use
   kp.g = ptr<float const>(*in.g);
   kp.beta = in.beta->data;
   kp.beta_is_bf16 = in.beta->dtype == cakeBfloat16;
-  kp.gcum = b.gcum;
+  kp.glast = b.glast;
   kp.beta_f32 = b.beta_f32;
   kp.a = b.a;
   kp.aqk = b.aqk;
@@ -61,7 +61,7 @@ void run_walk(Problem const& p, ForwardInputs const& in, KdaBuffers const& b, bf
   wp.problem = p;
   wp.v = ptr<bf16 const>(*in.v);
   wp.a = b.a;
-  wp.gcum = b.gcum;
+  wp.glast = b.glast;
   wp.beta = b.beta_f32;
   wp.h0 = ptr<float const>(*in.initial_state);
   wp.o = o;
@@ -168,7 +168,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.v = ptr<bf16 const>(args.v);
   wp.dout = ptr<bf16 const>(args.dout);
   wp.a = b.a;
-  wp.gcum = b.gcum;
+  wp.glast = b.glast;
   wp.beta = b.beta_f32;
   wp.h = b.h;
   wp.h_ready = b.walk_done;  // nullptr in saved mode

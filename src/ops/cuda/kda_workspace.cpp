@@ -24,7 +24,7 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.q_norm = set.take<bf16>(qk_rows * kHeadDim);
     b.k_norm = set.take<bf16>(qk_rows * kHeadDim);
   }
-  b.gcum = set.take<float>(v_rows * kHeadDim);
+  b.glast = set.take<float>(slot_rows * kHeadDim);
   b.a = set.take<bf16>(v_rows * kChunk);
   b.beta_f32 = set.take<float>(v_rows);
   b.aqk = set.take<bf16>(v_rows * kChunk);

@@ -1,9 +1,9 @@
 // The one layout of the KDA GPU buffers (as gdn_workspace.hpp for GDN): the same function sizes
 // them (null bases) and carves the caller's memory. The saved set is kept in saved mode only
-// (options.save_for_backward = 1): the chunk pass of kkt_solve<ChannelDecay> forms G, A, P, beta
-// and the walks' operands qg, kg, kbar together, so keeping a part of them (GDN's inverse mode
-// keeps G, A and beta) would save the backward nothing; in inverse mode, as in recompute mode,
-// the saved set is empty and the backward reruns the chunk pass and the h-walk.
+// (options.save_for_backward = 1): the chunk pass of kkt_solve<ChannelDecay> forms G's last rows,
+// A, P, beta and the walks' operands qg, kg, kbar together, so keeping a part of them (GDN's
+// inverse mode keeps G, A and beta) would save the backward nothing; in inverse mode, as in
+// recompute mode, the saved set is empty and the backward reruns the chunk pass and the h-walk.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,7 +20,7 @@ struct KdaBuffers {
   // the saved set (in saved mode; else in the workspace)
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
-  float* gcum = nullptr;            // [BT, HV, K]     G (kkt_solve)
+  float* glast = nullptr;           // [num_slots, HV, K] G of each chunk's last token (kkt_solve)
   __nv_bfloat16* a = nullptr;       // [BT, HV, 64]    the gated T (kkt_solve)
   float* beta_f32 = nullptr;        // [BT, HV]        beta in fp32 (kkt_solve)
   __nv_bfloat16* aqk = nullptr;     // [BT, HV, 64]    P (kkt_solve)
