@@ -178,6 +178,16 @@ class Context:
                                         segments or 0, num_sms)
         self._plans: dict[int, tuple[int, ...]] = {}
         self._bytes: dict[tuple, ExchangeBytes] = {}
+        self._offsets: dict[tuple, Tensor] = {}
+
+    def offsets(self, cu: Sequence[int], device: torch.device) -> Tensor:
+        """The int32 tensor of the offsets cu of a walk over this rank's segments, on device: made
+        once per context and walk (the calls of a batch walk the same segments), so that a call
+        copies no offsets from the host after the first."""
+        key = (tuple(cu), device)
+        if key not in self._offsets:
+            self._offsets[key] = torch.tensor(key[0], dtype=torch.int32, device=device)
+        return self._offsets[key]
 
     @property
     def num_documents(self) -> int:

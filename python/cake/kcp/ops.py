@@ -132,38 +132,36 @@ def _input_error(ctx: Context, opts: _Options, q, k, v, g, beta, h0) -> Optional
     return None
 
 
-def _validate_walk(opts: _Options, q, k, v, g, beta, A_log, dt_bias, seg: _Segments,
+def _validate_walk(opts: _Options, q, k, v, g, beta, A_log, dt_bias, cu: Tensor,
                    num_documents_state: Tensor) -> None:
     """Runs the single-rank validation on the final walk's arguments (raises its ValueError)."""
-    cu = torch.tensor(seg.cu, dtype=torch.int32, device=q.device)
     o = q.new_empty(q.shape[:2] + v.shape[2:])
     final = num_documents_state.new_empty(num_documents_state.shape)
     abi.forward_workspace_size(q, k, v, g, beta, num_documents_state, cu, A_log, dt_bias, o, final,
                               opts.variant, opts.scale, *opts.op_options(), 0)
 
 
-def _walk(opts: _Options, q, k, v, g, beta, h0, cu: list[int], A_log, dt_bias):
-    """The single-rank forward over a packed problem: (o, final states [S, HV, K, V']).
+def _walk(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_bias):
+    """The single-rank forward over a packed problem of offsets cu (Context.offsets): (o, final
+    states [S, HV, K, V']).
 
     Recompute mode: the context-parallel backward runs its own single-rank backward walks.
     """
-    cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
-    o, final, _ = single._forward(opts.variant, q, k, v, g, beta, h0, cu_t, A_log, dt_bias,
+    o, final, _ = single._forward(opts.variant, q, k, v, g, beta, h0, cu, A_log, dt_bias,
                                   opts.scale, True, *opts.op_options(), 0)
     return o, final
 
 
-def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: list[int], A_log, dt_bias, dout,
+def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_bias, dout,
                    dht):
     """The single-rank backward: dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias."""
-    cu_t = torch.tensor(cu, dtype=torch.int32, device=q.device)
-    return single._backward(opts.variant, q, k, v, g, beta, h0, cu_t, A_log, dt_bias,
+    return single._backward(opts.variant, q, k, v, g, beta, h0, cu, A_log, dt_bias,
                             dout.contiguous(), None if dht is None else dht.contiguous(),
                             opts.scale, *opts.op_options(), 0, None)  # recompute mode
 
 
-def _segment_summaries(opts: _Options, seg: _Segments, fragments: list[int], q, k, v, g, beta,
-                       A_log, dt_bias, state_dtype) -> dict[int, Tensor]:
+def _segment_summaries(ctx: Context, opts: _Options, seg: _Segments, fragments: list[int], q, k,
+                       v, g, beta, A_log, dt_bias, state_dtype) -> dict[int, Tensor]:
     """The records [HV, K, K + V] of every segment of the given fragments: {segment: record}.
 
     Two single-rank walks over those segments: B from S_in = 0 with v, and M from S_in = I with
@@ -171,7 +169,8 @@ def _segment_summaries(opts: _Options, seg: _Segments, fragments: list[int], q, 
     """
     if not fragments:
         return {}
-    ranges, cu, order = _sub_problem(seg, fragments)
+    ranges, cu_list, order = _sub_problem(seg, fragments)
+    cu = ctx.offsets(cu_list, q.device)
     HV, K = v.shape[2], q.shape[3]
     q_sub, k_sub, g_sub, beta_sub = (_take(x, ranges) for x in (q, k, g, beta))
     v_sub = _take(v, ranges)
@@ -207,13 +206,14 @@ class _KCPFunction(torch.autograd.Function):
             try:
                 seg = _segments(ctx, ctx.segments_for(HV))
                 if seg.num_segments:
-                    _validate_walk(opts, q, k, v, g, beta, A_log, dt_bias, seg,
+                    _validate_walk(opts, q, k, v, g, beta, A_log, dt_bias,
+                                   ctx.offsets(seg.cu, q.device),
                                    torch.empty(seg.num_segments, HV, K, V, dtype=sd,
                                                device=q.device))
                 wanted = [i for i, f in enumerate(ctx.fragments)
                           if f.state_out or seg.count[i] > 1 or (f.state_in and opts.needs_grad)]
-                records = _segment_summaries(opts, seg, wanted, q, k, v, g, beta, A_log, dt_bias,
-                                             sd)
+                records = _segment_summaries(ctx, opts, seg, wanted, q, k, v, g, beta, A_log,
+                                             dt_bias, sd)
             except Exception as e:  # noqa: BLE001 - reported to every rank, then re-raised here
                 failure = e
                 error = str(e)
@@ -269,7 +269,8 @@ class _KCPFunction(torch.autograd.Function):
 
         final_state = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=q.device)
         if seg.num_segments:
-            o, seg_out = _walk(opts, q, k, v, g, beta, seg_in, list(seg.cu), A_log, dt_bias)
+            o, seg_out = _walk(opts, q, k, v, g, beta, seg_in, ctx.offsets(seg.cu, q.device),
+                               A_log, dt_bias)
             for i, f in enumerate(ctx.fragments):
                 if not f.state_out:
                     final_state[f.document] = seg_out[seg.first[i] + seg.count[i] - 1]
@@ -302,8 +303,9 @@ class _KCPFunction(torch.autograd.Function):
         if wanted:
             ranges, cu, order = _sub_problem(seg, wanted)
             grads = _walk_backward(opts, _take(q, ranges), _take(k, ranges), _take(v, ranges),
-                                   _take(g, ranges), _take(beta, ranges), seg_in[order], cu,
-                                   A_log, dt_bias, _take(d_o, ranges), None)
+                                   _take(g, ranges), _take(beta, ranges), seg_in[order],
+                                   ctx.offsets(cu, q.device), A_log, dt_bias,
+                                   _take(d_o, ranges), None)
             own = {s: grads[5][j] for j, s in enumerate(order)}
 
         # The backward records: one per state_in fragment at its adjoint_slot, [slots, HV, K, K+V].
@@ -342,7 +344,8 @@ class _KCPFunction(torch.autograd.Function):
         dh0 = torch.zeros(n_docs, HV, K, V, dtype=sd, device=q.device) if has_h0 else None
         if seg.num_segments:
             dq, dk, dv, dg, dbeta, dseg_in, dA_log, ddt_bias = _walk_backward(
-                opts, q, k, v, g, beta, seg_in, list(seg.cu), A_log, dt_bias, d_o, seg_out)
+                opts, q, k, v, g, beta, seg_in, ctx.offsets(seg.cu, q.device), A_log, dt_bias, d_o,
+                seg_out)
             if has_h0:
                 for i, f in enumerate(ctx.fragments):
                     if not f.state_in:
