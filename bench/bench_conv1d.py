@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_gdn import flush_l2, git_commit  # noqa: E402
+from bench_gdn import measure as measure_calls  # noqa: E402
 
 OPS = ("fwd", "bwd", "fwd+bwd")
 ACTIVATION = "silu"
@@ -113,6 +114,10 @@ class Step:
         for t in self.leaves:
             t.grad = None
 
+    def __call__(self):  # an untimed call: prepare, then run
+        self.prepare()
+        self.run()
+
 
 def time_step(step, l2):
     step.prepare()
@@ -138,19 +143,9 @@ def peak_bytes(step):
 
 
 def measure(steps, groups, iters, l2):
-    """Palindromic visits; returns name -> list of per-group medians (ms)."""
-    names = list(steps)
-    for name in names:  # one untimed call per arm (compilation, autotuning, allocator)
-        time_step(steps[name], l2)
-    per_group = {n: [] for n in names}
-    for _ in range(groups):
-        samples = {n: [] for n in names}
-        for name in names + names[::-1]:
-            for _ in range(iters):
-                samples[name].append(time_step(steps[name], l2))
-        for n in names:
-            per_group[n].append(statistics.median(samples[n]))
-    return per_group
+    """bench_gdn's palindromic visits, each step's prepare() untimed before its timed run():
+    name -> list of per-group medians (ms)."""
+    return measure_calls(steps, groups, iters, l2, time=time_step)
 
 
 def op_bytes(op, tokens, dim, itemsize=2):
@@ -170,6 +165,9 @@ def copy_bandwidth(tokens, dim, groups, iters, l2):
 
         def run(self):
             dst.copy_(src)
+
+        def __call__(self):
+            self.run()
 
     ms = statistics.median(measure({"copy": Copy()}, groups, iters, l2)["copy"])
     return 2 * src.numel() * src.element_size() / ms

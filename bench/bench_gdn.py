@@ -89,12 +89,13 @@ def make_inputs(docs, H, HV, seed=0):
     return (q, k, v, g, beta), cu, do
 
 
-def make_step(fn, op, leaves, cu, do):
-    """A closure running one `op` of `fn` on the leaf inputs (shared by every arm; the gradients
-    are dropped after each call, so that no arm holds memory while another one runs)."""
+def make_step(fn, op, leaves, cu, do, **options):
+    """A closure running one `op` of `fn` on the leaf inputs with the op's keyword options
+    (shared by every arm; the gradients are dropped after each call, so that no arm holds memory
+    while another one runs)."""
 
     def forward():
-        o, _ = fn(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
+        o, _ = fn(*leaves, cu_seqlens=cu, **options)
         return o
 
     def run():
@@ -173,7 +174,8 @@ def main():
         inputs, cu, do = make_inputs(docs, H, HV)
         leaves = [t.requires_grad_() for t in inputs]
         for op in args.ops:
-            steps = {n: make_step(a[0], op, leaves, cu, do) for n, a in arms.items()}
+            steps = {n: make_step(a[0], op, leaves, cu, do, use_qk_l2norm_in_kernel=True)
+                     for n, a in arms.items()}
             per_group = measure(steps, args.groups, args.iters, l2)
             cake_ms = statistics.median(per_group["cake"])
             for name, medians in per_group.items():

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn import git_commit, measure  # noqa: E402
+from bench_gdn import git_commit, make_step, measure  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 K = V = 128
@@ -59,25 +58,6 @@ def make_inputs(docs, H, HV, seed=0):
     cu = torch.tensor([0] + docs, device="cuda").cumsum(0).to(torch.int32)
     do = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
     return (q, k, v, g, beta), cu, do
-
-
-def make_step(fn, op, leaves, cu, do):
-    def forward():
-        o, _ = fn(*leaves, cu_seqlens=cu)
-        return o
-
-    def run():
-        if op == "fwd":
-            forward()
-        elif op == "fwd+bwd":
-            forward().backward(do)
-        elif op == "ckpt":
-            checkpoint(forward, use_reentrant=False).backward(do)
-        else:
-            raise ValueError(op)
-        for t in leaves:
-            t.grad = None
-    return run
 
 
 def peak_extra_bytes(run):

@@ -1,12 +1,16 @@
 // What the emulated kernel tests add to gdn_testing.hpp: errors against a reference pooled over
-// draws, and bf16 outputs widened for them.
+// draws, the line and verdict of a case, and bf16 outputs widened for them.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gdn_testing.hpp"
@@ -38,6 +42,25 @@ struct Errors {
   double max_rel() const { return max_ref > 0 ? max_err / max_ref : max_err; }
   bool pass() const { return finite && rel_rms() <= 1e-2 && max_rel() <= 2e-2; }
 };
+
+// Each output's errors, pooled over the draws of a case, in a fixed order.
+using Pool = std::vector<std::pair<char const*, Errors>>;
+
+// Prints one line for a case (each output's rel-RMS / max-abs over max|ref|, "!" where over the
+// gate) and fails the test where any output is over the gate.
+inline void expect_pass(std::string const& label, Pool const& pool) {
+  std::string line = label + ":";
+  bool ok = true;
+  for (auto const& [name, e] : pool) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %.1e/%.1e%s", name, e.rel_rms(), e.max_rel(),
+                  e.pass() ? "" : "!");
+    line += buf;
+    ok = ok && e.pass();
+  }
+  std::printf("%s\n", line.c_str());
+  EXPECT_TRUE(ok) << line;
+}
 
 // An output buffer of n elements filled with 0xff bytes (NaN as fp32 and bf16), so that elements a
 // kernel does not write fail the comparison.

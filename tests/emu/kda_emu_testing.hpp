@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "emu/gdn_emu_testing.hpp"
@@ -22,6 +23,8 @@ struct KdaCase {
   Case shape;  // documents, heads, beta's range (its g range is not used)
   char const* gate_name;
   GateDraw gate;
+
+  std::string label() const { return shape.name + ", g " + gate_name; }
 };
 
 inline double logsigmoid(double x) {

@@ -21,6 +21,7 @@ using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
+using cake::emu_testing::Pool;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
@@ -47,25 +48,12 @@ Solved run_kkt_solve(Problem const& pr) {
   return out;
 }
 
-// Each output's errors, pooled over the draws of a case, in a fixed order.
-using Pool = std::vector<std::pair<char const*, Errors>>;
-
 // Draws per case: pooled, three draws hold dg's relative error (whose single-draw tail reaches
 // 1.1e-2 on these sizes, with kernels that pass the GPU check too) well inside the gate.
 constexpr int kDraws = 3;
 
 void expect_pass(char const* what, Case const& c, Pool const& pool) {
-  std::string line = std::string(what) + " " + c.name + ":";
-  bool ok = true;
-  for (auto const& [name, e] : pool) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " %s %.1e/%.1e%s", name, e.rel_rms(), e.max_rel(),
-                  e.pass() ? "" : "!");
-    line += buf;
-    ok = ok && e.pass();
-  }
-  std::printf("%s\n", line.c_str());
-  EXPECT_TRUE(ok) << line;
+  cake::emu_testing::expect_pass(std::string(what) + " " + c.name, pool);
 }
 
 // The forward walk's inputs for a case (kkt_solve's A, G, beta; h0 when the case has states); the

@@ -25,6 +25,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
+using cake::emu_testing::expect_pass;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
 using cake::emu_testing::widen;
@@ -79,7 +80,7 @@ kn::walk_a_fwd::Params walk_inputs(Problem const& pr, ChunkPass const& c, bool s
   return p;
 }
 
-struct Pool {
+struct ForwardPool {
   Errors o, ht;
 };
 
@@ -103,7 +104,7 @@ bool chunk_states_equal(Problem const& pr, std::vector<bf16> const& a, std::vect
   return true;
 }
 
-void forward_draw(KdaCase const& kc, std::mt19937& rng, Pool& pool) {
+void forward_draw(KdaCase const& kc, std::mt19937& rng, ForwardPool& pool) {
   Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
   std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
   std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
@@ -149,14 +150,9 @@ TEST(EmulatedKda, ForwardMatchesTheFp64Reference) {
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
   for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
-    Pool pool;
+    ForwardPool pool;
     for (int d = 0; d < 2; ++d) forward_draw(kc, rng, pool);
-    char line[256];
-    std::snprintf(line, sizeof line, "%s, g %s: o %.1e/%.1e ht %.1e/%.1e", kc.shape.name.c_str(),
-                  kc.gate_name, pool.o.rel_rms(), pool.o.max_rel(), pool.ht.rel_rms(),
-                  pool.ht.max_rel());
-    std::printf("%s\n", line);
-    EXPECT_TRUE(pool.o.pass() && pool.ht.pass()) << line;
+    expect_pass(kc.label(), {{"o", pool.o}, {"ht", pool.ht}});
   }
 }
 
@@ -290,14 +286,8 @@ TEST(EmulatedKda, IntraPassMatchesTheFp64Model) {
   for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
     IntraPool pool;
     intra_draw(kc, rng, pool);
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "%s, g %s: dq %.1e/%.1e dk %.1e/%.1e dg %.1e/%.1e dbeta %.1e/%.1e",
-                  kc.shape.name.c_str(), kc.gate_name, pool.dq.rel_rms(), pool.dq.max_rel(),
-                  pool.dk.rel_rms(), pool.dk.max_rel(), pool.dg.rel_rms(), pool.dg.max_rel(),
-                  pool.dbeta.rel_rms(), pool.dbeta.max_rel());
-    std::printf("%s\n", line);
-    EXPECT_TRUE(pool.dq.pass() && pool.dk.pass() && pool.dg.pass() && pool.dbeta.pass()) << line;
+    expect_pass(kc.label(),
+                {{"dq", pool.dq}, {"dk", pool.dk}, {"dg", pool.dg}, {"dbeta", pool.dbeta}});
   }
 }
 
@@ -408,18 +398,12 @@ TEST(EmulatedKda, BackwardMatchesTheFp64Reference) {
   for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
     BackwardPool pool;
     for (int d = 0; d < 2; ++d) backward_draw(kc, rng, pool);
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "%s, g %s: dq %.1e/%.1e dk %.1e/%.1e dv %.1e/%.1e dg %.1e/%.1e dbeta %.1e/%.1e "
-                  "dh0 %.1e/%.1e",
-                  kc.shape.name.c_str(), kc.gate_name, pool.dq.rel_rms(), pool.dq.max_rel(),
-                  pool.dk.rel_rms(), pool.dk.max_rel(), pool.dv.rel_rms(), pool.dv.max_rel(),
-                  pool.dg.rel_rms(), pool.dg.max_rel(), pool.dbeta.rel_rms(), pool.dbeta.max_rel(),
-                  pool.dh0.rel_rms(), pool.dh0.max_rel());
-    std::printf("%s\n", line);
-    bool const ok = pool.dq.pass() && pool.dk.pass() && pool.dv.pass() && pool.dg.pass() &&
-                    pool.dbeta.pass() && pool.dh0.pass();
-    EXPECT_TRUE(ok) << line;
+    expect_pass(kc.label(), {{"dq", pool.dq},
+                             {"dk", pool.dk},
+                             {"dv", pool.dv},
+                             {"dg", pool.dg},
+                             {"dbeta", pool.dbeta},
+                             {"dh0", pool.dh0}});
   }
 }
 

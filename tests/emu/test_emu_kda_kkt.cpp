@@ -20,6 +20,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
+using cake::emu_testing::expect_pass;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
 using cake::emu_testing::widen;
@@ -160,18 +161,13 @@ TEST(EmulatedKdaKktSolve, OutputsMatchTheFp64Reference) {
   for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
     Pooled pool;
     for (int d = 0; d < 2; ++d) draw(kc, rng, pool);
-    char line[400];
-    std::snprintf(line, sizeof line,
-                  "%s, g %s: G %.1e/%.1e A %.1e/%.1e strict %.1e/%.1e P %.1e/%.1e qg %.1e/%.1e "
-                  "kg %.1e/%.1e kbar %.1e/%.1e",
-                  kc.shape.name.c_str(), kc.gate_name, pool.G.rel_rms(), pool.G.max_rel(),
-                  pool.A.rel_rms(), pool.A.max_rel(), pool.strict.rel_rms(), pool.strict.max_rel(),
-                  pool.P.rel_rms(), pool.P.max_rel(), pool.qg.rel_rms(), pool.qg.max_rel(),
-                  pool.kg.rel_rms(), pool.kg.max_rel(), pool.kbar.rel_rms(), pool.kbar.max_rel());
-    std::printf("%s\n", line);
-    bool const ok = pool.G.pass() && pool.A.pass() && pool.strict.pass() && pool.P.pass() &&
-                    pool.qg.pass() && pool.kg.pass() && pool.kbar.pass();
-    EXPECT_TRUE(ok) << line;
+    expect_pass(kc.label(), {{"G", pool.G},
+                             {"A", pool.A},
+                             {"strict", pool.strict},
+                             {"P", pool.P},
+                             {"qg", pool.qg},
+                             {"kg", pool.kg},
+                             {"kbar", pool.kbar}});
   }
 }
 
