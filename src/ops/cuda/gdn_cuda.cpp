@@ -71,37 +71,20 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
   check_cuda(kernels::walk_a_fwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_fwd launch");
 }
 
-// The layout's sizes for a call (null bases: counting only).
-GdnBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
-  return carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr,
-                           nullptr);
-}
-
-// The buffers of one call, carved from the caller's saved buffer (its size checked by
-// validate_saved against the same layout's count) and workspace, after checking the workspace
-// holds the bytes that the size query (the same layout function) asked for and that the saved
-// buffer is aligned as the layout assumes.
-GdnBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pass pass, void* saved,
-                        void* workspace, size_t workspace_bytes) {
-  GdnBuffers const count = count_buffers(options, p, pass);
-  check_buffers(workspace_bytes, count.workspace_bytes, count.saved_bytes, saved);
-  return carve_gdn_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved,
-                           workspace);
-}
-
 }  // namespace
 
 size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
   // The forward's count: the backward carves the saved set in the same order (layout function).
-  return count_buffers(options, make_problem(options, q, v, cu_seqlens), Pass::kForward)
+  return count_buffers(carve_gdn_buffers, options, make_problem(options, q, v, cu_seqlens),
+                       Pass::kForward)
       .saved_bytes;
 }
 
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(options, p, Pass::kForward).workspace_bytes;
+  return count_buffers(carve_gdn_buffers, options, p, Pass::kForward).workspace_bytes;
 }
 
 void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -112,7 +95,8 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("k", args.k, 16);
   check_aligned("v", args.v, 16);
   check_aligned("o", args.o, 4);
-  auto const b = bind_buffers(options, p, Pass::kForward, saved, workspace, workspace_bytes);
+  auto const b = bind_buffers(carve_gdn_buffers, options, p, Pass::kForward, saved, workspace,
+                              workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
@@ -132,7 +116,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(options, p, Pass::kBackward).workspace_bytes;
+  return count_buffers(carve_gdn_buffers, options, p, Pass::kBackward).workspace_bytes;
 }
 
 void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
@@ -149,8 +133,8 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dv", args.dv, 4);
   // The carve hands out mutable pointers; in saved and inverse modes the backward only passes the
   // saved arena's regions to kernel inputs (const parameters).
-  auto const b = bind_buffers(options, p, Pass::kBackward, const_cast<void*>(saved), workspace,
-                              workspace_bytes);
+  auto const b = bind_buffers(carve_gdn_buffers, options, p, Pass::kBackward,
+                              const_cast<void*>(saved), workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
@@ -163,10 +147,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
     if (mode == SaveMode::kRecompute) run_kkt_solve(p, in, k_used, b, stream);
     // the h-walk, with a flag per walk (cleared first, in stream order: capturable) that lets
     // each reverse walk start as soon as its own h is stored
-    check_cuda(
-        cudaMemsetAsync(b.walk_done, 0,
-                        sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads, stream),
-        "walk flags memset");
+    clear_walk_flags(b.walk_done, p, stream);
     run_walk(p, in, q_used, k_used, b, nullptr, nullptr, b.h, b.walk_done, stream);
   }
 

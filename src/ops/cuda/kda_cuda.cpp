@@ -75,31 +75,19 @@ void run_walk(Problem const& p, ForwardInputs const& in, KdaBuffers const& b, bf
   check_cuda(kernels::walk_a_fwd::launch<ChannelDecay>(wp, stream), "walk_a_fwd launch");
 }
 
-KdaBuffers count_buffers(cakeOptions_t const& options, Problem const& p, Pass pass) {
-  return carve_kda_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr,
-                           nullptr);
-}
-
-KdaBuffers bind_buffers(cakeOptions_t const& options, Problem const& p, Pass pass, void* saved,
-                        void* workspace, size_t workspace_bytes) {
-  KdaBuffers const count = count_buffers(options, p, pass);
-  check_buffers(workspace_bytes, count.workspace_bytes, count.saved_bytes, saved);
-  return carve_kda_buffers(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved,
-                           workspace);
-}
-
 }  // namespace
 
 size_t kda_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
-  return count_buffers(options, make_problem(options, q, v, cu_seqlens), Pass::kForward)
+  return count_buffers(carve_kda_buffers, options, make_problem(options, q, v, cu_seqlens),
+                       Pass::kForward)
       .saved_bytes;
 }
 
 size_t kda_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(options, p, Pass::kForward).workspace_bytes;
+  return count_buffers(carve_kda_buffers, options, p, Pass::kForward).workspace_bytes;
 }
 
 void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -110,7 +98,8 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("v", args.v, 16);
   check_aligned("g", args.g, 16);
   check_aligned("o", args.o, 4);
-  auto const b = bind_buffers(options, p, Pass::kForward, saved, workspace, workspace_bytes);
+  auto const b = bind_buffers(carve_kda_buffers, options, p, Pass::kForward, saved, workspace,
+                              workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
@@ -126,7 +115,7 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 size_t kda_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(options, p, Pass::kBackward).workspace_bytes;
+  return count_buffers(carve_kda_buffers, options, p, Pass::kBackward).workspace_bytes;
 }
 
 void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
@@ -143,8 +132,8 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
   // In saved mode the backward passes the saved arena's regions to kernel inputs only.
-  auto const b = bind_buffers(options, p, Pass::kBackward, const_cast<void*>(saved), workspace,
-                              workspace_bytes);
+  auto const b = bind_buffers(carve_kda_buffers, options, p, Pass::kBackward,
+                              const_cast<void*>(saved), workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
 
@@ -154,10 +143,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   if (save_mode(options) != SaveMode::kSaved) {  // the saved set, recomputed
     normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
     run_chunk_pass(p, in, q_used, k_used, b, stream);
-    check_cuda(
-        cudaMemsetAsync(b.walk_done, 0,
-                        sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads, stream),
-        "walk flags memset");
+    clear_walk_flags(b.walk_done, p, stream);
     run_walk(p, in, b, nullptr, nullptr, b.h, b.walk_done, stream);
   }
 

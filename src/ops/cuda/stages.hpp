@@ -69,17 +69,38 @@ inline SaveMode save_mode(cakeOptions_t const& options) {  // validated: 0, 1 or
   return static_cast<SaveMode>(options.save_for_backward);
 }
 
-// The caller's buffers against the layout's sizes (the size queries' answer): the workspace
-// holds at least the bytes asked for, and a saved set that holds anything is aligned as the
-// layout assumes.
-inline void check_buffers(size_t workspace_bytes, size_t needed_workspace, size_t saved_bytes,
-                          void const* saved) {
-  CAKE_CHECK(workspace_bytes >= needed_workspace, cakeInsufficientWorkspace,
-             "workspace: expected at least ", needed_workspace, " bytes, got ", workspace_bytes);
-  CAKE_CHECK(saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % kSavedAlign == 0,
+// The layout's sizes for a call (null bases: counting only); carve is the op's layout function
+// (carve_gdn_buffers, carve_kda_buffers).
+template <class Carve>
+auto count_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Problem const& p,
+                   Pass pass) {
+  return carve(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr, nullptr);
+}
+
+// The buffers of one call, carved from the caller's saved buffer (its size checked by
+// validate_saved against the same layout's count) and workspace, after checking the workspace
+// holds the bytes that the size query (the same layout function) asked for and that a saved set
+// that holds anything is aligned as the layout assumes.
+template <class Carve>
+auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Problem const& p,
+                  Pass pass, void* saved, void* workspace, size_t workspace_bytes) {
+  auto const count = count_buffers(carve, options, p, pass);
+  CAKE_CHECK(workspace_bytes >= count.workspace_bytes, cakeInsufficientWorkspace,
+             "workspace: expected at least ", count.workspace_bytes, " bytes, got ",
+             workspace_bytes);
+  CAKE_CHECK(count.saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % kSavedAlign == 0,
              cakeInvalidArgument, "saved must be ", kSavedAlign,
              "-byte aligned (the saved set's layout does not depend on its address), got address ",
              saved);
+  return carve(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved, workspace);
+}
+
+// The h-walk's flags ([N, HV] ints) cleared in stream order (capturable), before the h-walk that
+// sets them and the reverse walks that wait on them.
+inline void clear_walk_flags(int* walk_done, kernels::Problem const& p, cudaStream_t stream) {
+  check_cuda(cudaMemsetAsync(walk_done, 0,
+                             sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads, stream),
+             "walk flags memset");
 }
 
 // The inputs of the forward's stages (the forward's own, or the backward's for its recompute).
