@@ -50,12 +50,13 @@ def unit_norm_qk(inputs):
         inputs[name] = torch.nn.functional.normalize(inputs[name].float(), dim=-1).bfloat16()
 
 
-def reference(inputs, dout, dht, use_qk_l2norm):
+def reference(inputs, dout, dht, use_qk_l2norm, variant=ops.GDN):
     """o, final_state and every gradient from the FP64 CPU reference on the upcast inputs."""
+    op = cake.chunk_kda if variant == ops.KDA else cake.chunk_gated_delta_rule
     x = {name: None if t is None else t.double().requires_grad_(t.is_floating_point())
          for name, t in inputs.items()}
     x["cu_seqlens"] = inputs["cu_seqlens"]
-    o, ht = cake.chunk_gated_delta_rule(
+    o, ht = op(
         x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
         output_final_state=True, use_qk_l2norm_in_kernel=use_qk_l2norm, cu_seqlens=x["cu_seqlens"])
     torch.autograd.backward([o, ht], [dout.double(), dht.double()])
@@ -69,7 +70,8 @@ def poisoned(t):
     return torch.full_like(t, float("nan"), device="cuda")
 
 
-def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", absent=()):
+def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", absent=(),
+            variant=ops.GDN):
     """Forward and backward through cake.abi into NaN-poisoned buffers; returns every result.
 
     In saved and inverse modes the forward writes the saved set (a buffer poisoned with 0xFF bytes,
@@ -86,12 +88,10 @@ def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", abs
     ht = torch.full((N, HV, K, V), float("nan"), device="cuda")
     ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
            None)
-    opts = (ops.GDN, K ** -0.5, use_qk_l2norm, *OPTIONS.values(), MODES[mode])
+    opts = (variant, K ** -0.5, use_qk_l2norm, *OPTIONS.values(), MODES[mode])
     with torch.cuda.stream(stream):
-        saved = None
-        if MODES[mode]:
-            nbytes = abi.forward_saved_size(*ins, o, ht, *opts)
-            saved = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda")
+        nbytes = abi.forward_saved_size(*ins, o, ht, *opts)  # 0 in recompute mode
+        saved = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda") if nbytes else None
         nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
         ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
         abi.forward(*ins, o, ht, *opts, saved, ws, stream.cuda_stream)
@@ -219,6 +219,11 @@ def test_int64_offsets_equal_int32_offsets():
 @pytest.mark.parametrize("mode", MODES)
 def test_graph_capture_replays_eager_results(mode):
     inputs, dout, dht = make_inputs([700, 300], 2, 4, seed=13)
+    check_graph_replays_eager(cake.chunk_gated_delta_rule, inputs, dout, dht, mode)
+
+
+def check_graph_replays_eager(op, inputs, dout, dht, mode):
+    """op's forward and backward captured in a CUDA graph and replayed give the eager results."""
     x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
          for n, t in inputs.items()}
     x["cu_seqlens"] = inputs["cu_seqlens"].cuda()
@@ -228,7 +233,7 @@ def test_graph_capture_replays_eager_results(mode):
         for t in x.values():
             if t is not None:
                 t.grad = None
-        o, ht = cake.chunk_gated_delta_rule(
+        o, ht = op(
             x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
             output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"],
             save_for_backward=mode)
@@ -262,21 +267,24 @@ def guarded(nbytes):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_buffers_are_exact(mode):
-    """The forward and backward write no byte past the queried workspace and saved set, and a
-    buffer one byte short is refused with a message naming it."""
     inputs, dout, dht = make_inputs([129, 64], 2, 4, seed=17)
+    saved_bytes = check_buffers_exact(inputs, dout, dht, mode, ops.GDN)
+    assert (saved_bytes > 0) == (MODES[mode] != 0)
+
+
+def check_buffers_exact(inputs, dout, dht, mode, variant):
+    """The forward and backward write no byte past the queried workspace and saved set, the
+    backward never writes the saved set, and a buffer one byte short is refused with a message
+    naming it. Returns the saved set's size."""
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
     ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
            None)
     o = torch.empty(1, 193, 4, V, dtype=torch.bfloat16, device="cuda")
     ht = torch.empty(2, 4, K, V, device="cuda")
-    opts = (ops.GDN, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
+    opts = (variant, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
     stream = torch.cuda.current_stream().cuda_stream
     saved_bytes = abi.forward_saved_size(*ins, o, ht, *opts)
-    assert (saved_bytes > 0) == (MODES[mode] != 0)
-    saved_whole, saved = guarded(saved_bytes)
-    if not MODES[mode]:
-        saved = None  # recompute mode takes no saved buffer
+    saved_whole, saved = guarded(saved_bytes)  # None where there is no saved set
     nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
     ws_whole, ws = guarded(nbytes)
     abi.forward(*ins, o, ht, *opts, saved, ws, stream)
@@ -305,6 +313,7 @@ def test_buffers_are_exact(mode):
     if saved_bytes:
         with pytest.raises(ValueError, match="saved: expected at least"):
             abi.backward(*bargs, *opts, saved[: saved_bytes - 1], ws, stream)
+    return saved_bytes
 
 
 def test_saved_size_query_matches_the_forward():

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 
 import cake
-from cake import abi, ops
-from test_gpu_gdn import OPTIONS, check_gate, guarded, poisoned
+from cake import ops
+import test_gpu_gdn
+from test_gpu_gdn import check_gate
 
 pytestmark = [
     pytest.mark.gpu,
@@ -64,48 +65,12 @@ def make_inputs(docs, H, HV, *, seed, gate_kind="mild", beta_range=(0.05, 0.95),
 
 
 def reference(inputs, dout, dht):
-    """o, final_state and every gradient from the FP64 CPU reference on the upcast inputs."""
-    x = {name: None if t is None else t.double().requires_grad_(t.is_floating_point())
-         for name, t in inputs.items()}
-    x["cu_seqlens"] = inputs["cu_seqlens"]
-    o, ht = cake.chunk_kda(
-        x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
-        output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"])
-    torch.autograd.backward([o, ht], [dout.double(), dht.double()])
-    grads = {"d" + n: x[n].grad for n in ("q", "k", "v", "g", "beta")}
-    if x["initial_state"] is not None:
-        grads["dh0"] = x["initial_state"].grad
-    return {"o": o.detach(), "final_state": ht.detach(), **grads}
+    return test_gpu_gdn.reference(inputs, dout, dht, True, variant=ops.KDA)
 
 
 def run_gpu(inputs, dout, dht, stream=None, mode="recompute"):
-    """Forward and backward through cake.abi into NaN-poisoned buffers (the saved set poisoned
-    with 0xFF bytes); returns every result on the CPU."""
-    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
-    T, HV, N = x["q"].shape[1], x["v"].shape[2], x["cu_seqlens"].numel() - 1
-    stream = stream or torch.cuda.current_stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    o = torch.full((1, T, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
-    ht = torch.full((N, HV, K, V), float("nan"), device="cuda")
-    ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
-           None)
-    opts = (ops.KDA, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
-    with torch.cuda.stream(stream):
-        nbytes = abi.forward_saved_size(*ins, o, ht, *opts)
-        saved = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda") if nbytes else None
-        nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
-        abi.forward(*ins, o, ht, *opts, saved, ws, stream.cuda_stream)
-        grads = {"d" + n: poisoned(x[n]) for n in ("q", "k", "v", "g", "beta")}
-        grads["dh0"] = poisoned(x["initial_state"]) if x["initial_state"] is not None else None
-        bargs = (*ins, dout.cuda(), dht.cuda(), grads["dq"], grads["dk"], grads["dv"], grads["dg"],
-                 grads["dbeta"], grads["dh0"], None, None)
-        nbytes = abi.backward_workspace_size(*bargs, *opts)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
-        abi.backward(*bargs, *opts, saved, ws, stream.cuda_stream)
-    stream.synchronize()
-    out = {"o": o, "final_state": ht, **grads}
-    return {n: t.cpu() for n, t in out.items() if t is not None}
+    return test_gpu_gdn.run_gpu(inputs, dout, dht, True, stream=stream, mode=mode,
+                                variant=ops.KDA)
 
 
 CASES = {
@@ -160,68 +125,16 @@ def test_deterministic_across_runs_and_streams(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_graph_capture_replays_eager_results(mode):
     inputs, dout, dht = make_inputs([700, 300], 2, 4, seed=13)
-    x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
-         for n, t in inputs.items()}
-    x["cu_seqlens"] = inputs["cu_seqlens"].cuda()
-    dout, dht = dout.cuda(), dht.cuda()
-
-    def step():
-        for t in x.values():
-            if t is not None:
-                t.grad = None
-        o, ht = cake.chunk_kda(
-            x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
-            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"],
-            save_for_backward=mode)
-        torch.autograd.backward([o, ht], [dout, dht])
-        return [o.detach().clone(), ht.detach().clone()] + [
-            x[n].grad.clone() for n in ("q", "k", "v", "g", "beta", "initial_state")]
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        eager = step()
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
-    graph.replay()
-    torch.cuda.synchronize()
-    for a, b in zip(eager, captured):
-        assert torch.equal(a, b)
+    test_gpu_gdn.check_graph_replays_eager(cake.chunk_kda, inputs, dout, dht, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_buffers_are_exact(mode):
-    """No byte written past the queried workspace and saved set; the saved set only in saved mode
-    (docs/design/kda-hopper.md); the backward never writes the saved set."""
+    """As GDN's (test_gpu_gdn.check_buffers_exact); KDA keeps a saved set only in saved mode
+    (docs/design/kda-hopper.md)."""
     inputs, dout, dht = make_inputs([129, 64], 2, 4, seed=17)
-    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
-    ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
-           None)
-    o = torch.empty(1, 193, 4, V, dtype=torch.bfloat16, device="cuda")
-    ht = torch.empty(2, 4, K, V, device="cuda")
-    opts = (ops.KDA, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
-    stream = torch.cuda.current_stream().cuda_stream
-    saved_bytes = abi.forward_saved_size(*ins, o, ht, *opts)
+    saved_bytes = test_gpu_gdn.check_buffers_exact(inputs, dout, dht, mode, ops.KDA)
     assert (saved_bytes > 0) == (mode == "saved")
-    saved_whole, saved = guarded(saved_bytes)
-    nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
-    ws_whole, ws = guarded(nbytes)
-    abi.forward(*ins, o, ht, *opts, saved, ws, stream)
-    torch.cuda.synchronize()
-    assert (ws_whole[nbytes:] == 0xA5).all(), "the forward wrote past its workspace"
-    assert (saved_whole[saved_bytes:] == 0xA5).all(), "the forward wrote past its saved set"
-    grads = [torch.empty_like(x[n]) for n in ("q", "k", "v", "g", "beta", "initial_state")]
-    bargs = (*ins, dout.cuda(), dht.cuda(), *grads, None, None)
-    saved_before = saved_whole.clone()
-    nbytes = abi.backward_workspace_size(*bargs, *opts)
-    ws_whole, ws = guarded(nbytes)
-    abi.backward(*bargs, *opts, saved, ws, stream)
-    torch.cuda.synchronize()
-    assert (ws_whole[nbytes:] == 0xA5).all(), "the backward wrote past its workspace"
-    assert torch.equal(saved_whole, saved_before), "the backward wrote to the saved set"
 
 
 @pytest.mark.parametrize("variant", ["gdn", "kda"])
