@@ -19,7 +19,6 @@
 #include "core/error.hpp"
 #include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
-#include "kernels/qk_grad/launch.hpp"
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "ops/cuda/kda_workspace.hpp"
@@ -194,18 +193,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   ip.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   check_cuda(kernels::intra_bwd::launch(ip, stream), "intra_bwd launch");
 
-  kernels::qk_grad::Params gp;
-  gp.num_tokens = p.num_tokens;
-  gp.num_qk_heads = p.num_qk_heads;
-  gp.group_size = p.group_size();
-  gp.use_l2norm = l2;
-  gp.q = ptr<bf16 const>(args.q);
-  gp.k = ptr<bf16 const>(args.k);
-  gp.dq_hv = b.dq_hv;
-  gp.dk_hv = b.dk_hv;
-  gp.dq = ptr<bf16>(args.dq);
-  gp.dk = ptr<bf16>(args.dk);
-  check_cuda(kernels::qk_grad::launch(gp, stream), "qk_grad launch");
+  reduce_qk_grads(p, l2, args, b.dq_hv, b.dk_hv, stream);
 }
 
 }  // namespace cake::ops

@@ -12,6 +12,7 @@
 #include "cake/cake.h"
 #include "core/error.hpp"
 #include "kernels/common/problem.hpp"
+#include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
 #include "ops/cuda/carver.hpp"
 
@@ -130,6 +131,25 @@ inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardI
   check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
   *q_used = q_norm;
   *k_used = k_norm;
+}
+
+// dq and dk [T, H, K] from their terms per value head dq_hv, dk_hv [T, HV, K] (qk_grad): summed
+// over each query head's group, and through the l2 norm's backward with use_qk_l2norm.
+inline void reduce_qk_grads(kernels::Problem const& p, bool use_qk_l2norm,
+                            cakeBackwardArgs_t const& args, float const* dq_hv,
+                            float const* dk_hv, cudaStream_t stream) {
+  kernels::qk_grad::Params gp;
+  gp.num_tokens = p.num_tokens;
+  gp.num_qk_heads = p.num_qk_heads;
+  gp.group_size = p.group_size();
+  gp.use_l2norm = use_qk_l2norm;
+  gp.q = ptr<bf16 const>(args.q);
+  gp.k = ptr<bf16 const>(args.k);
+  gp.dq_hv = dq_hv;
+  gp.dk_hv = dk_hv;
+  gp.dq = ptr<bf16>(args.dq);
+  gp.dk = ptr<bf16>(args.dk);
+  check_cuda(kernels::qk_grad::launch(gp, stream), "qk_grad launch");
 }
 
 }  // namespace cake::ops::cuda
