@@ -1,6 +1,7 @@
 // What the GDN and KDA GPU paths (gdn_cuda.cpp, kda_cuda.cpp) share around their stages: the
 // Problem of a validated call, CUDA errors as cake::Error, the alignment the kernels' vector loads
-// need, the q/k L2 norm, and the checks of the caller's buffers against the layout's sizes.
+// need, the q/k L2 norm and the q/k gradients' reduction, and the checks of the caller's buffers
+// against the layout's sizes.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -136,8 +137,8 @@ inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardI
 // dq and dk [T, H, K] from their terms per value head dq_hv, dk_hv [T, HV, K] (qk_grad): summed
 // over each query head's group, and through the l2 norm's backward with use_qk_l2norm.
 inline void reduce_qk_grads(kernels::Problem const& p, bool use_qk_l2norm,
-                            cakeBackwardArgs_t const& args, float const* dq_hv,
-                            float const* dk_hv, cudaStream_t stream) {
+                            cakeBackwardArgs_t const& args, float const* dq_hv, float const* dk_hv,
+                            cudaStream_t stream) {
   kernels::qk_grad::Params gp;
   gp.num_tokens = p.num_tokens;
   gp.num_qk_heads = p.num_qk_heads;
