@@ -22,6 +22,7 @@ using cake::emu_testing::Errors;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
 using cake::emu_testing::Pool;
+using cake::emu_testing::sum_over_groups;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
@@ -132,15 +133,8 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.eo_split = c.states;
     EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
   }
-  // dq, dk per value head, summed over each q/k head's value heads
-  std::vector<double> dq(pr.BT * pr.H * K, 0.0), dk(pr.BT * pr.H * K, 0.0);
-  for (int64_t t = 0; t < pr.BT; ++t)
-    for (int hv = 0; hv < pr.HV; ++hv)
-      for (int i = 0; i < K; ++i) {
-        int64_t const at = (t * pr.H + hv / (pr.HV / pr.H)) * K + i;
-        dq[at] += dq_hv[(t * pr.HV + hv) * K + i];
-        dk[at] += dk_hv[(t * pr.HV + hv) * K + i];
-      }
+  std::vector<double> const dq = sum_over_groups(dq_hv, pr.BT, pr.H, pr.HV);
+  std::vector<double> const dk = sum_over_groups(dk_hv, pr.BT, pr.H, pr.HV);
 
   std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K), rg(pr.BT * pr.HV),
       rbeta(rg.size()), rh0(pr.states_size());

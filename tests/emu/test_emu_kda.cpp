@@ -28,6 +28,7 @@ using cake::emu_testing::Errors;
 using cake::emu_testing::expect_pass;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
+using cake::emu_testing::sum_over_groups;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Problem;
 using cake::kda_emu_testing::KdaCase;
@@ -364,14 +365,8 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
     p.dbeta = dbeta.data();
     EXPECT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
   }
-  std::vector<double> dq(pr.BT * pr.H * K, 0.0), dk(dq.size(), 0.0);
-  for (int64_t t = 0; t < pr.BT; ++t)
-    for (int hv = 0; hv < pr.HV; ++hv)
-      for (int i = 0; i < K; ++i) {
-        int64_t const at = (t * pr.H + hv / (pr.HV / pr.H)) * K + i;
-        dq[at] += dq_hv[(t * pr.HV + hv) * K + i];
-        dk[at] += dk_hv[(t * pr.HV + hv) * K + i];
-      }
+  std::vector<double> const dq = sum_over_groups(dq_hv, pr.BT, pr.H, pr.HV);
+  std::vector<double> const dk = sum_over_groups(dk_hv, pr.BT, pr.H, pr.HV);
 
   ref::Shape shape = pr.shape();
   shape.gate = ref::Gate::kChannel;
