@@ -103,3 +103,95 @@ def test_kcp_on_cuda_is_reproducible(kda):
         assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
         for n in PER_TOKEN:
             assert torch.equal(a[3][n], b[3][n]), f"d{n} differs between runs"
+
+
+def _call(kda, t, ctx, **kwargs):
+    """One rank's KCP forward and backward on CUDA tensors: (o, final state, local grads)."""
+    local = {n: kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN}
+    fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
+    o, ht = fn(*(local[n] for n in PER_TOKEN), ctx, initial_state=t["initial_state"].detach(),
+               output_final_state=True, use_qk_l2norm_in_kernel=True, **kwargs)
+    (o.float().square().sum() + ht.square().sum()).backward()
+    return o.detach(), ht.detach(), {n: x.grad for n, x in local.items()}
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_later_calls_read_nothing_from_the_device(kda):
+    """Once a context's first call has agreed the sizes and built the call plan, a forward and
+    backward on 4 virtual ranks make no device-to-host synchronisation (torch's sync debug mode
+    raises on one) and give the first call's results bitwise."""
+    import threading
+
+    cu = PACKS["short_and_long"]
+    t = make_inputs(cu, 2, 4, kda, seed=8)
+    W = 4
+    barrier = threading.Barrier(W)
+
+    def body(ex):
+        ctx = kcp.build_context(t["cu_seqlens"], exchange=ex, layout="zigzag_per_document",
+                                segments=2)
+        first = _call(kda, t, ctx)
+        torch.cuda.synchronize()
+        barrier.wait()
+        if ex.rank == 0:
+            torch.cuda.set_sync_debug_mode("error")
+        barrier.wait()
+        try:
+            again = _call(kda, t, ctx)
+        finally:
+            barrier.wait()
+            if ex.rank == 0:
+                torch.cuda.set_sync_debug_mode("default")
+        kcp.check_calls(ctx)
+        return first, again
+
+    for first, again in kcp.VirtualWorld(W, timeout=TIMEOUT).run(body):
+        assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+        for n in PER_TOKEN:
+            assert torch.equal(first[2][n], again[2][n]), f"d{n} differs"
+
+
+def test_kcp_disagreement_on_cuda_poisons_and_raises_at_check():
+    """A later call whose scale differs on one rank: the received states are NaN on every rank
+    (no host read in the call), and check_calls raises ValueError on every rank."""
+    cu = PACKS["one_long"]
+    t = make_inputs(cu, 2, 4, False, seed=9)
+
+    def body(ex):
+        ctx = kcp.build_context(t["cu_seqlens"], exchange=ex, layout="contiguous")
+        _call(False, t, ctx)
+        o, _, _ = _call(False, t, ctx, scale=0.05 if ex.rank == 1 else None)
+        nan = bool(o.isnan().any())
+        try:
+            kcp.check_calls(ctx)
+        except ValueError as e:
+            return nan, str(e)
+        return nan, None
+
+    for r, (nan, error) in enumerate(kcp.VirtualWorld(2, timeout=TIMEOUT).run(body)):
+        assert error is not None and "disagree on scale" in error, f"rank {r}: {error}"
+        if r == 1:  # rank 1 receives rank 0's state; rank 0 receives none in this layout
+            assert nan, "rank 1's states from the disagreeing call must be NaN"
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_graph_replays_eager(kda):
+    """A one-rank context with 3 segments per document (summaries, compositions and the walks
+    all in the call): forward and backward captured in a CUDA graph replay the eager results
+    bitwise."""
+    from test_gpu_gdn import check_graph_replays_eager
+
+    cu = [0, 900, 1000]
+    t = make_inputs(cu, 2, 4, kda, seed=10)
+    ctx = kcp.build_context(t["cu_seqlens"], segments=3)
+    fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
+
+    def op(q, k, v, g, beta, *, cu_seqlens, save_for_backward, **kwargs):
+        return fn(q, k, v, g, beta, ctx, **kwargs)
+
+    inputs = {n: t[n].detach() for n in PER_TOKEN + ("initial_state",)}
+    inputs["cu_seqlens"] = t["cu_seqlens"]
+    gen = torch.Generator().manual_seed(11)
+    dout = torch.randn(1, cu[-1], 4, V, generator=gen).bfloat16()
+    dht = torch.randn(len(cu) - 1, 4, K, V, generator=gen)
+    check_graph_replays_eager(op, inputs, dout, dht, None)

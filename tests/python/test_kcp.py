@@ -304,10 +304,11 @@ class CountingExchange(kcp.Exchange):
 
     def __init__(self, inner):
         self.inner, self.rank, self.world_size = inner, inner.rank, inner.world_size
-        self.sent = self.received = 0
+        self.sent = self.received = self.calls = 0
 
     def all_gather(self, tensor):
         out = self.inner.all_gather(tensor)
+        self.calls += 1
         self.sent += tensor.numel() * tensor.element_size()
         self.received += sum(x.numel() * x.element_size() for r, x in enumerate(out)
                              if r != self.rank)
@@ -327,18 +328,26 @@ def test_exchange_bytes_equal_bytes_gathered(W, layout, pack, dtype):
         ctx = kcp.build_context(t["cu_seqlens"], exchange=counting, layout=layout)
         expected = ctx.exchange_bytes(2, 8, 16, dtype=torch.float64 if dtype == torch.float64
                                       else torch.float32)
-        counting.sent = counting.received = 0
-        local = [kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN]
-        o, ht = kcp.chunk_gated_delta_rule_kcp(*local, ctx, initial_state=t["initial_state"],
-                                               output_final_state=True)
-        forward = (counting.sent, counting.received)
-        (o.double().sum() + ht.double().sum()).backward()
-        backward = (counting.sent - forward[0], counting.received - forward[1])
-        return expected, forward, backward
 
-    for expected, forward, backward in kcp.VirtualWorld(W, timeout=TIMEOUT).run(body):
+        def step():
+            counting.sent = counting.received = 0
+            local = [kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN]
+            o, ht = kcp.chunk_gated_delta_rule_kcp(*local, ctx, initial_state=t["initial_state"],
+                                                   output_final_state=True)
+            forward = (counting.sent, counting.received)
+            (o.double().sum() + ht.double().sum()).backward()
+            return forward, (counting.sent - forward[0], counting.received - forward[1])
+
+        return expected, step(), step()
+
+    for expected, first, later in kcp.VirtualWorld(W, timeout=TIMEOUT).run(body):
+        # The first call of these sizes on the exchange also agrees them: one more header.
+        agreement = (expected.header_bytes, (W - 1) * expected.header_bytes)
+        assert first[0] == tuple(a + b for a, b in zip(agreement, later[0]))
+        forward, backward = later
         assert forward == (expected.forward_send, expected.forward_receive)
         assert backward == (expected.backward_send, expected.backward_receive)
+        assert first[1] == backward
         if W > 1 and pack == "long":
             assert expected.forward_slots >= 1 and expected.backward_slots >= 1
 
@@ -439,6 +448,79 @@ def test_op_error_on_one_rank_raises_on_every_rank():
 
     outcomes = _all_raise(2, body)
     assert "A_log" in str(outcomes[0]) and "rejected" in str(outcomes[1])
+
+
+def _later_call(what):
+    """A body for 2 virtual ranks: a first call agrees the sizes; in a second call of the same
+    sizes, rank 1 changes the scale or passes an A_log of the wrong size. Returns (forward
+    all-gathers of the second call, whether its o has NaN, the error of check_calls or None)."""
+    cu = [0, 100, 250]
+    t, _ = make_case(2, kda=False, cu=cu, HV=2, gate=True)
+
+    def body(ex):
+        counting = CountingExchange(ex)
+        ctx = kcp.build_context(cu, exchange=counting, layout="zigzag")
+        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        A_log = t["A_log"].detach()
+        kwargs = dict(use_gate_in_kernel=True, A_log=A_log)
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx, **kwargs)
+        if ex.rank == 1:
+            kwargs.update(scale=0.5) if what == "scale" else kwargs.update(A_log=A_log[:1])
+        counting.calls = 0
+        try:
+            o, _ = kcp.chunk_gated_delta_rule_kcp(*local, ctx, **kwargs)
+        finally:
+            assert counting.calls == 1, "the second call all-gathers once: header and records"
+        try:
+            kcp.check_calls(ctx)
+        except ValueError as e:
+            return bool(o.isnan().any()), str(e)
+        return bool(o.isnan().any()), None
+
+    return body
+
+
+@pytest.mark.parametrize("what", ["scale", "rejected"])
+def test_later_calls_are_checked_with_their_records(what):
+    """After the first call of its sizes, a call sends its header with its records: a
+    disagreement still raises on every rank (at once, on CPU tensors)."""
+    outcomes = _all_raise(2, _later_call(what))
+    if what == "scale":
+        assert all("disagree on scale (rank 0: " in str(e) for e in outcomes)
+    else:
+        assert "A_log" in str(outcomes[1]) and "rank(s) [1] rejected" in str(outcomes[0])
+
+
+@pytest.mark.parametrize("what", ["scale", "rejected"])
+def test_disagreement_read_later_poisons_and_raises_on_every_rank(monkeypatch, what):
+    """Where reading the verdict would wait for the device (CUDA tensors; simulated here), the
+    call returns with the received states NaN and check_calls raises on every rank."""
+    monkeypatch.setattr(kcp.check, "_reads_now", lambda headers: False)
+    outcomes = kcp.VirtualWorld(2, timeout=20.0).run(_later_call(what), return_exceptions=True,
+                                                     timeout=40.0)
+    if what == "scale":
+        for nan, error in outcomes:
+            assert nan, "the states received from a disagreeing rank must be NaN"
+            assert "disagree on scale" in error
+    else:  # the rejecting rank raises its own error at once; the other learns it later
+        assert isinstance(outcomes[1], ValueError) and "A_log" in str(outcomes[1])
+        nan, error = outcomes[0]
+        assert nan and "rank(s) [1] rejected" in error
+
+
+def test_build_context_raises_the_pending_verdicts(monkeypatch):
+    monkeypatch.setattr(kcp.check, "_reads_now", lambda headers: False)
+    cu = [0, 100, 250]
+    t, _ = make_case(1, kda=False, cu=cu, HV=2)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx)
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if ex.rank else None)
+        kcp.build_context(cu, exchange=ex, layout="zigzag")
+
+    _all_raise(2, body, match="disagree on scale")
 
 
 def test_argument_errors_name_the_argument():

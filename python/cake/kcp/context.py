@@ -14,8 +14,10 @@ import torch
 from torch import Tensor
 
 from .. import abi
+from . import check
 from .exchange import (DistributedExchange, Exchange, SingleExchange, agree,
                        header_bytes)
+from .plan import CallPlan, build_plan
 
 LAYOUTS = ("contiguous", "zigzag", "zigzag_per_document")
 CHUNK_SIZE = int(abi.kcp.CHUNK_SIZE)
@@ -98,11 +100,13 @@ class Shard:
 
 @dataclass(frozen=True)
 class ExchangeBytes:
-    """Bytes one rank sends and receives per op call. Forward: the header and the records of the
-    state_out fragments; backward: the records of the state_in fragments; ``*_slots`` records per
-    rank, receive = (W - 1) * send. Delta-rule ops: summary and adjoint records [HV, K, K + V] in
-    the state dtype (float32, or float64 for float64 inputs). causal_conv1d_kcp: halo records
-    [W_conv - 1, D] in x's dtype (its tokens forward, their gradients backward)."""
+    """Bytes one rank sends and receives per op call (a delta-rule op's first call of its sizes on
+    an exchange also all-gathers header_bytes to agree them, cake.kcp.check). Forward: the header
+    and the records of the state_out fragments; backward: the records of the state_in fragments;
+    ``*_slots`` records per rank, receive = (W - 1) * send. Delta-rule ops: summary and adjoint
+    records [HV, K, K + V] in the state dtype (float32, or float64 for float64 inputs).
+    causal_conv1d_kcp: halo records [W_conv - 1, D] in x's dtype (its tokens forward, their
+    gradients backward)."""
     header_bytes: int
     record_bytes: int
     forward_slots: int
@@ -178,16 +182,27 @@ class Context:
                                         segments or 0, num_sms)
         self._plans: dict[int, tuple[int, ...]] = {}
         self._bytes: dict[tuple, ExchangeBytes] = {}
-        self._offsets: dict[tuple, Tensor] = {}
+        self._call_plans: dict[tuple, CallPlan] = {}
+        self._headers: dict[tuple, Tensor] = {}
 
-    def offsets(self, cu: Sequence[int], device: torch.device) -> Tensor:
-        """The int32 tensor of the offsets cu of a walk over this rank's segments, on device: made
-        once per context and walk (the calls of a batch walk the same segments), so that a call
-        copies no offsets from the host after the first."""
-        key = (tuple(cu), device)
-        if key not in self._offsets:
-            self._offsets[key] = torch.tensor(key[0], dtype=torch.int32, device=device)
-        return self._offsets[key]
+    def call_plan(self, segments: int, has_h0: bool, needs_grad: bool,
+                  device: torch.device) -> CallPlan:
+        """The indices and offsets of an op call on this rank (cake.kcp.plan), on device: made by
+        the first call of a kind and kept, so that later calls copy nothing from the host."""
+        key = (segments, has_h0, needs_grad, device)
+        if key not in self._call_plans:
+            plan = self.exchange_bytes(1, 1, 1)
+            self._call_plans[key] = build_plan(self, segments,
+                                               (plan.forward_slots, plan.backward_slots),
+                                               has_h0, needs_grad, device)
+        return self._call_plans[key]
+
+    def call_header(self, fields: dict, ok: bool, device: torch.device) -> Tensor:
+        """An op call's header on the device (cake.kcp.check), kept per set of fields."""
+        key = (tuple(fields.items()), ok, device)
+        if key not in self._headers:
+            self._headers[key] = check.header_tensor(fields, ok, device)
+        return self._headers[key]
 
     @property
     def num_documents(self) -> int:
@@ -315,12 +330,12 @@ def _resolve_world(group, world_size, rank, exchange) -> tuple[Optional[Exchange
     if group is not None and exchange is not None:
         raise ValueError("pass group= (torch.distributed) or exchange=, not both")
     if group is not None:
-        exchange = DistributedExchange(group)
+        exchange = DistributedExchange.of(group)
     elif exchange is None and world_size is None:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            exchange = DistributedExchange(None)
+            exchange = DistributedExchange.of(None)
     if exchange is not None:
         source = "group" if group is not None else "exchange"
         if world_size is not None and world_size != exchange.world_size:
@@ -358,9 +373,11 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
 
     When there is an exchange, the ranks all-gather what they must agree on (global cu_seqlens,
     W, layout, segments, num_sms, their rank) once; any difference, or an argument rejected on any
-    rank, raises ValueError on every rank.
+    rank, raises ValueError on every rank. First, the verdicts of the earlier op calls on the
+    exchange are read (cake.kcp.check): a disagreement among them raises ValueError on every rank.
     """
     exchange, world_size, rank, errors = _resolve_world(group, world_size, rank, exchange)
+    check.raise_pending(exchange)
     cu = None
     try:
         cu = _as_int_list(cu_seqlens_global)

@@ -45,8 +45,24 @@ class DistributedExchange(Exchange):
     """all_gather over a torch.distributed process group (None: the default group).
 
     NCCL gathers CUDA tensors and gloo CPU tensors: tensors are moved to the backend's device for
-    the collective and the results come back on the caller's device.
+    the collective and the results come back on the caller's device. ``of(group)`` gives the one
+    exchange of a group, so that what its calls have agreed (cake.kcp.check) outlives a batch's
+    context.
     """
+
+    _of_group: dict = {}
+
+    @classmethod
+    def of(cls, group=None) -> "DistributedExchange":
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("group: torch.distributed is not initialised; call "
+                             "torch.distributed.init_process_group first or pass exchange=")
+        key = dist.group.WORLD if group is None else group
+        if key not in cls._of_group:
+            cls._of_group[key] = cls(group)
+        return cls._of_group[key]
 
     def __init__(self, group=None):
         import torch.distributed as dist
@@ -70,10 +86,10 @@ class DistributedExchange(Exchange):
         import torch.distributed as dist
 
         device = self._device(tensor)
-        sent = tensor.detach().to(device).contiguous()
-        received = [torch.empty_like(sent) for _ in range(self.world_size)]
-        dist.all_gather(received, sent, group=self.group)
-        return [t.to(tensor.device) for t in received]
+        sent = tensor.detach().to(device).reshape(-1)
+        received = sent.new_empty(self.world_size * sent.numel())
+        dist.all_gather_into_tensor(received, sent, group=self.group)
+        return list(received.to(tensor.device).view(self.world_size, *tensor.shape).unbind(0))
 
 
 class VirtualWorld:
@@ -97,11 +113,13 @@ class VirtualWorld:
         self._generation = 0
         self._aborted = False
         self._slots: list[Optional[Tensor]] = [None] * world_size
+        self._exchanges = [VirtualExchange(self, r) for r in range(world_size)]
 
     def exchange(self, rank: int) -> "VirtualExchange":
+        """Rank ``rank``'s exchange (the same object on every call)."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {rank}")
-        return VirtualExchange(self, rank)
+        return self._exchanges[rank]
 
     def abort(self) -> None:
         """Fails every rank waiting in (or later entering) an all-gather."""
@@ -215,10 +233,20 @@ def agree(exchange: Exchange, what: str, fields: Mapping[str, int], error: Optio
     rows = [t.tolist() for t in exchange.all_gather(header)]
     if error:
         raise ValueError(error)
+    problem = disagreement(what, names, rows, float_fields, per_rank)
+    if problem:
+        raise ValueError(problem)
+    return [row[1:] for row in rows]
+
+
+def disagreement(what: str, names: Sequence[str], rows: Sequence[Sequence[int]],
+                 float_fields: Sequence[str] = (), per_rank: Sequence[str] = ()) -> Optional[str]:
+    """What is wrong with the gathered headers rows [W][1 + len(names)] (an ok flag, then the
+    fields), or None when every rank accepted its arguments and the fields agree."""
     rejected = [r for r, row in enumerate(rows) if row[0] != 1]
     if rejected:
-        raise ValueError(f"{what}: rank(s) {rejected} rejected their arguments (their own errors "
-                         f"say why); nothing else was exchanged")
+        return (f"{what}: rank(s) {rejected} rejected their arguments (their own errors say why); "
+                f"nothing else was exchanged")
     show = lambda n, x: bits_float(x) if n in float_fields else x  # noqa: E731
     differ = []
     for i, name in enumerate(names, start=1):
@@ -229,5 +257,5 @@ def agree(exchange: Exchange, what: str, fields: Mapping[str, int], error: Optio
             differ.append(f"{name} (" + ", ".join(f"rank {r}: {show(name, x)}"
                                                   for r, x in enumerate(values)) + ")")
     if differ:
-        raise ValueError(f"{what}: the ranks disagree on " + "; ".join(differ))
-    return [row[1:] for row in rows]
+        return f"{what}: the ranks disagree on " + "; ".join(differ)
+    return None

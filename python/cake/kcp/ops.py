@@ -1,23 +1,24 @@
 """GDN and KDA under context parallelism: each rank walks its shard; the states that cross ranks
 are passed exactly through affine summaries (docs/design/context-parallel.md).
 
-Forward on one rank, with P segments per fragment (segment_bounds):
+Forward on one rank, with P segments per fragment (the call plan, cake.kcp.plan):
   1. the summary walk: for every segment of a fragment that is cut (S > 1), crosses out
-     (state_out) or, when gradients are wanted, crosses in (state_in), its record (M, B): the
+     (state_out) or, when gradients are wanted, crosses in (state_in), its map (M, B): the
      single-rank forward over those segments from S_in = 0 (final states: B) and with v = 0 of
      V' = K columns from S_in = I (final states: M), so that the op's transforms (L2 norm, gate,
      beta sigmoid) are those of the final walk;
-  2. the header all-gather (shapes, options, record count), then the all-gather of one record per
-     state_out fragment (its segments composed; a document's first piece has its initial state
-     folded in: B <- M h0 + B);
+  2. one all-gather of the call's header and one record per state_out fragment (its segments
+     composed; a document's first piece has its initial state folded in: B <- M h0 + B); the
+     first call of its sizes on the exchange agrees them on the host before (cake.kcp.check);
   3. every state_in fragment's S_in by composing its document's earlier pieces in order, and every
-     segment's S_in by composing along the fragment;
+     segment's S_in along its fragment (batched scans, one product per step);
   4. one single-rank forward over the whole shard, each segment a sequence from its true S_in.
 Backward, the mirror image with adjoint records (M^T, C): C is the gradient reaching a segment's
 S_in from its own outputs (one single-rank backward with dht = 0); records of state_in fragments
 are all-gathered (a document's last piece has its dht folded in: C <- C + M^T dht), composed in
 reverse piece order into every state_out fragment's dS_out, then along the segments; one
 single-rank backward over the shard with the saved S_in and dht = dS_out gives every gradient.
+After the first call of a context and of its sizes, a call reads nothing from the device.
 """
 
 from dataclasses import dataclass
@@ -29,10 +30,11 @@ from torch import Tensor
 from .. import abi
 from .. import ops as single
 from ..options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, Op, parse
-from . import summary
+from . import check, summary
 from .context import OP_HEADER_FIELDS, Context, _dtype_code
-from .exchange import agree, float_bits
+from .exchange import float_bits
 
+# The bits of the header's "flags" field, lowest first.
 _FLAG_NAMES = ("use_qk_l2norm", "use_gate_in_kernel", "use_beta_sigmoid", "allow_neg_eigval",
                "output_final_state", "initial_state", "A_log", "dt_bias")
 
@@ -54,56 +56,6 @@ class _Options:
         """The options in the order of the single-rank custom ops, after their scale."""
         return (self.use_qk_l2norm, self.use_gate_in_kernel, self.lower_bound,
                 self.use_beta_sigmoid, self.allow_neg_eigval)
-
-
-@dataclass(frozen=True)
-class _Segments:
-    """The rank's fragments cut into segments: segment s holds local tokens [cu[s], cu[s + 1]);
-    fragment i holds segments first[i] .. first[i] + count[i] - 1."""
-    cu: tuple[int, ...]
-    first: tuple[int, ...]
-    count: tuple[int, ...]
-
-    @property
-    def num_segments(self) -> int:
-        return len(self.cu) - 1
-
-    def of(self, fragment: int) -> range:
-        return range(self.first[fragment], self.first[fragment] + self.count[fragment])
-
-
-def _segments(ctx: Context, P: int) -> _Segments:
-    cu, first, count = [0], [], []
-    for f in ctx.fragments:
-        bounds = abi.kcp.segment_bounds(f.num_chunks, P)
-        first.append(len(cu) - 1)
-        count.append(len(bounds) - 1)
-        begin = f.local_range.begin
-        cu.extend(begin + min(b * CHUNK_SIZE, f.num_tokens) for b in bounds[1:])
-    return _Segments(tuple(cu), tuple(first), tuple(count))
-
-
-def _take(x: Optional[Tensor], ranges: list[tuple[int, int]]) -> Optional[Tensor]:
-    """Tokens of x [1, T, ...] in the local ranges, concatenated: [1, sum of sizes, ...]."""
-    if x is None:
-        return None
-    if len(ranges) == 1:
-        return x[:, ranges[0][0]:ranges[0][1]]
-    return torch.cat([x[:, a:b] for a, b in ranges], dim=1)
-
-
-def _sub_problem(seg: _Segments, fragments: list[int]):
-    """The token ranges and local cu_seqlens of the chosen fragments' segments walked as one
-    packed problem, and the segment indices in that problem's order."""
-    ranges, cu, order = [], [0], []
-    for i in fragments:
-        indices = list(seg.of(i))
-        begin, end = seg.cu[indices[0]], seg.cu[indices[-1] + 1]
-        ranges.append((begin, end))
-        shift = cu[-1] - begin
-        cu.extend(seg.cu[s + 1] + shift for s in indices)
-        order.extend(indices)
-    return ranges, cu, order
 
 
 def _state_dtype(q: Tensor) -> torch.dtype:
@@ -132,18 +84,32 @@ def _input_error(ctx: Context, opts: _Options, q, k, v, g, beta, h0) -> Optional
     return None
 
 
-def _validate_walk(opts: _Options, q, k, v, g, beta, A_log, dt_bias, cu: Tensor,
-                   num_documents_state: Tensor) -> None:
-    """Runs the single-rank validation on the final walk's arguments (raises its ValueError)."""
+def _metadata(x) -> Optional[tuple]:
+    if not isinstance(x, Tensor):
+        return None
+    return tuple(x.shape), x.stride(), x.dtype, x.device
+
+
+def _validate_walk(exchange, opts: _Options, plan, tensors, sd) -> None:
+    """The single-rank validation of the final walk's arguments (raises its ValueError), once per
+    set of argument shapes, strides, dtypes and devices on this rank (the validation reads
+    nothing else, so a set that passed once passes again)."""
+    q, k, v, g, beta, _, A_log, dt_bias = tensors
+    key = (opts, plan.num_segments, tuple(_metadata(x) for x in tensors))
+    validated = check.state_of(exchange).validated
+    if key in validated or not plan.num_segments:
+        return
+    HV, K, V = v.shape[2], q.shape[3], v.shape[3]
     o = q.new_empty(q.shape[:2] + v.shape[2:])
-    final = num_documents_state.new_empty(num_documents_state.shape)
-    abi.forward_workspace_size(q, k, v, g, beta, num_documents_state, cu, A_log, dt_bias, o, final,
-                              opts.variant, opts.scale, *opts.op_options(), 0)
+    final = torch.empty(plan.num_segments, HV, K, V, dtype=sd, device=q.device)
+    abi.forward_workspace_size(q, k, v, g, beta, final, plan.shard.offsets, A_log, dt_bias, o,
+                              final, opts.variant, opts.scale, *opts.op_options(), 0)
+    validated.add(key)
 
 
 def _walk(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_bias):
-    """The single-rank forward over a packed problem of offsets cu (Context.offsets): (o, final
-    states [S, HV, K, V']).
+    """The single-rank forward over a packed problem of offsets cu: (o, final states
+    [S, HV, K, V']).
 
     Recompute mode: the context-parallel backward runs its own single-rank backward walks.
     """
@@ -160,33 +126,42 @@ def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_b
                             opts.scale, *opts.op_options(), 0, None)  # recompute mode
 
 
-def _segment_summaries(ctx: Context, opts: _Options, seg: _Segments, fragments: list[int], q, k,
-                       v, g, beta, A_log, dt_bias, state_dtype) -> dict[int, Tensor]:
-    """The records [HV, K, K + V] of every segment of the given fragments: {segment: record}.
-
-    Two single-rank walks over those segments: B from S_in = 0 with v, and M from S_in = I with
-    v = 0 of V' = K columns (rather than one walk of V + K columns: the kernels bound V).
-    """
-    if not fragments:
-        return {}
-    ranges, cu_list, order = _sub_problem(seg, fragments)
-    cu = ctx.offsets(cu_list, q.device)
+def _segment_summaries(opts: _Options, walk, q, k, v, g, beta, A_log, dt_bias, sd):
+    """(M [R, HV, K, K], B [R, HV, K, V]) of the walk's segments, in its order: two single-rank
+    walks, B from S_in = 0 with v, and M from S_in = I with v = 0 of V' = K columns (rather than
+    one walk of V + K columns: the kernels bound V)."""
     HV, K = v.shape[2], q.shape[3]
-    q_sub, k_sub, g_sub, beta_sub = (_take(x, ranges) for x in (q, k, g, beta))
-    v_sub = _take(v, ranges)
-    _, b = _walk(opts, q_sub, k_sub, v_sub, g_sub, beta_sub, None, cu, A_log, dt_bias)
-    identity = torch.eye(K, dtype=state_dtype, device=q.device).expand(len(order), HV, K, K)
-    _, m = _walk(opts, q_sub, k_sub, v_sub.new_zeros(v_sub.shape[:3] + (K,)), g_sub, beta_sub,
-                 identity.contiguous(), cu, A_log, dt_bias)
-    return {s: summary.make(m[j], b[j]) for j, s in enumerate(order)}
+    q, k, v, g, beta = (walk.take(x) for x in (q, k, v, g, beta))
+    _, b = _walk(opts, q, k, v, g, beta, None, walk.offsets, A_log, dt_bias)
+    identity = torch.eye(K, dtype=sd, device=q.device).expand(len(walk.segments), HV, K, K)
+    _, m = _walk(opts, q, k, v.new_zeros(v.shape[:3] + (K,)), g, beta, identity.contiguous(),
+                 walk.offsets, A_log, dt_bias)
+    return m, b
 
 
-def _fragment_record(records: dict[int, Tensor], segments: range, K: int) -> Tensor:
-    """The fragment's record: its segments' records composed in token order."""
-    out = records[segments[0]]
-    for s in segments[1:]:
-        out = summary.compose(records[s], out, K)
-    return out
+def _rows_of(records: Tensor, K: int):
+    """maps(columns) over records [R, HV, K, K + V]: the rows in columns[0]."""
+    return lambda columns: (records[columns[0], ..., :K], records[columns[0], ..., K:])
+
+
+def _header(ctx: Context, opts: _Options, q, v, h0, A_log, dt_bias, HV, K, V, slots) -> dict:
+    flags = dict(use_qk_l2norm=opts.use_qk_l2norm, use_gate_in_kernel=opts.use_gate_in_kernel,
+                 use_beta_sigmoid=opts.use_beta_sigmoid, allow_neg_eigval=opts.allow_neg_eigval,
+                 output_final_state=opts.output_final_state, initial_state=h0 is not None,
+                 A_log=A_log is not None, dt_bias=dt_bias is not None)
+    header = {"context": ctx.fingerprint, "variant": opts.variant,
+              "num_heads": q.shape[2] if q.dim() == 4 else -1, "num_v_heads": HV,
+              "head_dim_k": K, "head_dim_v": V, "dtype": _dtype_code(q.dtype),
+              "device_type": 1 if q.is_cuda else 0, "scale": float_bits(opts.scale),
+              "flags": sum(int(flags[n]) << i for i, n in enumerate(_FLAG_NAMES)),
+              "lower_bound": float_bits(opts.lower_bound) if opts.lower_bound is not None
+              else -1,
+              "forward_slots": slots, "needs_grad": int(opts.needs_grad)}
+    assert tuple(header) == OP_HEADER_FIELDS
+    return header
+
+
+_FLOATS = ("scale", "lower_bound")
 
 
 class _KCPFunction(torch.autograd.Function):
@@ -194,162 +169,146 @@ class _KCPFunction(torch.autograd.Function):
     def forward(fctx, ctx: Context, opts: _Options, error: Optional[str], q, k, v, g, beta, h0,
                 A_log, dt_bias):
         exchange = ctx.require_exchange(opts.name)
-        failure = None
-        seg = records = None
+        tensors = (q, k, v, g, beta, h0, A_log, dt_bias)
         sd = _state_dtype(q)
-        if error is None:
-            error = _input_error(ctx, opts, q, k, v, g, beta, h0)
         HV = v.shape[2] if v.dim() == 4 else 1
-        K = q.shape[3] if q.dim() == 4 else 0
-        V = v.shape[3] if v.dim() == 4 else 0
+        K = q.shape[3] if q.dim() == 4 else 1
+        V = v.shape[3] if v.dim() == 4 else 1
+        slots = ctx.exchange_bytes(HV, K, V)
+        failure = plan = None
+        if error is None:
+            error = _input_error(ctx, opts, *tensors[:6])
         if error is None:
             try:
-                seg = _segments(ctx, ctx.segments_for(HV))
-                if seg.num_segments:
-                    _validate_walk(opts, q, k, v, g, beta, A_log, dt_bias,
-                                   ctx.offsets(seg.cu, q.device),
-                                   torch.empty(seg.num_segments, HV, K, V, dtype=sd,
-                                               device=q.device))
-                wanted = [i for i, f in enumerate(ctx.fragments)
-                          if f.state_out or seg.count[i] > 1 or (f.state_in and opts.needs_grad)]
-                records = _segment_summaries(ctx, opts, seg, wanted, q, k, v, g, beta, A_log,
-                                             dt_bias, sd)
+                plan = ctx.call_plan(ctx.segments_for(HV), h0 is not None, opts.needs_grad,
+                                     q.device)
+                _validate_walk(exchange, opts, plan, tensors, sd)
             except Exception as e:  # noqa: BLE001 - reported to every rank, then re-raised here
-                failure = e
-                error = str(e)
-        plan = ctx.exchange_bytes(max(HV, 1), max(K, 1), max(V, 1))
-        flags = (opts.use_qk_l2norm, opts.use_gate_in_kernel, opts.use_beta_sigmoid,
-                 opts.allow_neg_eigval, opts.output_final_state, h0 is not None,
-                 A_log is not None, dt_bias is not None)
-        header = {"context": ctx.fingerprint, "variant": opts.variant,
-                  "num_heads": q.shape[2] if q.dim() == 4 else -1, "num_v_heads": HV,
-                  "head_dim_k": K, "head_dim_v": V, "dtype": _dtype_code(q.dtype),
-                  "device_type": 1 if q.is_cuda else 0, "scale": float_bits(opts.scale),
-                  "flags": sum(int(bool(x)) << i for i, x in enumerate(flags)),
-                  "lower_bound": float_bits(opts.lower_bound) if opts.lower_bound is not None
-                  else -1,
-                  "forward_slots": plan.forward_slots, "needs_grad": int(opts.needs_grad)}
-        assert tuple(header) == OP_HEADER_FIELDS
+                failure, error = e, str(e)
+        fields = _header(ctx, opts, q, v, h0, A_log, dt_bias, HV, K, V, slots.forward_slots)
+        sizes = (HV, K, V, sd, q.device.type, opts.needs_grad)
         try:
-            agree(exchange, opts.name, header, error and f"{opts.name}: {error}",
-                  float_fields=("scale", "lower_bound"))
+            check.agree_sizes(exchange, opts.name, sizes, fields,
+                              error and f"{opts.name}: {error}", _FLOATS)
         except ValueError:
             if failure is not None:
                 raise failure
             raise
 
-        # The forward records: one per state_out fragment at its summary_slot, [slots, HV, K, K+V].
-        fragment_records = {i: _fragment_record(records, seg.of(i), K)
-                            for i, f in enumerate(ctx.fragments) if f.state_out}
-        gathered = None
-        if plan.forward_slots:
-            sent = torch.zeros(plan.forward_slots, HV, K, K + V, dtype=sd, device=q.device)
-            for i, record in fragment_records.items():
-                f = ctx.fragments[i]
-                if f.piece == 0 and h0 is not None:
-                    record = summary.make(summary.linear(record, K),
-                                          summary.apply(record, h0[f.document].to(sd), K))
-                sent[f.summary_slot] = record
-            gathered = exchange.all_gather(sent)
+        # Every segment record the forward needs, then the state_out fragments' records (their
+        # segments composed, the initial state folded into a first piece's), sent at their slots.
+        # A rank that rejected its arguments sends zeros and its flag, then raises.
+        if error is not None:
+            plan = None
+        m_all = b_all = sent = None
+        if plan is not None and plan.summaries is not None:
+            m_all, b_all = _segment_summaries(opts, plan.summaries, q, k, v, g, beta, A_log,
+                                              dt_bias, sd)
+        if slots.forward_slots:
+            sent = torch.zeros(slots.forward_slots, HV, K, K + V, dtype=sd, device=q.device)
+            if plan is not None and plan.out_records is not None:
+                m, b = summary.scan_compose(
+                    plan.out_records, lambda c: (m_all[c[0]], b_all[c[0]]))
+                if plan.out_first_pieces is not None:
+                    at, documents = plan.out_first_pieces
+                    b[at] = m[at] @ h0.index_select(0, documents).to(sd) + b[at]
+                sent[plan.out_slots] = torch.cat([m, b], dim=-1)
+        header = ctx.call_header(fields, error is None, q.device)
+        headers, gathered = check.unpack(exchange.all_gather(check.pack(header, sent)), fields,
+                                         sd, (HV, K, K + V))
+        if error is not None:
+            raise failure if failure is not None else ValueError(f"{opts.name}: {error}")
+        bad = check.verdict(exchange, opts.name, fields, headers, _FLOATS)
 
-        # S_in of every fragment, then of every segment: [num_segments, HV, K, V].
-        seg_in = torch.zeros(seg.num_segments, HV, K, V, dtype=sd, device=q.device)
-        for i, f in enumerate(ctx.fragments):
-            if f.state_in:
-                state = summary.chain(_chain_records(ctx, gathered, f, "previous"),
-                                      torch.zeros(HV, K, V, dtype=sd, device=q.device), K)
-            elif h0 is not None:
-                state = h0[f.document].to(sd)
-            else:
-                state = torch.zeros(HV, K, V, dtype=sd, device=q.device)
-            for s in seg.of(i):
-                seg_in[s] = state
-                if s + 1 < seg.first[i] + seg.count[i]:
-                    state = summary.apply(records[s], state, K)
+        # S_in of every fragment (through its document's earlier pieces, or its initial state),
+        # then of every segment along its fragment: [S, HV, K, V].
+        F, S = len(ctx.fragments), plan.num_segments
+        fragment_in = torch.zeros(F, HV, K, V, dtype=sd, device=q.device)
+        if plan.own_fragments is not None:
+            fragment_in[plan.own_fragments] = h0.index_select(0, plan.own_documents).to(sd)
+        if plan.in_chain is not None:
+            zero = torch.zeros(plan.in_fragments.numel(), HV, K, V, dtype=sd, device=q.device)
+            fragment_in[plan.in_fragments] = check.poison(
+                summary.scan_apply(plan.in_chain, _rows_of(gathered, K), zero), bad)
+        seg_in = torch.zeros(S, HV, K, V, dtype=sd, device=q.device)
+        seg_in[plan.first_segments] = fragment_in
+        if plan.along is not None:
+            summary.scan_apply(plan.along, lambda c: (m_all[c[0]], b_all[c[0]]), fragment_in,
+                               written=seg_in)
 
         final_state = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=q.device)
-        if seg.num_segments:
-            o, seg_out = _walk(opts, q, k, v, g, beta, seg_in, ctx.offsets(seg.cu, q.device),
-                               A_log, dt_bias)
-            for i, f in enumerate(ctx.fragments):
-                if not f.state_out:
-                    final_state[f.document] = seg_out[seg.first[i] + seg.count[i] - 1]
+        if S:
+            o, seg_out = _walk(opts, q, k, v, g, beta, seg_in, plan.shard.offsets, A_log,
+                               dt_bias)
+            if plan.last_segments is not None:
+                final_state[plan.last_documents] = seg_out.index_select(0, plan.last_segments)
         else:
             o = q.new_zeros(q.shape[:2] + v.shape[2:])
-        if ctx.rank == 0:
+        if ctx.rank == 0 and h0 is not None:
             for n in ctx.empty_documents:
-                if h0 is not None:
-                    final_state[n] = h0[n].to(sd)
+                final_state[n] = h0[n].to(sd)
 
-        fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in)
-        fctx.kcp = (ctx, opts, seg, {s: summary.linear(r, K) for s, r in records.items()},
-                    h0 is not None, (HV, K, V), plan.backward_slots)
+        fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, bad)
+        fctx.kcp = (ctx, opts, plan, h0 is not None, (HV, K, V), slots.backward_slots)
         fctx.set_materialize_grads(False)
         return o, final_state
 
     @staticmethod
     def backward(fctx, d_o, d_final):
-        q, k, v, g, beta, A_log, dt_bias, seg_in = fctx.saved_tensors
-        ctx, opts, seg, linears, has_h0, (HV, K, V), backward_slots = fctx.kcp
-        sd = seg_in.dtype
-        zeros = lambda: torch.zeros(HV, K, V, dtype=sd, device=q.device)  # noqa: E731
+        q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, bad = fctx.saved_tensors
+        ctx, opts, plan, has_h0, (HV, K, V), backward_slots = fctx.kcp
+        sd, device = seg_in.dtype, q.device
         if d_o is None:
             d_o = q.new_zeros(q.shape[:2] + v.shape[2:])
         dht = d_final.to(sd) if (opts.output_final_state and d_final is not None) else None
+        m_t = lambda rows: m_all[rows].transpose(-1, -2)  # noqa: E731 - M^T of summary rows
 
-        # C of every segment of the fragments with state_in or cut: {segment: [HV, K, V]}.
-        wanted = [i for i, f in enumerate(ctx.fragments) if f.state_in or seg.count[i] > 1]
-        own: dict[int, Tensor] = {}
-        if wanted:
-            ranges, cu, order = _sub_problem(seg, wanted)
-            grads = _walk_backward(opts, _take(q, ranges), _take(k, ranges), _take(v, ranges),
-                                   _take(g, ranges), _take(beta, ranges), seg_in[order],
-                                   ctx.offsets(cu, q.device), A_log, dt_bias,
-                                   _take(d_o, ranges), None)
-            own = {s: grads[5][j] for j, s in enumerate(order)}
+        # C of the segments of the fragments with state_in or cut: [R', HV, K, V].
+        c_all = None
+        if plan.adjoints is not None:
+            walk = plan.adjoints
+            c_all = _walk_backward(opts, *(walk.take(x) for x in (q, k, v, g, beta)),
+                                   seg_in.index_select(0, walk.segment_index), walk.offsets,
+                                   A_log, dt_bias, walk.take(d_o), None)[5]
 
-        # The backward records: one per state_in fragment at its adjoint_slot, [slots, HV, K, K+V].
+        # The state_in fragments' adjoint records (their segments composed from the last back,
+        # the final state's gradient folded into a document's last piece), sent at their slots.
         gathered = None
         if backward_slots:
-            sent = torch.zeros(backward_slots, HV, K, K + V, dtype=sd, device=q.device)
-            for i, f in enumerate(ctx.fragments):
-                if not f.state_in:
-                    continue
-                indices = list(seg.of(i))
-                record = summary.adjoint(linears[indices[-1]], own[indices[-1]])
-                for s in reversed(indices[:-1]):
-                    record = summary.compose(summary.adjoint(linears[s], own[s]), record, K)
-                if not f.state_out and dht is not None:
-                    record = summary.make(summary.linear(record, K),
-                                          summary.apply(record, dht[f.document], K))
-                sent[f.adjoint_slot] = record
-            gathered = ctx.exchange.all_gather(sent)
+            sent = torch.zeros(backward_slots, HV, K, K + V, dtype=sd, device=device)
+            if plan.adjoint_records is not None:
+                m, b = summary.scan_compose(plan.adjoint_records,
+                                            lambda c: (m_t(c[1]), c_all[c[0]]))
+                if plan.adjoint_last_pieces is not None and dht is not None:
+                    at, documents = plan.adjoint_last_pieces
+                    b[at] = m[at] @ dht.index_select(0, documents) + b[at]
+                sent[plan.adjoint_slots] = torch.cat([m, b], dim=-1)
+            gathered = torch.cat(ctx.exchange.all_gather(sent))
 
-        # dS_out of every fragment, then of every segment: [num_segments, HV, K, V].
-        seg_out = torch.zeros(seg.num_segments, HV, K, V, dtype=sd, device=q.device)
-        for i, f in enumerate(ctx.fragments):
-            if f.state_out:
-                state = summary.chain(_chain_records(ctx, gathered, f, "next"), zeros(), K)
-            elif dht is not None:
-                state = dht[f.document]
-            else:
-                state = zeros()
-            indices = list(seg.of(i))
-            for s in reversed(indices):
-                seg_out[s] = state
-                if s != indices[0]:
-                    state = linears[s].transpose(-1, -2) @ state + own[s]
+        # dS_out of every fragment (through its document's later pieces, or dht), then of every
+        # segment back along its fragment: [S, HV, K, V].
+        F, S = len(ctx.fragments), plan.num_segments
+        fragment_out = torch.zeros(F, HV, K, V, dtype=sd, device=device)
+        if dht is not None and plan.last_fragments is not None:
+            fragment_out[plan.last_fragments] = dht.index_select(0, plan.last_documents)
+        if plan.out_chain is not None:
+            zero = torch.zeros(plan.out_fragments.numel(), HV, K, V, dtype=sd, device=device)
+            fragment_out[plan.out_fragments] = check.poison(
+                summary.scan_apply(plan.out_chain, _rows_of(gathered, K), zero), bad)
+        seg_out = torch.zeros(S, HV, K, V, dtype=sd, device=device)
+        seg_out[plan.last_segment_of] = fragment_out
+        if plan.back_along is not None:
+            summary.scan_apply(plan.back_along, lambda c: (m_t(c[1]), c_all[c[0]]),
+                               fragment_out, written=seg_out)
 
-        n_docs = ctx.num_documents
-        dh0 = torch.zeros(n_docs, HV, K, V, dtype=sd, device=q.device) if has_h0 else None
-        if seg.num_segments:
+        dh0 = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=device) \
+            if has_h0 else None
+        if S:
             dq, dk, dv, dg, dbeta, dseg_in, dA_log, ddt_bias = _walk_backward(
-                opts, q, k, v, g, beta, seg_in, ctx.offsets(seg.cu, q.device), A_log, dt_bias, d_o,
-                seg_out)
-            if has_h0:
-                for i, f in enumerate(ctx.fragments):
-                    if not f.state_in:
-                        dh0[f.document] = dseg_in[seg.first[i]]
+                opts, q, k, v, g, beta, seg_in, plan.shard.offsets, A_log, dt_bias, d_o, seg_out)
+            if has_h0 and plan.own_fragments is not None:
+                dh0[plan.own_documents] = dseg_in.index_select(
+                    0, plan.first_segments.index_select(0, plan.own_fragments))
         else:
             dq, dk, dv, dg, dbeta = (torch.zeros_like(x) for x in (q, k, v, g, beta))
             dA_log = None if A_log is None else torch.zeros_like(A_log)
@@ -359,20 +318,6 @@ class _KCPFunction(torch.autograd.Function):
                 dh0[n] = dht[n]
         return (None, None, None, dq, dk, dv, dg, dbeta, dh0,
                 dA_log if A_log is not None else None, ddt_bias if dt_bias is not None else None)
-
-
-def _chain_records(ctx: Context, gathered: list[Tensor], f, direction: str) -> list[Tensor]:
-    """The records of the pieces before ("previous": forward records, first piece first) or after
-    ("next": adjoint records, last piece first) fragment f, in the order they are applied."""
-    out = []
-    ref = getattr(f, direction)
-    while ref is not None:
-        other = ctx.shards[ref.rank].fragments[ref.index]
-        slot = other.summary_slot if direction == "previous" else other.adjoint_slot
-        out.append(gathered[ref.rank][slot])
-        ref = getattr(other, direction)
-    out.reverse()
-    return out
 
 
 def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_caller: dict,

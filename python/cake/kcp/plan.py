@@ -1,0 +1,243 @@
+"""The call plan of a context-parallel op: every index and offset one call needs, built on the host
+once per context and segment count P, uploaded to the device without waiting (pinned memory,
+non-blocking copies) and then reused by every call, so that a call reads nothing back from the
+device and can be captured in a CUDA graph.
+
+Segments: the rank's fragments cut by segment_bounds; segment s holds local tokens
+[seg_cu[s], seg_cu[s + 1]) and fragment i holds segments first[i] .. first[i] + count[i] - 1.
+
+The compositions of docs/design/context-parallel.md run as batched scans (Scan): every item (a
+fragment) walks its own list of records, all items in lock step, one batched product per step.
+Items are sorted by list length, longest first, so that the items still walking at step l are a
+prefix of the batch (a view, no mask).
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .. import abi
+from ..options import CHUNK_SIZE
+
+
+def upload(values: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """values as a tensor on device, copied from pinned memory without waiting for the device
+    (a plain torch.tensor(..., device="cuda") waits for the stream)."""
+    host = torch.tensor(list(values), dtype=dtype)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Items walking lists in lock step: item i walks columns[c][i] for every column c (lists of
+    equal length per item).
+
+    order: int64 [n], the items longest list first (positions in the caller's item list).
+    steps: per step l, (n_l, (column_0, column_1, ...)): the first n_l items of ``order`` take a
+        step; column_c (int64 [n_l]) holds their entries of column c at step l (rows they read,
+        or where they write).
+    """
+    order: Tensor
+    steps: tuple[tuple[int, tuple[Tensor, ...]], ...]
+
+
+def make_scan(columns: Sequence[Sequence[Sequence[int]]], device: torch.device) -> Scan:
+    """The scan of items whose lists are columns[c][i]."""
+    lists = columns[0]
+    order = sorted(range(len(lists)), key=lambda i: -len(lists[i]))
+    steps = []
+    for step in range(len(lists[order[0]]) if lists else 0):
+        walking = [i for i in order if len(lists[i]) > step]
+        steps.append((len(walking), tuple(upload([col[i][step] for i in walking], torch.int64,
+                                                 device) for col in columns)))
+    return Scan(upload(order, torch.int64, device), tuple(steps))
+
+
+@dataclass(frozen=True)
+class WalkSet:
+    """Some of the rank's segments walked as one packed problem (one sequence per segment).
+
+    index: int64 [T_set], the set's local tokens in walk order (None: the whole shard in order).
+    offsets: int32 [S_set + 1], the walk's cu_seqlens.
+    segments: the segments in walk order (host), and as int64 [S_set] on the device.
+    """
+    index: Optional[Tensor]
+    offsets: Tensor
+    segments: tuple[int, ...]
+    segment_index: Tensor
+
+    def take(self, x: Tensor) -> Tensor:
+        """The set's tokens of x [1, T_local, ...]: [1, T_set, ...]."""
+        return x if self.index is None else x.index_select(1, self.index)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What one op call on this rank walks and composes (see the module docstring). Index tensors
+    are int64 on the device; None where there is nothing of the kind.
+
+    shard: every segment (the final walk); summaries: the segments whose records (M, B) the
+    forward needs; adjoints: the segments whose C the backward needs (None without gradients).
+    Rows: a segment's position in the summaries (records, M) or adjoints (C) walk.
+    """
+    num_segments: int
+    shard: WalkSet
+    summaries: Optional[WalkSet]
+    # Forward records of the state_out fragments: their segments' records composed (scan over
+    # the records' rows), sent at out_slots; the first pieces among them (positions in that list
+    # and their documents) take the initial state into their record.
+    out_records: Optional[Scan]
+    out_slots: Optional[Tensor]
+    out_first_pieces: Optional[tuple[Tensor, Tensor]]
+    # S_in of the state_in fragments (positions in_fragments): their chains of gathered records
+    # (rows rank * slots + slot), first piece first.
+    in_chain: Optional[Scan]
+    in_fragments: Optional[Tensor]
+    # S_in of the other fragments (own_fragments): the initial state of own_documents.
+    own_fragments: Optional[Tensor]
+    own_documents: Optional[Tensor]
+    # A fragment's S_in is its first segment's; along its segments: (record row of s - 1, s).
+    first_segments: Tensor
+    along: Optional[Scan]
+    # Final states: the last segments of the documents' last pieces, and those documents.
+    last_segments: Optional[Tensor]
+    last_documents: Optional[Tensor]
+    adjoints: Optional[WalkSet] = None
+    # Adjoint records of the state_in fragments, from the last segment back: (C row, M row);
+    # sent at adjoint_slots; the documents' last pieces among them take dht into their record.
+    adjoint_records: Optional[Scan] = None
+    adjoint_slots: Optional[Tensor] = None
+    adjoint_last_pieces: Optional[tuple[Tensor, Tensor]] = None
+    # dS_out of the state_out fragments (out_fragments): chains of gathered adjoint records,
+    # last piece first.
+    out_chain: Optional[Scan] = None
+    out_fragments: Optional[Tensor] = None
+    # dS_out of the documents' last pieces (last_fragments): dht of their documents
+    # (last_documents).
+    last_fragments: Optional[Tensor] = None
+    # A fragment's dS_out is its last segment's (last_segment_of); back along its segments:
+    # (C row of s + 1, M row of s + 1, s).
+    last_segment_of: Optional[Tensor] = None
+    back_along: Optional[Scan] = None
+
+
+def _segments(fragments, P: int) -> tuple[list[int], list[int], list[int]]:
+    cu, first, count = [0], [], []
+    for f in fragments:
+        bounds = abi.kcp.segment_bounds(f.num_chunks, P)
+        first.append(len(cu) - 1)
+        count.append(len(bounds) - 1)
+        begin = f.local_range.begin
+        cu.extend(begin + min(b * CHUNK_SIZE, f.num_tokens) for b in bounds[1:])
+    return cu, first, count
+
+
+def _walk_set(seg_cu: list[int], first, count, fragments: list[int], whole: bool,
+              device) -> WalkSet:
+    """The packed problem of the chosen fragments' segments (whole: they are the shard)."""
+    index, cu, segments = [], [0], []
+    for i in fragments:
+        begin, end = seg_cu[first[i]], seg_cu[first[i] + count[i]]
+        index.extend(range(begin, end))
+        shift = cu[-1] - begin
+        for s in range(first[i], first[i] + count[i]):
+            cu.append(seg_cu[s + 1] + shift)
+            segments.append(s)
+    return WalkSet(None if whole else upload(index, torch.int64, device),
+                   upload(cu, torch.int32, device), tuple(segments),
+                   upload(segments, torch.int64, device))
+
+
+def _rows(walk: Optional[WalkSet], num_segments: int) -> list[int]:
+    """segment -> its position in walk (-1 where it is not walked)."""
+    row = [-1] * num_segments
+    for j, s in enumerate(walk.segments if walk else ()):
+        row[s] = j
+    return row
+
+
+def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bool,
+               device: torch.device) -> CallPlan:
+    """The plan of one call on ctx's rank: at most P segments per fragment; slots: records per
+    rank in the forward and the backward exchange (ExchangeBytes.forward_slots, backward_slots).
+    """
+    fragments = ctx.fragments
+    F = len(fragments)
+    seg_cu, first, count = _segments(fragments, P)
+    S = len(seg_cu) - 1
+    i64 = lambda xs: upload(xs, torch.int64, device) if xs else None  # noqa: E731
+    segs = lambda i: list(range(first[i], first[i] + count[i]))  # noqa: E731
+    shard = _walk_set(seg_cu, first, count, list(range(F)), True, device)
+
+    wanted = [i for i, f in enumerate(fragments)
+              if f.state_out or count[i] > 1 or (f.state_in and needs_grad)]
+    summaries = _walk_set(seg_cu, first, count, wanted, len(wanted) == F, device) \
+        if wanted else None
+    row = _rows(summaries, S)
+    outs = [i for i, f in enumerate(fragments) if f.state_out]
+    firsts = [j for j, i in enumerate(outs) if fragments[i].piece == 0] if has_h0 else []
+    ins = [i for i, f in enumerate(fragments) if f.state_in]
+    own = [i for i, f in enumerate(fragments) if not f.state_in] if has_h0 else []
+    lasts = [i for i, f in enumerate(fragments) if not f.state_out]
+    plan = CallPlan(
+        num_segments=S, shard=shard, summaries=summaries,
+        out_records=make_scan([[[row[s] for s in segs(i)] for i in outs]], device)
+        if outs else None,
+        out_slots=i64([fragments[i].summary_slot for i in outs]),
+        out_first_pieces=(i64(firsts), i64([fragments[outs[j]].document for j in firsts]))
+        if firsts else None,
+        in_chain=make_scan([[_chain(ctx, fragments[i], "previous", slots[0]) for i in ins]],
+                           device) if ins else None,
+        in_fragments=i64(ins), own_fragments=i64(own),
+        own_documents=i64([fragments[i].document for i in own]),
+        first_segments=upload(first, torch.int64, device),
+        along=make_scan([[[row[s] for s in segs(i)[:-1]] for i in range(F)],
+                         [segs(i)[1:] for i in range(F)]], device)
+        if F and max(count) > 1 else None,
+        last_segments=i64([first[i] + count[i] - 1 for i in lasts]),
+        last_documents=i64([fragments[i].document for i in lasts]))
+    if not needs_grad:
+        return plan
+
+    wanted = [i for i, f in enumerate(fragments) if f.state_in or count[i] > 1]
+    adjoints = _walk_set(seg_cu, first, count, wanted, len(wanted) == F, device) \
+        if wanted else None
+    arow = _rows(adjoints, S)
+    back = lambda i: segs(i)[::-1]  # noqa: E731
+    ends = [j for j, i in enumerate(ins) if not fragments[i].state_out]
+    return dataclasses.replace(
+        plan, adjoints=adjoints,
+        adjoint_records=make_scan([[[arow[s] for s in back(i)] for i in ins],
+                                   [[row[s] for s in back(i)] for i in ins]], device)
+        if ins else None,
+        adjoint_slots=i64([fragments[i].adjoint_slot for i in ins]),
+        adjoint_last_pieces=(i64(ends), i64([fragments[ins[j]].document for j in ends]))
+        if ends else None,
+        out_chain=make_scan([[_chain(ctx, fragments[i], "next", slots[1]) for i in outs]],
+                            device) if outs else None,
+        out_fragments=i64(outs), last_fragments=i64(lasts),
+        last_segment_of=upload([first[i] + count[i] - 1 for i in range(F)], torch.int64, device),
+        back_along=make_scan([[[arow[s + 1] for s in back(i)[1:]] for i in range(F)],
+                              [[row[s + 1] for s in back(i)[1:]] for i in range(F)],
+                              [back(i)[1:] for i in range(F)]], device)
+        if F and max(count) > 1 else None)
+
+
+def _chain(ctx, f, direction: str, slots: int) -> list[int]:
+    """The rows (rank * slots + slot) of the gathered records of the pieces before ("previous":
+    forward records, first piece first) or after ("next": adjoint records, last piece first)
+    fragment f, in the order they apply."""
+    out = []
+    ref = getattr(f, direction)
+    while ref is not None:
+        other = ctx.shards[ref.rank].fragments[ref.index]
+        slot = other.summary_slot if direction == "previous" else other.adjoint_slot
+        out.append(ref.rank * slots + slot)
+        ref = getattr(other, direction)
+    out.reverse()
+    return out
