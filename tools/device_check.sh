@@ -18,7 +18,9 @@
 # CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check); "sources" where their warps wait, per instruction
 # (tools/stall_sources.py); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
-# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); on a machine of several GPUs, "kcp_check" cake.kcp
+# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "kcp1_bench" context parallelism on one GPU, each
+# rank's share replayed alone (bench/bench_kcp_one_gpu.py, with CAKE_KCP1_BENCH_ARGS, into
+# kcp1_bench.jsonl); on a machine of several GPUs, "kcp_check" cake.kcp
 # across them (tools/kcp_multi_gpu.sh: W = 2, 4, 8 as the GPUs allow, or CAKE_KCP_W; NCCL) into
 # kcp_check.log, and "kcp_bench" the KCP benchmark (bench/bench_kcp.py under torchrun at W =
 # CAKE_KCP_W, default every GPU, with CAKE_KCP_BENCH_ARGS) into kcp_bench.jsonl. Without a build
@@ -208,6 +210,10 @@ if [[ $stages == *" bench "* ]]; then
 fi
 if [[ $stages == *" kda_bench "* ]]; then
   python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1
+fi
+if [[ $stages == *" kcp1_bench "* ]]; then
+  python3 bench/bench_kcp_one_gpu.py --out "$OUT/kcp1_bench.jsonl" ${CAKE_KCP1_BENCH_ARGS:-} 2>&1 \
+    || stage_failed+=" kcp1_bench"
 fi
 if [[ $stages == *" kcp_check "* ]]; then
   bash tools/kcp_multi_gpu.sh ${CAKE_KCP_W:-} 2>&1 | tee "$OUT/kcp_check.log"
