@@ -1,6 +1,7 @@
-"""KDA benchmark: cake against flash-linear-attention, side by side in one run, with
-bench_gdn.py's protocol (bench/workloads.json "timing_protocol": CUDA events, L2 flushed, arms in
-palindromic order, medians, a control arm) and its JSON lines, plus each arm's peak extra memory.
+"""KDA benchmark: cake against flash-linear-attention and cuDNN frontend's Hopper KDA engine, side
+by side in one run, with bench_gdn.py's protocol (bench/workloads.json "timing_protocol": CUDA
+events, L2 flushed, arms in palindromic order, medians, a control arm) and its JSON lines, plus
+each arm's peak extra memory.
 
     python bench/bench_kda.py --workloads P4 A --ops fwd fwd+bwd ckpt --out results.jsonl
 
@@ -8,7 +9,25 @@ Workloads: "P4" (workloads.json "kda" single_gpu: 4 documents, 261,392 tokens) a
 and 64 (--heads), inputs as workloads.json says (q, k L2-normalised by the caller, g in (-5, 0),
 bf16 beta); "A" the grouped shape: GDN workload A's documents with 16 q/k heads and 48 value heads.
 Arms: "cake" (the default mode), "cake_saved", "fla" (flash-linear-attention's chunk_kda, its
-Triton kernels), "cake_control". cuDNN frontend's Hopper KDA engine is not an arm yet.
+Triton kernels), "cudnn" (cuDNN frontend's Hopper KDA engine, below), "cake_control".
+
+"cudnn": cudnn.linear_attention.kimi_delta_attention (nvidia-cudnn-frontend 1.32, a torch custom
+op with its backward registered) with the plan pinned to the engine "kda_hopper_cuda" (CUDA C++
+compiled by NVRTC at the first call: forward one kernel, chunk 16; backward four), so that no
+other engine can stand in for it. Our inputs map onto its token-packed layout as views: q, k
+[1, T, H, K] -> [T, H, K], v [1, T, HV, V] -> [T, HV, V], g [1, T, HV, K] -> [T, HV, K] (the same
+per-key-channel natural-log decay, fp32), beta [1, T, HV] -> [T, HV], cu_seqlens as is, o back
+to [1, T, HV, V]. One conversion is inside the timed call: beta bf16 -> fp32 (the engine's
+backward takes fp32 g and beta only; FLA and cake read bf16 beta). Scale 1/sqrt(128), the default
+of every arm, which its backward fixes; no in-kernel L2 norm or gate (the inputs are normalised
+and activated by the caller, as for every arm). Its forward serves grouped value heads, its
+backward needs as many q/k heads as value heads: in workload A (16 x 48) it should refuse
+"fwd+bwd" and "ckpt". Before timing, per shape, the arm runs its forward, its backward and each
+op once (check_cudnn): an op the engine refuses is skipped with the reason printed and in a JSON
+line ("skipped"); its output, and its gradients where it has a backward, are compared with
+cake's and FLA's (relative RMS, printed and in its JSON lines as "agreement"). Its package is an
+opt-in of tools/fetch_device_wheels.sh ("cudnn"); it needs cuda-bindings and NVRTC (torch's
+dependencies) and the CUDA headers on the machine.
 """
 
 import argparse
@@ -42,8 +61,94 @@ def load_arms():
         arms["fla"] = (fla_kda, getattr(fla, "__version__", "?"))
     except Exception as e:  # noqa: BLE001 - report and go on without the arm
         print(f"flash-linear-attention unavailable: {e}", file=sys.stderr)
+    try:
+        import cudnn
+        from cudnn.linear_attention import kimi_delta_attention
+        arms["cudnn"] = (functools.partial(cudnn_chunk_kda, kimi_delta_attention),
+                         cudnn.__version__)
+    except Exception as e:  # noqa: BLE001
+        print(f"cuDNN frontend unavailable: {e}", file=sys.stderr)
     arms["cake_control"] = arms["cake"]
     return arms
+
+
+def cudnn_chunk_kda(kda, q, k, v, g, beta, scale=None, initial_state=None,
+                    output_final_state=False, cu_seqlens=None):
+    """FLA's chunk_kda on cuDNN frontend's kimi_delta_attention (``kda``), pinned to its Hopper
+    engine. [B, T, ...] tensors become token-packed [B*T, ...] views; without cu_seqlens, B
+    sequences of T tokens. g and beta go in as fp32 because the engine's backward reads nothing
+    else. cuDNN's state is V-major, [N, HV, V, K], FLA's K-major: transposed at the boundary."""
+    B, T = q.shape[:2]
+    if cu_seqlens is None:
+        cu_seqlens = torch.arange(0, (B + 1) * T, T, dtype=torch.int32, device=q.device)
+    elif B != 1:
+        raise ValueError("cu_seqlens needs B == 1 (FLA's contract)")
+    h0 = None if initial_state is None else initial_state.transpose(-1, -2).contiguous()
+    o, ht = kda(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), g.flatten(0, 1).float(),
+                beta.flatten(0, 1).float(), cu_seqlens.to(torch.int32), scale=scale,
+                initial_state=h0, output_final_state=output_final_state,
+                plan_name="kda_hopper_cuda")
+    return o.unflatten(0, (B, T)), (ht.transpose(-1, -2) if output_final_state else None)
+
+
+def rel_rms(x, ref):
+    """||x - ref|| / ||ref|| in fp32, 2^26 elements at a time (fp32 copies of a whole P4_H64
+    gradient would take 9 GB each)."""
+    err = norm = 0.0
+    for a, b in zip(x.detach().flatten().split(1 << 26), ref.detach().flatten().split(1 << 26)):
+        a, b = a.float(), b.float()
+        err += (a - b).square().sum().item()
+        norm += b.square().sum().item()
+    return (err / max(norm, 1e-30)) ** 0.5
+
+
+def results(fn, leaves, cu, do, backward):
+    """fn's output and, with backward, the gradients of the leaves, as the timed steps call it."""
+    o, _ = fn(*leaves, cu_seqlens=cu)
+    out = {"o": o.detach()}
+    if backward:
+        o.backward(do)
+        out.update({"d" + n: t.grad for n, t in zip(("q", "k", "v", "g", "beta"), leaves)})
+        for t in leaves:
+            t.grad = None
+    return out
+
+
+def check_cudnn(arms, leaves, cu, do, ops):
+    """Before timing: the cudnn arm's forward, then its backward, then each op once as measure()
+    calls it (the first calls compile its kernels); then its output and gradients against cake's
+    and FLA's. What raises is refused, and with it every op it belongs to: the forward takes all
+    ops, the backward all but "fwd" (not tried again: cuDNN caches a graph even when pinning it to
+    the engine failed, and routes that graph to any engine at the next call). Returns
+    ({op: why it is refused}, {reference arm: {tensor: relative RMS of cudnn's against it}})."""
+    fn = arms["cudnn"][0]
+    refused, mine = {}, None
+
+    def refuse(op_list, e):
+        for op in op_list:
+            refused.setdefault(op, f"{type(e).__name__}: {' '.join(str(e).split())}")
+        for t in leaves:  # a backward that raised may have left gradients behind
+            t.grad = None
+
+    for backward, belong in ((False, ops), (True, [op for op in ops if op != "fwd"])):
+        if belong and not any(op in refused for op in belong):
+            try:
+                mine = results(fn, leaves, cu, do, backward)
+            except Exception as e:  # noqa: BLE001 - whatever the engine refuses, the arm skips
+                refuse(belong, e)
+    for op in ops:
+        if op not in refused:
+            try:
+                make_step(fn, op, leaves, cu, do)()
+            except Exception as e:  # noqa: BLE001
+                refuse([op], e)
+    agreement = {}
+    for ref in ("cake", "fla") if mine is not None else ():
+        if ref in arms:  # one reference's results at a time: at P4_H64 each set is ~25 GB
+            theirs = results(arms[ref][0], leaves, cu, do, backward="dq" in mine)
+            agreement[ref] = {n: rel_rms(mine[n], theirs[n]) for n in mine}
+            del theirs
+    return refused, agreement
 
 
 def make_inputs(docs, H, HV, seed=0):
@@ -104,8 +209,24 @@ def main():
         for name, docs, H, HV in shapes(wl, args.heads, spec):
             inputs, cu, do = make_inputs(docs, H, HV)
             leaves = [t.requires_grad_() for t in inputs]
+            refused, agreement = {}, {}
+            if "cudnn" in arms:
+                refused, agreement = check_cudnn(arms, leaves, cu, do, args.ops)
+                for ref, errors in agreement.items():
+                    print(f"{name:8s} cudnn rel-RMS vs {ref}: "
+                          + "  ".join(f"{n} {e:.2e}" for n, e in errors.items())
+                          + ("" if max(errors.values()) <= 1e-2 else "   (above 1e-2)"),
+                          flush=True)
+                torch.cuda.empty_cache()
             for op in args.ops:
-                steps = {n: make_step(a[0], op, leaves, cu, do) for n, a in arms.items()}
+                if op in refused:
+                    print(f"{name:8s} {op:8s} cudnn skipped: {refused[op]}", flush=True)
+                    if out:
+                        out.write(json.dumps(dict(meta, workload=name, op=op, arm="cudnn",
+                                                  ms=None, skipped=refused[op])) + "\n")
+                        out.flush()
+                steps = {n: make_step(a[0], op, leaves, cu, do) for n, a in arms.items()
+                         if not (n == "cudnn" and op in refused)}
                 per_group = measure(steps, args.groups, args.iters, l2)
                 peaks = {n: peak_extra_bytes(s) for n, s in steps.items()}
                 cake_ms = statistics.median(per_group["cake"])
@@ -115,6 +236,8 @@ def main():
                                 speedup_vs_cake=None if arm.startswith("cake") else ms / cake_ms,
                                 peak_extra_gib=peaks[arm] / 2**30,
                                 drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
+                    if arm == "cudnn":
+                        line["agreement"] = agreement
                     if out:
                         out.write(json.dumps(line) + "\n")
                         out.flush()

@@ -5,10 +5,18 @@
 # TileLang's wheel repacked as tar.xz (it has no .data folder: its files are the site-packages
 # tree), so that the whole folder stays well under the device tool's 64 MiB (~40 MB).
 # tools/device_check.sh installs them there.
+#   bash tools/fetch_device_wheels.sh [cudnn]
+# "cudnn" adds bench/bench_kda.py's cudnn arm: nvidia-cudnn-frontend 1.32.0, its wheel (11.6 MB)
+# repacked as tar.xz (~6 MB; no .data folder either). An opt-in, because the carried tree (with
+# .devpkg and .tritoncache) has to fit 64 MiB too; without it any earlier pack is removed. Its
+# other needs come with torch 2.11 (cuda-bindings, NVRTC, libcudnn) or with the machine's CUDA
+# (the headers NVRTC compiles against).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
-grep -qx "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >> .git/info/exclude
+# .gitignore lists .whl/; a checkout without it gets the line in info/exclude (in a worktree .git
+# is a file, so the path comes from git).
+git check-ignore -q .whl/ || echo "/.whl/" >> "$(git rev-parse --git-path info/exclude)"
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
            --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform any)
@@ -28,4 +36,15 @@ unzip -q .whl/tilelang-0.1.15-*.whl -d "$tl_dir"
 [ ! -d "$tl_dir"/tilelang-0.1.15.data ] || { echo "tilelang's wheel has a .data folder"; exit 1; }
 (cd "$tl_dir" && tar -cf - .) | xz -6 -T0 > .whl/tilelang-0.1.15.tar.xz
 rm -rf "$tl_dir" .whl/tilelang-0.1.15-*.whl
+rm -f .whl/nvidia_cudnn_frontend-*.tar.xz
+if [ "${1:-}" = cudnn ]; then
+  fe_dir=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$fe_dir" nvidia-cudnn-frontend==1.32.0
+  mkdir "$fe_dir/tree" && unzip -q "$fe_dir"/nvidia_cudnn_frontend-1.32.0-*.whl -d "$fe_dir/tree"
+  [ ! -d "$fe_dir"/tree/nvidia_cudnn_frontend-1.32.0.data ] \
+    || { echo "nvidia-cudnn-frontend's wheel has a .data folder"; exit 1; }
+  (cd "$fe_dir/tree" && tar -cf - .) | xz -6 -T0 > .whl/nvidia_cudnn_frontend-1.32.0.tar.xz
+  rm -rf "$fe_dir"
+fi
 du -sh .whl
