@@ -121,12 +121,19 @@ def test_exchange_bytes_equal_bytes_gathered(width, world, layout):
         counting = CountingExchange(ex)
         ctx = kcp.build_context(cu, exchange=counting, layout=layout)
         expected = ctx.exchange_bytes(conv_dim=D, conv_width=width, dtype=torch.float64)
-        counting.sent = counting.received = 0
-        x = kcp.shard(t["x"], ctx).requires_grad_()
-        y, _ = kcp.causal_conv1d_kcp(x, t["weight"], ctx=ctx)
-        forward = (counting.sent, counting.received)
-        y.sum().backward()
-        backward = (counting.sent - forward[0], counting.received - forward[1])
+
+        def step():
+            counting.sent = counting.received = 0
+            x = kcp.shard(t["x"], ctx).requires_grad_()
+            y, _ = kcp.causal_conv1d_kcp(x, t["weight"], ctx=ctx)
+            forward = (counting.sent, counting.received)
+            y.sum().backward()
+            return forward, (counting.sent - forward[0], counting.received - forward[1])
+
+        first, (forward, backward) = step(), step()
+        # The first call of these sizes on the exchange also agrees them: one more header.
+        header = (expected.header_bytes, (world - 1) * expected.header_bytes)
+        assert first == (tuple(a + b for a, b in zip(header, forward)), backward)
         return expected, forward, backward
 
     for expected, forward, backward in kcp.VirtualWorld(world, timeout=TIMEOUT).run(body):
@@ -161,6 +168,40 @@ def test_mismatched_calls_raise_on_every_rank(what):
     outcomes = kcp.VirtualWorld(3, timeout=20.0).run(body, return_exceptions=True, timeout=40.0)
     for r, out in enumerate(outcomes):
         assert isinstance(out, ValueError), f"rank {r}: expected ValueError, got {out!r}"
+
+
+@pytest.mark.parametrize("what", ["activation", "rejected"])
+def test_later_calls_are_checked_with_their_halos(what):
+    """After a first call agreed the sizes, a call sends its header with its halo tails (one
+    all-gather): an activation that differs, or a rank that rejects its arguments, still raises
+    on every rank."""
+    cu = [0, 30, 64]
+    t = make(0, cu, 4, extras=False)
+
+    def body(ex):
+        counting = CountingExchange(ex)
+        ctx = kcp.build_context(cu, exchange=counting)
+        x = kcp.shard(t["x"], ctx)
+        kcp.causal_conv1d_kcp(x, t["weight"], ctx=ctx)
+        counting.calls = 0
+        kwargs = {}
+        if ex.rank == 1:
+            if what == "activation":
+                kwargs["activation"] = "silu"
+            else:
+                x = x[:, 1:]
+        try:
+            return kcp.causal_conv1d_kcp(x, t["weight"], ctx=ctx, **kwargs)
+        finally:
+            assert counting.calls == 1
+
+    outcomes = kcp.VirtualWorld(2, timeout=20.0).run(body, return_exceptions=True, timeout=40.0)
+    for r, out in enumerate(outcomes):
+        assert isinstance(out, ValueError), f"rank {r}: expected ValueError, got {out!r}"
+    if what == "activation":
+        assert all("disagree on activation" in str(e) for e in outcomes)
+    else:
+        assert "x_local must be" in str(outcomes[1]) and "rank(s) [1]" in str(outcomes[0])
 
 
 def test_argument_errors():

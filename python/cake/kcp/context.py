@@ -17,7 +17,7 @@ from .. import abi
 from . import check
 from .exchange import (DistributedExchange, Exchange, SingleExchange, agree,
                        header_bytes)
-from .plan import CallPlan, build_plan
+from .plan import CallPlan, build_plan, upload
 
 LAYOUTS = ("contiguous", "zigzag", "zigzag_per_document")
 CHUNK_SIZE = int(abi.kcp.CHUNK_SIZE)
@@ -184,6 +184,16 @@ class Context:
         self._bytes: dict[tuple, ExchangeBytes] = {}
         self._call_plans: dict[tuple, CallPlan] = {}
         self._headers: dict[tuple, Tensor] = {}
+        self._cu_seqlens_on: dict[torch.device, Tensor] = {}
+
+    def cu_seqlens_on(self, device: torch.device) -> Tensor:
+        """The local cu_seqlens (int32 [F + 1]) on device: copied once, without waiting, and
+        kept."""
+        if device == self.cu_seqlens.device:
+            return self.cu_seqlens
+        if device not in self._cu_seqlens_on:
+            self._cu_seqlens_on[device] = upload(self.shard.cu_seqlens, torch.int32, device)
+        return self._cu_seqlens_on[device]
 
     def call_plan(self, segments: int, has_h0: bool, needs_grad: bool,
                   device: torch.device) -> CallPlan:

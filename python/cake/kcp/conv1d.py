@@ -2,8 +2,9 @@
 continues a document on another rank gets the W - 1 tokens before it (its halo) from the ranks
 holding them, and their gradient goes back to those ranks in the backward.
 
-Forward on one rank: the header all-gather (agree: context, shapes, dtype, options), then one
-all-gather of every state_out fragment's last min(W - 1, length) tokens at its summary_slot
+Forward on one rank: one all-gather of the call's header (context, shapes, dtype, options; checked
+on the device, cake.kcp.check, after the first call of its sizes agreed them on the host) and of
+every state_out fragment's last min(W - 1, length) tokens at its summary_slot
 ([forward_slots, W - 1, D], right-aligned); every state_in fragment assembles its halo from the
 tails of its document's earlier pieces, nearest first (a piece shorter than W - 1 passes the rest
 of the halo on to the one before it), as the columns W - m .. W - 1 of an initial state
@@ -20,8 +21,8 @@ from torch import Tensor
 
 from .. import abi
 from ..conv1d import ACTIVATIONS, causal_conv1d
+from . import check
 from .context import CONV_HEADER_FIELDS, Context, _dtype_code
-from .exchange import agree
 
 
 def _halo_sources(ctx: Context, rank: int, index: int, width: int):
@@ -43,34 +44,39 @@ class _Halo(torch.autograd.Function):
     """x_local [1, T_local, D] -> the local documents' initial states [F, D, W] (the halos)."""
 
     @staticmethod
-    def forward(fctx, x_local: Tensor, ctx: Context, width: int, slots: tuple[int, int]):
+    def forward(fctx, x_local: Tensor, ctx: Context, width: int, slots: tuple[int, int],
+                header: Tensor, fields: dict):
         D = x_local.shape[2]
         halo = x_local.new_zeros(len(ctx.fragments), D, width)
         forward_slots, backward_slots = slots
         fctx.kcp = (ctx, width, backward_slots, x_local.shape)
-        if width == 1 or forward_slots == 0:
+        sent = None
+        if forward_slots:
+            sent = x_local.new_zeros(forward_slots, width - 1, D)
+            for f in ctx.fragments:
+                if f.state_out:
+                    k = min(width - 1, f.num_tokens)
+                    end = f.local_range.end
+                    sent[f.summary_slot, width - 1 - k:] = x_local[0, end - k:end]
+        headers, gathered = check.unpack(ctx.exchange.all_gather(check.pack(header, sent)),
+                                         fields, x_local.dtype, (width - 1, D))
+        bad = check.verdict(ctx.exchange, "causal_conv1d_kcp", fields, headers, ())
+        if gathered is None:
             return halo
-        sent = x_local.new_zeros(forward_slots, width - 1, D)
-        for f in ctx.fragments:
-            if f.state_out:
-                k = min(width - 1, f.num_tokens)
-                end = f.local_range.end
-                sent[f.summary_slot, width - 1 - k:] = x_local[0, end - k:end]
-        gathered = ctx.exchange.all_gather(sent)
         for i, f in enumerate(ctx.fragments):
             if not f.state_in:
                 continue
             for rank, piece, k, column in _halo_sources(ctx, ctx.rank, i, width):
-                tail = gathered[rank][piece.summary_slot, width - 1 - k:]     # [k, D]
-                halo[i, :, column:column + k] = tail.T
-        return halo
+                tail = gathered[rank * forward_slots + piece.summary_slot, width - 1 - k:]
+                halo[i, :, column:column + k] = tail.T                          # [D, k]
+        return check.poison(halo, bad)
 
     @staticmethod
     def backward(fctx, dhalo: Tensor):
         ctx, width, backward_slots, shape = fctx.kcp
         dx = dhalo.new_zeros(shape)
         if width == 1 or backward_slots == 0:
-            return dx, None, None, None
+            return dx, None, None, None, None, None
         sent = dhalo.new_zeros(backward_slots, width - 1, shape[2])
         for i, f in enumerate(ctx.fragments):
             if f.state_in:
@@ -86,12 +92,13 @@ class _Halo(torch.autograd.Function):
                         continue
                     end = piece.local_range.end
                     dx[0, end - k:end] += gathered[rank][f.adjoint_slot, column - 1:column - 1 + k]
-        return dx, None, None, None
+        return dx, None, None, None, None, None
 
 
 def _input_error(ctx: Context, x_local, weight, bias, residual, activation) -> Optional[str]:
     """What is wrong with this rank's arguments (shapes against the context; then the single-rank
-    validation of the local call, so that no rank fails after the others have gone on)."""
+    validation of the local call, so that no rank fails after the others have gone on: once per
+    set of argument shapes, strides, dtypes and devices, as it reads nothing else)."""
     T = ctx.num_tokens
     if activation not in ACTIVATIONS:
         return f"activation must be None, 'silu' or 'swish', got {activation!r}"
@@ -106,15 +113,22 @@ def _input_error(ctx: Context, x_local, weight, bias, residual, activation) -> O
                 f"{tuple(weight.shape)}")
     if not ctx.fragments:
         return None
+    validated = check.state_of(ctx.require_exchange("causal_conv1d_kcp")).validated
+    key = ("conv1d", len(ctx.fragments), activation,
+           tuple(None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
+                 for t in (x_local, weight, bias, residual)))
+    if key in validated:
+        return None
     F, W = len(ctx.fragments), weight.shape[1]
     halo = x_local.new_empty(F, x_local.shape[2], W)
     try:
         abi.conv1d_forward_workspace_size(x_local, weight, bias, residual, halo,
-                                          ctx.cu_seqlens.to(x_local.device),
+                                          ctx.cu_seqlens_on(x_local.device),
                                           torch.empty_like(x_local), None,
                                           ACTIVATIONS[activation])
     except ValueError as e:
         return str(e)
+    validated.add(key)
     return None
 
 
@@ -157,10 +171,16 @@ def causal_conv1d_kcp(x_local: Tensor, weight: Tensor, bias: Optional[Tensor] = 
               "flags": int(bias is not None) | int(residual is not None) << 1,
               "x_requires_grad": int(needs_x_grad)}
     assert tuple(header) == CONV_HEADER_FIELDS
-    agree(exchange, name, header, error and f"{name}: {error}")
-
+    check.agree_sizes(exchange, name, ("conv1d", D, W, x_local.dtype, x_local.device.type,
+                                       needs_x_grad), header, error and f"{name}: {error}", ())
     plan = ctx.exchange_bytes(conv_dim=D, conv_width=W, dtype=x_local.dtype)
-    halo = _Halo.apply(x_local, ctx, W, (plan.forward_slots, plan.backward_slots))
+    message = ctx.call_header(header, error is None, x_local.device)
+    if error is not None:  # its sizes were agreed before: send the flag and zeros, then raise
+        sent = x_local.new_zeros(plan.forward_slots, W - 1, D) if plan.forward_slots else None
+        exchange.all_gather(check.pack(message, sent))
+        raise ValueError(f"{name}: {error}")
+    halo = _Halo.apply(x_local, ctx, W, (plan.forward_slots, plan.backward_slots), message,
+                       header)
     if not ctx.fragments:
         # No token here. The halo, weight and bias still join the graph: this rank's backward
         # takes part in the gradients' all-gather, and its partial dweight and dbias are zeros.
@@ -170,5 +190,5 @@ def causal_conv1d_kcp(x_local: Tensor, weight: Tensor, bias: Optional[Tensor] = 
             y = y + residual
         return y, None
     y, _ = causal_conv1d(x_local, weight, bias, residual, halo, False, activation,
-                         ctx.cu_seqlens.to(x_local.device))
+                         ctx.cu_seqlens_on(x_local.device))
     return y, None
