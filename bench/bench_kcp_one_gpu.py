@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gdn import git_commit, measure, time_once  # noqa: E402
+from bench_kda import peak_extra_bytes  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PACK_D256K = [262144]
@@ -125,17 +126,6 @@ def record(kcp, fn, op, cu, inputs, do, W, layout, segments):
     return kcp.VirtualWorld(W, timeout=600.0).run(body)
 
 
-def peak_extra_bytes(run, device):
-    if device.type != "cuda":
-        return 0
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    run()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
-
-
 def time_on_host(run, l2):
     start = time.perf_counter()
     run()
@@ -181,7 +171,8 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         single_ms=ms["single"], efficiency=ms["single"] / (W * slowest),
         control_ratio=ms["control"] / ms["rank0"],
         drift=max((m[-1] - m[0]) / m[0] for m in per_group.values()),
-        peak_extra_gib=[peak_extra_bytes(s, device) / 2**30 for s in steps.values()],
+        peak_extra_gib=[peak_extra_bytes(s) / 2**30 if device.type == "cuda" else None
+                        for s in steps.values()],
         exchange_bytes=dict(forward_send=sizes.forward_send,
                             forward_receive=sizes.forward_receive,
                             backward_send=sizes.backward_send if op == "fwd+bwd" else 0,
