@@ -194,3 +194,35 @@ def test_graph_capture_of_a_training_step_replays_eager():
     torch.cuda.synchronize()
     for (name, a), b in zip(eager_layer.named_parameters(), graph_layer.parameters()):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("cls", [GatedDeltaNet, KimiDeltaAttention])
+def test_context_parallel_layer_on_cuda_matches_single_rank(cls):
+    """The layer on 4 virtual ranks' shards with cp_context (the halo and the states passed
+    between ranks) against the same layer on the whole pack, under bf16 autocast: outputs and x
+    gradients per token, parameter gradients summed over ranks, within the accuracy gate."""
+    import cake.kcp as kcp
+
+    if cls is KimiDeltaAttention and not KDA_ON_CUDA:
+        pytest.skip("this build has no KDA CUDA kernels")
+    torch.manual_seed(0)
+    layer = cls(**CONFIG).cuda()
+    x, cu = packed_batch()
+    want = forward_backward(layer, x, cu)
+
+    def rank(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag_per_document")
+        mine = copy.deepcopy(layer)
+        mine.zero_grad(set_to_none=True)
+        x_local = kcp.shard(x, ctx).requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            o = mine(x_local, cp_context=ctx)[0]
+        (o.float().square().sum() / x.shape[1]).backward()
+        return (kcp.unshard(o.detach(), ctx), kcp.unshard(x_local.grad, ctx),
+                {n: p.grad for n, p in mine.named_parameters()})
+
+    ranks = kcp.VirtualWorld(4, timeout=120.0).run(rank)
+    assert_within_gate(ranks[0][0], want["o"], "o")
+    assert_within_gate(ranks[0][1], want["dx"], "dx")
+    for n, _ in layer.named_parameters():
+        assert_within_gate(sum(r[2][n] for r in ranks), want[n], f"d{n} summed over ranks")

@@ -377,3 +377,59 @@ def test_bf16_autocast():
     got.float().square().sum().backward()
     for n, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), n
+
+
+@pytest.mark.parametrize("name,layout,W", [("gdn_gva_bias_neg", "zigzag_per_document", 3),
+                                          ("gdn", "contiguous", 4),
+                                          ("kda_gva_expand", "zigzag", 2),
+                                          ("kda_lower_bound", "zigzag_per_document", 4)])
+def test_context_parallel_layer_equals_single_rank(name, layout, W):
+    """A layer called on each rank's shard with cp_context (virtual ranks, FP64) gives the
+    single-rank layer's output and x gradient on every token, and parameter gradients whose sum
+    over ranks is the single-rank one; documents shorter than the convolution cross ranks."""
+    import copy
+
+    import cake.kcp as kcp
+
+    docs = [0, 40, 3, 1, 70, 2, 30]
+    cu = torch.tensor(docs).cumsum(0)
+    layer = make_layer(name)
+    x = hidden(cu[-1].item()).requires_grad_()
+    dy = hidden(cu[-1].item(), seed=2)
+    y, _, _ = layer(x, cu_seqlens=cu)
+    (y * dy).sum().backward()
+    want = {n: p.grad for n, p in layer.named_parameters()}
+
+    def rank(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout=layout)
+        mine = copy.deepcopy(layer)  # each rank's own parameters and gradients
+        mine.zero_grad(set_to_none=True)
+        x_local = kcp.shard(x.detach(), ctx).requires_grad_()
+        y_local, _, _ = mine(x_local, cp_context=ctx)
+        (y_local * kcp.shard(dy, ctx)).sum().backward()
+        return (kcp.unshard(y_local.detach(), ctx), kcp.unshard(x_local.grad, ctx),
+                {n: p.grad for n, p in mine.named_parameters()})
+
+    ranks = kcp.VirtualWorld(W, timeout=60.0).run(rank)
+    for r, (y_r, dx_r, _) in enumerate(ranks):
+        torch.testing.assert_close(y_r, y.detach(), rtol=1e-9, atol=1e-9, msg=f"y, rank {r}")
+        torch.testing.assert_close(dx_r, x.grad, rtol=1e-9, atol=1e-9, msg=f"dx, rank {r}")
+    for n, g in want.items():
+        total = sum(r[2][n] for r in ranks)
+        torch.testing.assert_close(total, g, rtol=1e-9, atol=1e-9, msg=f"d{n} over ranks")
+
+
+def test_context_parallel_layer_argument_errors():
+    import cake.kcp as kcp
+
+    layer = make_layer("gdn")
+    cu = torch.tensor([0, 10, 30])
+    ctx = kcp.build_context(cu, world_size=1)
+    x = hidden(30)
+    with pytest.raises(ValueError, match="cp_context must be a cake.kcp.Context"):
+        layer(x, cp_context="ctx")
+    with pytest.raises(ValueError, match="pass neither attention_mask nor cu_seqlens"):
+        layer(x, cp_context=ctx, cu_seqlens=cu)
+    with pytest.raises(ValueError, match=r"hidden_states must be this rank's shard \[1, T_local = "
+                                         r"30, hidden_size\]"):
+        layer(x[:, :29], cp_context=ctx)

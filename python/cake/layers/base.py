@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kcp import Context
 from .conv import ShortConvolution
 from .packing import repad, unpad
 
@@ -63,20 +64,22 @@ class DeltaLayer(nn.Module):
             self.k_conv1d = ShortConvolution(self.key_dim, conv_size, bias=conv_bias)
             self.v_conv1d = ShortConvolution(self.value_dim, conv_size, bias=conv_bias)
 
-    def _short_conv_qkv(self, x: Tensor, cu_seqlens: Optional[Tensor]):
+    def _short_conv_qkv(self, x: Tensor, cu_seqlens: Optional[Tensor], cp_context):
         """q, k [B, T, H, K] and v [B, T, HV, V]: projected, convolved per document, SiLU."""
         if self.use_short_conv:
-            q, _ = self.q_conv1d(self.q_proj(x), cu_seqlens=cu_seqlens)
-            k, _ = self.k_conv1d(self.k_proj(x), cu_seqlens=cu_seqlens)
-            v, _ = self.v_conv1d(self.v_proj(x), cu_seqlens=cu_seqlens)
+            conv = dict(cu_seqlens=cu_seqlens, cp_context=cp_context)
+            q, _ = self.q_conv1d(self.q_proj(x), **conv)
+            k, _ = self.k_conv1d(self.k_proj(x), **conv)
+            v, _ = self.v_conv1d(self.v_proj(x), **conv)
         else:
             q, k, v = F.silu(self.q_proj(x)), F.silu(self.k_proj(x)), F.silu(self.v_proj(x))
         return (q.unflatten(-1, (-1, self.head_k_dim)), k.unflatten(-1, (-1, self.head_k_dim)),
                 v.unflatten(-1, (-1, self.head_v_dim)))
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                    cu_seqlens: Optional[Tensor]) -> Tensor:
-        """o [B, T, HV, V] of the layer's op on the packed x [B, T, D]."""
+                    cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
+        """o [B, T, HV, V] of the layer's op on the packed x [B, T, D] (with cp_context, the
+        context-parallel op on the rank's shard)."""
         raise NotImplementedError
 
     def _output_norm(self, x: Tensor, o: Tensor) -> Tensor:
@@ -95,6 +98,12 @@ class DeltaLayer(nn.Module):
             output_attentions: ignored (there are no attention weights), as in FLA.
             cu_seqlens (keyword): ``[N + 1]`` offsets of documents packed in ``B = 1`` rows;
                 no state crosses a document boundary (nor does the short convolution).
+            cp_context (keyword): a ``cake.kcp.Context``: hidden_states is this rank's shard
+                ``[1, T_local, hidden_size]`` of a context-parallel batch (``cake.kcp.shard``);
+                the short convolutions and the delta rule pass what crosses ranks exactly. Every
+                rank of the context must call the layer, and its backward, in the same order.
+                The parameters' gradients are this rank's partial sums: all-reduce them over the
+                context's ranks, as data-parallel gradients are.
 
         Returns:
             ``(o [B, T, hidden_size], None, past_key_values)``.
@@ -105,8 +114,27 @@ class DeltaLayer(nn.Module):
                 "(past_key_values, use_cache=True) yet; use flash-linear-attention's layer for "
                 "generation (it loads this layer's state dict)")
         batch_size, seq_len, _ = hidden_states.shape
+        cp_context = kwargs.get("cp_context")
+        if cp_context is not None:
+            _check_context(type(self).__name__, cp_context, hidden_states, attention_mask,
+                           kwargs.get("cu_seqlens"))
         x, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"))
-        q, k, v = self._short_conv_qkv(x, cu_seqlens)
-        o = self._output_norm(x, self._delta_rule(x, q, k, v, cu_seqlens))
+        q, k, v = self._short_conv_qkv(x, cu_seqlens, cp_context)
+        o = self._output_norm(x, self._delta_rule(x, q, k, v, cu_seqlens, cp_context))
         o = self.o_proj(o.flatten(-2))
         return repad(o, indices, batch_size, seq_len), None, past_key_values
+
+
+def _check_context(layer: str, ctx, hidden_states: Tensor, attention_mask, cu_seqlens) -> None:
+    """What a context-parallel call needs: a cake.kcp.Context, the rank's packed shard, and
+    neither a mask nor cu_seqlens (the context gives the rank's documents)."""
+    if not isinstance(ctx, Context):
+        raise ValueError(f"{layer}: cp_context must be a cake.kcp.Context (cake.kcp.build_context),"
+                         f" got {type(ctx).__name__}")
+    if attention_mask is not None or cu_seqlens is not None:
+        raise ValueError(f"{layer}: with cp_context, pass neither attention_mask nor cu_seqlens "
+                         f"(the context gives this rank's documents)")
+    if hidden_states.shape[0] != 1 or hidden_states.shape[1] != ctx.num_tokens:
+        raise ValueError(f"{layer}: with cp_context, hidden_states must be this rank's shard "
+                         f"[1, T_local = {ctx.num_tokens}, hidden_size] (cake.kcp.shard), got "
+                         f"{list(hidden_states.shape)}")

@@ -1,6 +1,7 @@
 """The short causal convolution of the layers: flash-linear-attention's ``ShortConvolution`` on
 ``cake.causal_conv1d`` (packed documents, no token reading across a document boundary; the FP64
-reference on CPU tensors, the kernels on CUDA tensors).
+reference on CPU tensors, the kernels on CUDA tensors), or on ``cake.kcp.causal_conv1d_kcp`` for
+a rank's shard of a context-parallel batch.
 """
 
 from typing import Optional
@@ -8,6 +9,7 @@ from typing import Optional
 from torch import Tensor, nn
 
 from ..conv1d import causal_conv1d
+from ..kcp import causal_conv1d_kcp
 
 
 class ShortConvolution(nn.Conv1d):
@@ -25,10 +27,16 @@ class ShortConvolution(nn.Conv1d):
 
     def forward(self, x: Tensor, residual: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 cache: Optional[Tensor] = None, output_final_state: bool = False,
-                cu_seqlens: Optional[Tensor] = None, **kwargs) -> tuple[Tensor, Optional[Tensor]]:
+                cu_seqlens: Optional[Tensor] = None, cp_context=None,
+                **kwargs) -> tuple[Tensor, Optional[Tensor]]:
         """x ``[B, T, D]`` (B = 1 with cu_seqlens); mask ``[B, T]`` zeroes padded inputs; cache
         ``[N, D, W]`` is the initial state. Returns ``(y [B, T, D], final_state [N, D, W] or
-        None)``."""
+        None)``. With ``cp_context`` (a ``cake.kcp.Context``), x is the rank's shard
+        ``[1, T_local, D]`` and the halo comes from the ranks before (no mask, cache or
+        final state)."""
+        if cp_context is not None:
+            return causal_conv1d_kcp(x, self.weight.squeeze(1), self.bias, residual,
+                                     self.activation, ctx=cp_context)
         if mask is not None:
             x = x * mask.unsqueeze(-1).to(x.dtype)
         return causal_conv1d(x, self.weight.squeeze(1), self.bias, residual=residual,

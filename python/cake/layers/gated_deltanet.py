@@ -8,6 +8,7 @@ inside the op where the device's implementation takes them (``use_gate_in_kernel
 ``use_beta_sigmoid_in_kernel``, as FLA calls it), else in torch before the call (the same maths).
 """
 
+from functools import partial
 from typing import Optional
 
 import torch
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..api import chunk_gated_delta_rule
+from ..kcp import chunk_gated_delta_rule_kcp
 from ..options import SAVE_MODES
 from .base import DeltaLayer, inverse_softplus_of_random_dt
 from .norm import FusedRMSNormGated, RMSNorm
@@ -82,19 +84,22 @@ class GatedDeltaNet(DeltaLayer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                    cu_seqlens: Optional[Tensor]) -> Tensor:
+                    cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
         a, b = self.a_proj(x), self.b_proj(x)                              # [B, T, HV] each
-        common = dict(use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens,
-                      save_for_backward=self.save_for_backward)
+        if cp_context is not None:
+            op, common = partial(chunk_gated_delta_rule_kcp, ctx=cp_context), {}
+        else:
+            op, common = chunk_gated_delta_rule, dict(cu_seqlens=cu_seqlens,
+                                                      save_for_backward=self.save_for_backward)
         if _gate_in_op(x.device):
-            o, _ = chunk_gated_delta_rule(
-                q, k, v, a, b, A_log=self.A_log, dt_bias=self.dt_bias, use_gate_in_kernel=True,
-                use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
-                **common)
+            o, _ = op(q, k, v, a, b, A_log=self.A_log, dt_bias=self.dt_bias,
+                      use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                      allow_neg_eigval=self.allow_neg_eigval, use_qk_l2norm_in_kernel=True,
+                      **common)
             return o
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         beta = b.float().sigmoid() * (2.0 if self.allow_neg_eigval else 1.0)
-        o, _ = chunk_gated_delta_rule(q, k, v, g, beta, **common)
+        o, _ = op(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, **common)
         return o
 
     def _output_norm(self, x: Tensor, o: Tensor) -> Tensor:

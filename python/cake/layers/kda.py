@@ -14,6 +14,7 @@ CUDA kernels raises NotImplementedError on CUDA tensors rather than run anything
 behind the caller's back.
 """
 
+from functools import partial
 from typing import Optional
 
 import torch
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 
 from .. import abi
 from ..api import chunk_kda
+from ..kcp import chunk_kda_kcp
 from .base import DeltaLayer, inverse_softplus_of_random_dt
 from .norm import FusedRMSNormGated
 
@@ -75,7 +77,7 @@ class KimiDeltaAttention(DeltaLayer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                    cu_seqlens: Optional[Tensor]) -> Tensor:
+                    cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
         if x.is_cuda and not KDA_ON_CUDA:
             raise NotImplementedError(
                 "cake.layers.KimiDeltaAttention: this cake was built without KDA CUDA kernels "
@@ -84,12 +86,13 @@ class KimiDeltaAttention(DeltaLayer):
                 "flash-linear-attention's KimiDeltaAttention (it loads this layer's state dict)")
         f = self.f_proj(x).unflatten(-1, (-1, self.head_k_dim))            # [B, T, HV, K]
         b = self.b_proj(x)                                                 # [B, T, HV]
+        op = (partial(chunk_kda, cu_seqlens=cu_seqlens) if cp_context is None
+              else partial(chunk_kda_kcp, ctx=cp_context))
         if not x.is_cuda:
-            o, _ = chunk_kda(
-                q, k, v, f, b, A_log=self.A_log, dt_bias=self.dt_bias,
-                use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-                use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
-                safe_gate=self.safe_gate, lower_bound=self.lower_bound, cu_seqlens=cu_seqlens)
+            o, _ = op(q, k, v, f, b, A_log=self.A_log, dt_bias=self.dt_bias,
+                      use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                      use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
+                      safe_gate=self.safe_gate, lower_bound=self.lower_bound)
             return o
         # the op's in-kernel gate and sigmoid, in torch (float32), for the CUDA kernels
         a = self.A_log.float().exp()[:, None]                              # [HV, 1]
@@ -97,7 +100,7 @@ class KimiDeltaAttention(DeltaLayer):
         g = (self.lower_bound * torch.sigmoid(a * z) if self.lower_bound is not None
              else -a * F.softplus(z))
         beta = b.float().sigmoid() * (2.0 if self.allow_neg_eigval else 1.0)
-        o, _ = chunk_kda(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens)
+        o, _ = op(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
         return o
 
     def _output_norm(self, x: Tensor, o: Tensor) -> Tensor:
