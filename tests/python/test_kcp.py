@@ -523,6 +523,48 @@ def test_build_context_raises_the_pending_verdicts(monkeypatch):
     _all_raise(2, body, match="disagree on scale")
 
 
+def test_rejection_read_later_raises_on_every_rank_at_build_context(monkeypatch):
+    """Deferred verdicts (simulated): the rank that rejected its arguments raises at once, and
+    keeps the verdict too, so that the next build_context raises on every rank (none left in a
+    collective)."""
+    monkeypatch.setattr(kcp.check, "_reads_now", lambda headers: False)
+    cu = [0, 100, 250]
+    t, _ = make_case(2, kda=False, cu=cu, HV=2, gate=True)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        A_log = t["A_log"].detach()
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True, A_log=A_log)
+        try:
+            kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True,
+                                           A_log=A_log[:1] if ex.rank == 1 else A_log)
+        except ValueError as e:
+            assert ex.rank == 1 and "A_log" in str(e)
+        kcp.build_context(cu, exchange=ex, layout="zigzag")
+
+    _all_raise(2, body, match="rank(s) [1] rejected")
+
+
+def test_pending_verdicts_stay_one_per_kind_of_call(monkeypatch):
+    """Many calls between two reads keep one pending verdict per kind of call (the first
+    disagreement's headers), not one per call."""
+    monkeypatch.setattr(kcp.check, "_reads_now", lambda headers: False)
+    cu = [0, 100, 250]
+    t, _ = make_case(1, kda=False, cu=cu, HV=2)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        for i in range(20):
+            scale = 0.5 if (ex.rank == 1 and i == 7) else None
+            kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=scale)
+        assert len(kcp.check.state_of(ex).pending) == 1
+        kcp.check_calls(ctx)
+
+    _all_raise(2, body, match="disagree on scale (rank 0: ")
+
+
 def test_argument_errors_name_the_argument():
     cu = [0, 100, 250]
     with pytest.raises(ValueError, match="layout must be one of .* got 'zig'"):

@@ -24,9 +24,13 @@ PER_BATCH = ("initial_state", "A_log", "dt_bias")
 PROCESS_TIMEOUT = 60.0  # seconds for all processes of one spawn
 # Lengths 70, 3, 181, 1, 45 (a document spans every rank at W = 4) and an empty one.
 CU = [0, 70, 73, 254, 255, 255, 300]
-# (variant, layout, P) per world size: one layout each.
-RUNS = {2: [("gdn", "zigzag", 2), ("kda", "contiguous", 1)],
-        4: [("gdn", "zigzag_per_document", 1), ("kda", "zigzag", 3)]}
+# (name, variant, layout, P, make_case keywords) per world size: one layout each. "gdn_odd":
+# float32 with HV K (K + V) odd, so that a rank's message is not a multiple of 8 bytes and the
+# next rank's starts at an odd offset of gloo's buffer.
+RUNS = {2: [("gdn", "gdn", "zigzag", 2, {}), ("kda", "kda", "contiguous", 1, {}),
+            ("gdn_odd", "gdn", "contiguous", 1, dict(HV=1, K=3, V=2, dtype=torch.float32))],
+        4: [("gdn", "gdn", "zigzag_per_document", 1, {}), ("kda", "kda", "zigzag", 3, {})]}
+TOL_FLOAT32 = 2e-5  # float32 records and states (test_kcp.py's float32 test)
 
 
 def _init(rank, world_size, tmp):
@@ -110,30 +114,31 @@ def _spawn(worker, world_size, tmp):
 @pytest.mark.parametrize("world_size", sorted(RUNS))
 def test_gloo_kcp_equals_single_rank(world_size, tmp_path):
     cases, expected = {}, {}
-    for seed, (variant, layout, P) in enumerate(RUNS[world_size]):
+    for seed, (name, variant, layout, P, extra) in enumerate(RUNS[world_size]):
         kda = variant == "kda"
-        t, opts = mild(*make_case(seed, kda=kda, cu=CU, HV=2, initial_state=True, l2norm=kda,
-                                  gate=not kda, dt_bias=not kda))
+        t, opts = mild(*make_case(seed, kda=kda, cu=CU, **{"HV": 2, **extra},
+                                  initial_state=True, l2norm=kda, gate=not kda, dt_bias=not kda))
         o, ht = call_cake(kda, t, opts)
         do, dht = cotangents(o.detach(), ht.detach(), seed)
         grads = gradients(o, ht, do, dht, leaves(t))
-        expected[variant] = {"o": o.detach(), "final_state": ht.detach(),
-                             **{f"d{n}": g for n, g in zip(leaf_names(t), grads)}}
-        cases[variant] = {"t": {n: x.detach() for n, x in t.items()}, "opts": opts, "do": do,
-                          "dht": dht, "kda": kda, "layout": layout, "P": P}
+        expected[name] = {"o": o.detach(), "final_state": ht.detach(),
+                          **{f"d{n}": g for n, g in zip(leaf_names(t), grads)}}
+        cases[name] = {"t": {n: x.detach() for n, x in t.items()}, "opts": opts, "do": do,
+                       "dht": dht, "kda": kda, "layout": layout, "P": P}
     torch.save(cases, tmp_path / "cases.pt")
     ranks = _spawn(_exactness_worker, world_size, tmp_path)
     for r, out in enumerate(ranks):
         assert "error" not in out, f"rank {r} failed:\n{out.get('error')}"
-    for variant, want in expected.items():
+    for case, want in expected.items():
+        tol = TOL_FLOAT32 if want["o"].dtype == torch.float32 else TOL
         for name, value in want.items():
             if name in ("final_state", "dinitial_state", "dA_log", "ddt_bias"):
-                got = sum(out[variant][name] for out in ranks)  # partial per rank
+                got = sum(out[case][name] for out in ranks)  # partial per rank
             else:
-                got = ranks[0][variant][name]
+                got = ranks[0][case][name]
                 for out in ranks[1:]:
-                    assert torch.equal(out[variant][name], got), f"{variant} {name}: unshard"
-            assert_rel(got, value, TOL, f"{variant} W={world_size} {name}")
+                    assert torch.equal(out[case][name], got), f"{case} {name}: unshard"
+            assert_rel(got, value, tol, f"{case} W={world_size} {name}")
 
 
 def test_gloo_mismatch_raises_on_every_process(tmp_path):

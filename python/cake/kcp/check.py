@@ -8,9 +8,11 @@ sends its whole header in front of its forward records: the ranks compare the ga
 the device, and a difference (or a rank that rejected its arguments) turns the received states
 into NaN and is kept as a pending verdict.
 
-Pending verdicts are read where the host waits anyway, at the same point on every rank (so that
-every rank raises, and none is left in a collective): on CPU tensors at the end of the call's
-forward, on CUDA tensors at the next ``build_context`` on the exchange or at ``cake.kcp.check``.
+Pending verdicts are read where the host waits anyway, at the same point on every rank: on CPU
+tensors at the end of the call's forward, on CUDA tensors at the next ``build_context`` on the
+exchange or at ``cake.kcp.check_calls``. A rank that rejected its own arguments raises at once;
+the others learn it at that point, and a collective they run before it (the op's backward, the
+next layer) waits for the rank that raised, until the process group's timeout.
 """
 
 from dataclasses import dataclass, field
@@ -22,32 +24,48 @@ from torch import Tensor
 from .exchange import Exchange, agree, disagreement
 from .plan import upload
 
+# Argument sets validated per exchange before the set starts over (variable packings would
+# otherwise add one per distinct local token count).
+MAX_VALIDATED = 256
+
+
+@dataclass
+class Pending:
+    """The verdict of one kind of call (what, names) not yet read: whether any call of it since
+    the last read disagreed (a bool tensor on the device), and the gathered headers
+    [W, 1 + len(names)] of the first that did (of the latest call while none did)."""
+    names: tuple[str, ...]
+    float_fields: tuple[str, ...]
+    bad: Tensor
+    headers: Tensor
+
+    def add(self, bad: Tensor, headers: Tensor) -> None:
+        """One more call's verdict, kept on the device (no host read)."""
+        self.headers = torch.where(self.bad, self.headers, headers)
+        self.bad = self.bad | bad
+
+    def problem(self, what: str) -> Optional[str]:
+        return disagreement(what, self.names, self.headers.tolist(), self.float_fields)
+
 
 @dataclass
 class CallState:
     """Per exchange: the size sets agreed so far, the argument sets this rank has validated, and
-    the verdicts not yet read."""
+    the verdicts not yet read (one per kind of call)."""
     agreed: set = field(default_factory=set)
     validated: set = field(default_factory=set)
-    pending: list = field(default_factory=list)
+    pending: dict = field(default_factory=dict)
+
+    def remember_validated(self, key) -> None:
+        if len(self.validated) >= MAX_VALIDATED:
+            self.validated.clear()
+        self.validated.add(key)
 
 
 def state_of(exchange: Exchange) -> CallState:
     if not hasattr(exchange, "_kcp_calls"):
         exchange._kcp_calls = CallState()
     return exchange._kcp_calls
-
-
-@dataclass(frozen=True)
-class Pending:
-    """A call's gathered headers [W, 1 + len(names)] (int64, on the call's device)."""
-    what: str
-    names: tuple[str, ...]
-    headers: Tensor
-    float_fields: tuple[str, ...]
-
-    def problem(self) -> Optional[str]:
-        return disagreement(self.what, self.names, self.headers.tolist(), self.float_fields)
 
 
 def agree_sizes(exchange: Exchange, what: str, sizes: tuple, fields: dict, error: Optional[str],
@@ -59,10 +77,6 @@ def agree_sizes(exchange: Exchange, what: str, sizes: tuple, fields: dict, error
         return
     agree(exchange, what, fields, error, float_fields=float_fields)
     state.agreed.add(sizes)
-
-
-def header_bytes(fields: dict) -> int:
-    return 8 * (len(fields) + 1)
 
 
 def header_tensor(fields: dict, ok: bool, device: torch.device) -> Tensor:
@@ -81,13 +95,18 @@ def pack(header: Tensor, records: Optional[Tensor]) -> Tensor:
 def unpack(gathered: list[Tensor], fields: dict, dtype: torch.dtype,
            shape: tuple[int, ...]) -> tuple[Tensor, Optional[Tensor]]:
     """Every rank's header [W, 1 + len(fields)] and records [W * slots, *shape] (None without
-    records) from the gathered messages."""
-    n = header_bytes(fields)
-    headers = torch.stack([g[:n].view(torch.int64) for g in gathered])
+    records) from the gathered messages. The bytes are copied before they are viewed as wider
+    types: a message may start at any byte of the collective's buffer."""
+    n = 8 * (len(fields) + 1)
+    headers = _headers(gathered, n)
     if gathered[0].numel() == n:
         return headers, None
-    records = torch.cat([g[n:].view(dtype).view(-1, *shape) for g in gathered])
+    records = torch.cat([g[n:] for g in gathered]).view(dtype).view(-1, *shape)
     return headers, records
+
+
+def _headers(gathered: list[Tensor], n: int) -> Tensor:
+    return torch.stack([g[:n] for g in gathered]).view(torch.int64)
 
 
 def verdict(exchange: Exchange, what: str, fields: dict, headers: Tensor,
@@ -95,14 +114,30 @@ def verdict(exchange: Exchange, what: str, fields: dict, headers: Tensor,
     """Whether the gathered headers disagree (a bool tensor on their device, for poisoning), the
     verdict kept pending, and read at once for CPU tensors (raising ValueError)."""
     bad = (headers[:, 0] != 1).any() | (headers[:, 1:] != headers[:1, 1:]).any()
-    pending = Pending(what, tuple(fields), headers, tuple(float_fields))
+    keep(exchange, what, fields, headers, bad, float_fields)
     if _reads_now(headers):
-        problem = pending.problem()
-        if problem:
-            raise ValueError(problem)
-    else:
-        state_of(exchange).pending.append(pending)
+        raise_pending(exchange)
     return bad
+
+
+def keep(exchange: Exchange, what: str, fields: dict, headers: Tensor, bad: Tensor,
+         float_fields: Sequence[str] = ()) -> None:
+    """Adds a call's verdict to the exchange's pending ones (a rank that rejected its own
+    arguments keeps it too, so that the next read raises on every rank)."""
+    pending = state_of(exchange).pending
+    key = (what, tuple(fields))
+    if key in pending:
+        pending[key].add(bad, headers)
+    else:
+        pending[key] = Pending(tuple(fields), tuple(float_fields), bad, headers)
+
+
+def reject(exchange: Exchange, what: str, fields: dict, gathered: list[Tensor]) -> None:
+    """On the rank that rejected its own arguments, after the forward's all-gather: keeps the
+    verdict where the others read it later, so that their read and its own raise together."""
+    headers = _headers(gathered, 8 * (len(fields) + 1))
+    if not _reads_now(headers):
+        keep(exchange, what, fields, headers, (headers[:, 0] != 1).any())
 
 
 def _reads_now(headers: Tensor) -> bool:
@@ -121,9 +156,9 @@ def raise_pending(exchange: Optional[Exchange]) -> None:
     if exchange is None:
         return
     state = state_of(exchange)
-    pending, state.pending = state.pending, []
-    for p in pending:
-        problem = p.problem()
+    pending, state.pending = state.pending, {}
+    for (what, _), p in pending.items():
+        problem = p.problem(what)
         if problem:
             raise ValueError(problem)
 

@@ -201,9 +201,10 @@ class Context:
         the first call of a kind and kept, so that later calls copy nothing from the host."""
         key = (segments, has_h0, needs_grad, device)
         if key not in self._call_plans:
-            plan = self.exchange_bytes(1, 1, 1)
+            # Record slots per rank depend on the fragments only, not on HV, K, V.
+            sizes = self.exchange_bytes(1, 1, 1)
             self._call_plans[key] = build_plan(self, segments,
-                                               (plan.forward_slots, plan.backward_slots),
+                                               (sizes.forward_slots, sizes.backward_slots),
                                                has_h0, needs_grad, device)
         return self._call_plans[key]
 

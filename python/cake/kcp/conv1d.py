@@ -113,11 +113,11 @@ def _input_error(ctx: Context, x_local, weight, bias, residual, activation) -> O
                 f"{tuple(weight.shape)}")
     if not ctx.fragments:
         return None
-    validated = check.state_of(ctx.require_exchange("causal_conv1d_kcp")).validated
+    state = check.state_of(ctx.require_exchange("causal_conv1d_kcp"))
     key = ("conv1d", len(ctx.fragments), activation,
            tuple(None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
                  for t in (x_local, weight, bias, residual)))
-    if key in validated:
+    if key in state.validated:
         return None
     F, W = len(ctx.fragments), weight.shape[1]
     halo = x_local.new_empty(F, x_local.shape[2], W)
@@ -128,7 +128,7 @@ def _input_error(ctx: Context, x_local, weight, bias, residual, activation) -> O
                                           ACTIVATIONS[activation])
     except ValueError as e:
         return str(e)
-    validated.add(key)
+    state.remember_validated(key)
     return None
 
 
@@ -177,7 +177,7 @@ def causal_conv1d_kcp(x_local: Tensor, weight: Tensor, bias: Optional[Tensor] = 
     message = ctx.call_header(header, error is None, x_local.device)
     if error is not None:  # its sizes were agreed before: send the flag and zeros, then raise
         sent = x_local.new_zeros(plan.forward_slots, W - 1, D) if plan.forward_slots else None
-        exchange.all_gather(check.pack(message, sent))
+        check.reject(exchange, name, header, exchange.all_gather(check.pack(message, sent)))
         raise ValueError(f"{name}: {error}")
     halo = _Halo.apply(x_local, ctx, W, (plan.forward_slots, plan.backward_slots), message,
                        header)

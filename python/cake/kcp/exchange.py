@@ -245,8 +245,7 @@ def disagreement(what: str, names: Sequence[str], rows: Sequence[Sequence[int]],
     fields), or None when every rank accepted its arguments and the fields agree."""
     rejected = [r for r, row in enumerate(rows) if row[0] != 1]
     if rejected:
-        return (f"{what}: rank(s) {rejected} rejected their arguments (their own errors say why); "
-                f"nothing else was exchanged")
+        return f"{what}: rank(s) {rejected} rejected their arguments (their own errors say why)"
     show = lambda n, x: bits_float(x) if n in float_fields else x  # noqa: E731
     differ = []
     for i, name in enumerate(names, start=1):

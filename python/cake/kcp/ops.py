@@ -96,15 +96,15 @@ def _validate_walk(exchange, opts: _Options, plan, tensors, sd) -> None:
     nothing else, so a set that passed once passes again)."""
     q, k, v, g, beta, _, A_log, dt_bias = tensors
     key = (opts, plan.num_segments, tuple(_metadata(x) for x in tensors))
-    validated = check.state_of(exchange).validated
-    if key in validated or not plan.num_segments:
+    state = check.state_of(exchange)
+    if key in state.validated or not plan.num_segments:
         return
     HV, K, V = v.shape[2], q.shape[3], v.shape[3]
     o = q.new_empty(q.shape[:2] + v.shape[2:])
     final = torch.empty(plan.num_segments, HV, K, V, dtype=sd, device=q.device)
     abi.forward_workspace_size(q, k, v, g, beta, final, plan.shard.offsets, A_log, dt_bias, o,
                               final, opts.variant, opts.scale, *opts.op_options(), 0)
-    validated.add(key)
+    state.remember_validated(key)
 
 
 def _walk(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_bias):
@@ -213,11 +213,12 @@ class _KCPFunction(torch.autograd.Function):
                     at, documents = plan.out_first_pieces
                     b[at] = m[at] @ h0.index_select(0, documents).to(sd) + b[at]
                 sent[plan.out_slots] = torch.cat([m, b], dim=-1)
-        header = ctx.call_header(fields, error is None, q.device)
-        headers, gathered = check.unpack(exchange.all_gather(check.pack(header, sent)), fields,
-                                         sd, (HV, K, K + V))
+        message = exchange.all_gather(check.pack(ctx.call_header(fields, error is None, q.device),
+                                                 sent))
         if error is not None:
+            check.reject(exchange, opts.name, fields, message)
             raise failure if failure is not None else ValueError(f"{opts.name}: {error}")
+        headers, gathered = check.unpack(message, fields, sd, (HV, K, K + V))
         bad = check.verdict(exchange, opts.name, fields, headers, _FLOATS)
 
         # S_in of every fragment (through its document's earlier pieces, or its initial state),

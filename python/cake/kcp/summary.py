@@ -27,6 +27,7 @@ def in_item_order(x: Tensor, order: Tensor) -> Tensor:
 def scan_compose(scan, maps) -> tuple[Tensor, Tensor]:
     """Every item's maps composed in list order (its first map applied first): (m [n, HV, K, K],
     b [n, HV, K, X]) in item order. Every item has at least one map."""
+    assert scan.steps, "scan_compose needs at least one map per item"
     steps = iter(scan.steps)
     _, columns = next(steps)
     m, b = (x.clone() for x in maps(columns))
