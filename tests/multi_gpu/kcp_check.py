@@ -11,8 +11,10 @@ pack and compares:
         all finite);
   CPU:  float64, K = V = 8, against the FP64 reference to 1e-9 (both measures).
 For GDN and KDA, every layout, P = 1 and 2 segments per fragment. Each configuration runs twice
-and each rank's two results must be equal bitwise. Then a context that differs on the last rank
-(its layout) and a call that differs there (its scale) must raise ValueError on every rank.
+and each rank's two results must be equal bitwise. On CUDA, each variant's forward and backward,
+NCCL all-gathers included, captured in a CUDA graph must replay the eager results bitwise. Then a
+context that differs on the last rank (its layout) and a later call that differs there (its
+scale) must raise ValueError on every rank (the call's at cake.kcp.check_calls on CUDA tensors).
 
 A watchdog (--timeout) ends a process that is still running, printing its stack, so that a hang
 fails the run; the exit status is 1 on any failure, on every rank.
@@ -197,11 +199,52 @@ def check_mismatches(device: torch.device) -> list:
         "build_context: the ranks disagree on layout")
     ctx = kcp.build_context(batch["cu_seqlens"], group=dist.group.WORLD, layout="contiguous")
     local = [kcp.shard(batch[n], ctx) for n in PER_TOKEN]
-    problems += expect_value_error(
-        lambda: kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if mine else None,
-                                               use_qk_l2norm_in_kernel=True),
-        "chunk_gated_delta_rule_kcp: the ranks disagree on scale")
+    kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_qk_l2norm_in_kernel=True)  # agrees the sizes
+
+    def differing_call():
+        # A later call of agreed sizes: checked on the device, read at check_calls on CUDA
+        # tensors (at once on CPU tensors).
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if mine else None,
+                                       use_qk_l2norm_in_kernel=True)
+        kcp.check_calls(ctx)
+
+    problems += expect_value_error(differing_call,
+                                   "chunk_gated_delta_rule_kcp: the ranks disagree on scale")
     return problems
+
+
+def graph_problems(kda: bool, batch: dict, layout: str, P: int) -> list:
+    """This rank's KCP forward and backward (the NCCL all-gathers included) captured in a CUDA
+    graph after two eager calls, then replayed: the replay must give the eager results bitwise."""
+    ctx = kcp.build_context(batch["cu_seqlens"], group=dist.group.WORLD, layout=layout, segments=P)
+    leaves = {n: kcp.shard(batch[n], ctx).requires_grad_() for n in PER_TOKEN}
+    leaves["initial_state"] = batch["initial_state"].clone().requires_grad_()
+    do = kcp.shard(batch["do"], ctx)
+    fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
+
+    def step():
+        for x in leaves.values():
+            x.grad = None
+        o, ht = fn(*(leaves[n] for n in PER_TOKEN), ctx, initial_state=leaves["initial_state"],
+                   **OPTIONS)
+        torch.autograd.backward([o, ht], [do, batch["dht"]])
+        return {"o": o.detach().clone(), "final_state": ht.detach().clone(),
+                **{f"d{n}": x.grad.clone() for n, x in leaves.items()}}
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        eager = step()
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    kcp.check_calls(ctx)
+    return [f"{n}: the graph's replay differs from the eager call" for n in eager
+            if not torch.equal(eager[n], captured[n])]
 
 
 def main() -> int:
@@ -232,6 +275,13 @@ def main() -> int:
                     problems += accuracy
                 failures += verdict(f"W={W} {variant} {layout} P={P}", problems, note, device)
                 checks += 1
+    if device.type == "cuda":
+        for variant in args.variants:
+            kda = variant == "kda"
+            failures += verdict(f"W={W} {variant} CUDA graph", graph_problems(
+                kda, make_batch(device, kda, 3), "zigzag_per_document", 2), "replay == eager",
+                device)
+            checks += 1
     if W > 1:
         failures += verdict(f"W={W} mismatched context and call",
                             check_mismatches(device), "ValueError on every rank", device)
