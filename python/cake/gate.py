@@ -59,19 +59,64 @@ def _check(opts: DeltaOptions, q: Tensor, v: Tensor, g: Tensor, beta: Tensor,
         raise ValueError(errors[0])
 
 
+class _Gate(torch.autograd.Function):
+    """g from the raw gate: -a softplus(x) or lower_bound sigmoid(a x), x = raw + dt_bias,
+    a = exp(A_log) (1 without A_log). It keeps only its inputs for the backward, which recomputes
+    x and a: autograd through the formula would keep x and softplus(x) in float32, two more
+    tensors of g's size per call (for KDA 4 bytes per token, value head and key channel each)."""
+
+    @staticmethod
+    def forward(fctx, raw: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor],
+                lower_bound: Optional[float], per_head: tuple, per_channel: tuple):
+        fctx.save_for_backward(raw, A_log, dt_bias)
+        fctx.shapes = (lower_bound, per_head, per_channel)   # for the backward's recompute
+        x, a = _gate_input(raw, A_log, dt_bias, per_head, per_channel)
+        if lower_bound is not None:
+            return lower_bound * torch.sigmoid(a * x)
+        return -a * F.softplus(x)
+
+    @staticmethod
+    def backward(fctx, dg: Tensor):
+        raw, A_log, dt_bias = fctx.saved_tensors
+        lower_bound, per_head, per_channel = fctx.shapes
+        x, a = _gate_input(raw, A_log, dt_bias, per_head, per_channel)
+        if lower_bound is not None:
+            s = torch.sigmoid(a * x)
+            slope = lower_bound * s * (1 - s)          # d g / d (a x)
+            dx, da_log = dg * slope * a, dg * slope * a * x
+        else:
+            dx, da_log = dg * (-a * torch.sigmoid(x)), dg * (-a * F.softplus(x))
+        d_raw = dx.to(raw.dtype) if fctx.needs_input_grad[0] else None
+        dA_log = ddt_bias = None
+        if A_log is not None and fctx.needs_input_grad[1]:   # summed over tokens (and channels)
+            summed = da_log.flatten(0, 1).sum(0)               # [HV] or [HV, K]
+            dA_log = (summed.sum(-1) if summed.dim() == 2 else summed).to(A_log.dtype)
+        if dt_bias is not None and fctx.needs_input_grad[2]:  # summed over tokens
+            ddt_bias = dx.flatten(0, 1).sum(0).reshape(dt_bias.shape).to(dt_bias.dtype)
+        return d_raw, dA_log, ddt_bias, None, None, None
+
+
+def _gate_input(raw: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor],
+                per_head: tuple, per_channel: tuple):
+    """(x = raw + dt_bias, a = exp(A_log)) in at least float32, shaped to broadcast against
+    raw [B, T, HV(, K)]."""
+    x = raw.to(_at_least_float32(raw))
+    if dt_bias is not None:
+        x = x + dt_bias.to(x.dtype).view(per_channel)
+    a = A_log.to(x.dtype).exp().view(per_head) if A_log is not None else 1.0
+    return x, a
+
+
 def in_torch(opts: DeltaOptions, q: Tensor, v: Tensor, g: Tensor, beta: Tensor,
              A_log: Optional[Tensor], dt_bias: Optional[Tensor]):
     """(options without the in-op gate and sigmoid, g, beta, A_log = None, dt_bias = None)."""
     _check(opts, q, v, g, beta, A_log, dt_bias)
     if opts.use_gate_in_kernel:
         HV, K = v.shape[2], q.shape[3]
-        per_head = (HV, 1) if opts.variant == KDA else (HV,)  # A_log's broadcast against g
-        x = g.to(_at_least_float32(g))
-        if dt_bias is not None:
-            x = x + dt_bias.to(x.dtype).view((HV, K) if opts.variant == KDA else (HV,))
-        a = A_log.to(x.dtype).exp().view(per_head) if A_log is not None else 1.0
-        g = (opts.lower_bound * torch.sigmoid(a * x) if opts.lower_bound is not None
-             else -a * F.softplus(x))
+        kda = opts.variant == KDA
+        # A_log's and dt_bias's broadcast against g [B, T, HV(, K)]
+        per_head, per_channel = ((HV, 1), (HV, K)) if kda else ((HV,), (HV,))
+        g = _Gate.apply(g, A_log, dt_bias, opts.lower_bound, per_head, per_channel)
     if opts.use_beta_sigmoid:
         beta = beta.to(_at_least_float32(beta)).sigmoid() * (2.0 if opts.allow_neg_eigval else 1.0)
     return kernel_options(opts), g, beta, None, None

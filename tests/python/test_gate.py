@@ -83,3 +83,36 @@ def test_shapes_are_checked_before_broadcasting(kda):
                       dt_bias)
     with pytest.raises(ValueError, match=r"^dt_bias must have shape"):
         gate.in_torch(opts, t["q"], t["v"], t["g"], t["beta"], A_log, torch.zeros(5, dtype=F64))
+
+
+@pytest.mark.parametrize("lower_bound", [None, -3.0], ids=["softplus", "lower_bound"])
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_gate_backward_by_finite_differences(kda, lower_bound):
+    """The gate's hand-written backward (d raw, dA_log summed over tokens and channels, ddt_bias
+    over tokens) against torch's finite differences in float64."""
+    if lower_bound is not None and not kda:
+        pytest.skip("lower_bound is KDA's")
+    HV, K = 2, 3
+    gen = torch.Generator().manual_seed(7)
+    raw = torch.randn((2, 5, HV, K) if kda else (2, 5, HV), generator=gen, dtype=F64)
+    A_log = torch.rand(HV, generator=gen, dtype=F64)
+    dt_bias = torch.randn(HV * K if kda else HV, generator=gen, dtype=F64)
+    shapes = ((HV, 1), (HV, K)) if kda else ((HV,), (HV,))
+    inputs = [x.requires_grad_() for x in (raw, A_log, dt_bias)]
+    assert torch.autograd.gradcheck(
+        lambda r, a, b: gate._Gate.apply(r, a, b, lower_bound, *shapes), inputs)
+
+
+def test_gate_keeps_only_its_inputs_for_the_backward():
+    """Autograd holds no float32 intermediate of g's size for the gate: only the raw gate,
+    A_log and dt_bias (the backward recomputes the rest)."""
+    t = case(True, 5)
+    opts, A_log, dt_bias, _ = parse(KDA_OP, use_gate_in_kernel=True, num_v_heads=2, head_dim_k=8,
+                                    A_log=t["A_log"], dt_bias=t["dt_bias"])
+    raw = t["g"].float().requires_grad_()
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: saved.append(x) or x, lambda x: x):
+        _, g, _, _, _ = gate.in_torch(opts, t["q"], t["v"], raw, t["beta"], A_log, dt_bias)
+    assert g.shape == raw.shape
+    assert {x.data_ptr() for x in saved} <= {raw.data_ptr(), A_log.data_ptr(),
+                                              dt_bias.data_ptr()}, [tuple(x.shape) for x in saved]

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import abi
+from .. import abi, gate
 from .. import ops as single
 from ..options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, Op, parse
 from . import check, summary
@@ -345,6 +345,14 @@ def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_
     q, k, v, g, beta, initial_state = (
         x.contiguous() if isinstance(x, Tensor) else x
         for x in (q, k, v, g, beta, initial_state))
+    # The CUDA kernels take neither the in-op gate nor beta's sigmoid: computed in torch first,
+    # as the single-rank op does (gate.py); an error here is reported to every rank, below.
+    if q.is_cuda and not errors and (parsed.use_gate_in_kernel or parsed.use_beta_sigmoid):
+        try:
+            parsed, g, beta, A_log, dt_bias = gate.in_torch(parsed, q, v, g, beta, A_log,
+                                                            dt_bias)
+        except ValueError as e:
+            errors.append(str(e))
     tensors = (q, k, v, g, beta, initial_state, A_log, dt_bias)
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, Tensor) and x.requires_grad for x in tensors)

@@ -4,15 +4,14 @@ Same constructor, parameter names and shapes (an FLA layer's state dict loads un
 forward. The gate and beta are computed from x per token and value head:
     g    = -exp(A_log) * softplus(a_proj(x) + dt_bias)     natural-log decay, [B, T, HV]
     beta = sigmoid(b_proj(x))  (times 2 with allow_neg_eigval)
-inside the op where the device's implementation takes them (``use_gate_in_kernel``,
-``use_beta_sigmoid_in_kernel``, as FLA calls it), else in torch before the call (the same maths).
+by the op (``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``, as FLA calls it; on CUDA
+tensors the op computes them in torch before its kernels, cake/gate.py).
 """
 
 from functools import partial
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..api import chunk_gated_delta_rule
@@ -20,13 +19,6 @@ from ..kcp import chunk_gated_delta_rule_kcp
 from ..options import SAVE_MODES
 from .base import DeltaLayer, inverse_softplus_of_random_dt
 from .norm import FusedRMSNormGated, RMSNorm
-
-
-def _gate_in_op(device: torch.device) -> bool:
-    """Whether cake's op computes the gate and beta's sigmoid on this device: the CPU reference
-    does; the CUDA kernels do not take use_gate_in_kernel or use_beta_sigmoid_in_kernel yet
-    (cake.build_info()["ops"]["chunk_gated_delta_rule"]["cuda"])."""
-    return device.type == "cpu"
 
 
 class GatedDeltaNet(DeltaLayer):
@@ -87,19 +79,13 @@ class GatedDeltaNet(DeltaLayer):
                     cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
         a, b = self.a_proj(x), self.b_proj(x)                              # [B, T, HV] each
         if cp_context is not None:
-            op, common = partial(chunk_gated_delta_rule_kcp, ctx=cp_context), {}
+            op = partial(chunk_gated_delta_rule_kcp, ctx=cp_context)
         else:
-            op, common = chunk_gated_delta_rule, dict(cu_seqlens=cu_seqlens,
-                                                      save_for_backward=self.save_for_backward)
-        if _gate_in_op(x.device):
-            o, _ = op(q, k, v, a, b, A_log=self.A_log, dt_bias=self.dt_bias,
-                      use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
-                      allow_neg_eigval=self.allow_neg_eigval, use_qk_l2norm_in_kernel=True,
-                      **common)
-            return o
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        beta = b.float().sigmoid() * (2.0 if self.allow_neg_eigval else 1.0)
-        o, _ = op(q, k, v, g, beta, use_qk_l2norm_in_kernel=True, **common)
+            op = partial(chunk_gated_delta_rule, cu_seqlens=cu_seqlens,
+                         save_for_backward=self.save_for_backward)
+        o, _ = op(q, k, v, a, b, A_log=self.A_log, dt_bias=self.dt_bias, use_gate_in_kernel=True,
+                  use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
+                  use_qk_l2norm_in_kernel=True)
         return o
 
     def _output_norm(self, x: Tensor, o: Tensor) -> Tensor:

@@ -8,8 +8,8 @@ inside the op (``use_gate_in_kernel``):
            (lower_bound * sigmoid(exp(A_log) * (f_proj(x) + dt_bias)) with lower_bound)
     beta = sigmoid(b_proj(x))  (times 2 with allow_neg_eigval)
 
-The CUDA kernels take neither the in-op gate nor beta's sigmoid yet: on CUDA tensors the layer
-computes both in torch (the same formulas) and passes the op g and beta. A build without KDA
+The CUDA kernels take neither the in-op gate nor beta's sigmoid yet: on CUDA tensors the op
+computes both in torch before its kernels (cake/gate.py, the same formulas). A build without KDA
 CUDA kernels raises NotImplementedError on CUDA tensors rather than run anything on the CPU
 behind the caller's back.
 """
@@ -18,7 +18,6 @@ from functools import partial
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import abi
@@ -88,19 +87,10 @@ class KimiDeltaAttention(DeltaLayer):
         b = self.b_proj(x)                                                 # [B, T, HV]
         op = (partial(chunk_kda, cu_seqlens=cu_seqlens) if cp_context is None
               else partial(chunk_kda_kcp, ctx=cp_context))
-        if not x.is_cuda:
-            o, _ = op(q, k, v, f, b, A_log=self.A_log, dt_bias=self.dt_bias,
-                      use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
-                      use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
-                      safe_gate=self.safe_gate, lower_bound=self.lower_bound)
-            return o
-        # the op's in-kernel gate and sigmoid, in torch (float32), for the CUDA kernels
-        a = self.A_log.float().exp()[:, None]                              # [HV, 1]
-        z = f.float() + self.dt_bias.float().view(-1, self.head_k_dim)     # [B, T, HV, K]
-        g = (self.lower_bound * torch.sigmoid(a * z) if self.lower_bound is not None
-             else -a * F.softplus(z))
-        beta = b.float().sigmoid() * (2.0 if self.allow_neg_eigval else 1.0)
-        o, _ = op(q, k, v, g, beta, use_qk_l2norm_in_kernel=True)
+        o, _ = op(q, k, v, f, b, A_log=self.A_log, dt_bias=self.dt_bias,
+                  use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                  use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
+                  safe_gate=self.safe_gate, lower_bound=self.lower_bound)
         return o
 
     def _output_norm(self, x: Tensor, o: Tensor) -> Tensor:
