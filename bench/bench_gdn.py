@@ -162,7 +162,8 @@ def main():
     spec = json.loads((HERE / "workloads.json").read_text())["gdn"]["single_gpu"]
     arms = load_arms()
     if args.arms:
-        arms = {n: a for n, a in arms.items() if n in args.arms or n == "cake_control"}
+        # cake and its control always run: every ratio and the noise band are against them
+        arms = {n: a for n, a in arms.items() if n in args.arms or n in ("cake", "cake_control")}
     commit = os.environ.get("CAKE_COMMIT") or git_commit()
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=commit, torch=torch.__version__,

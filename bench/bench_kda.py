@@ -199,7 +199,8 @@ def main():
     spec = json.loads((HERE / "workloads.json").read_text())
     arms = load_arms()
     if args.arms:
-        arms = {n: a for n, a in arms.items() if n in args.arms or n == "cake_control"}
+        # cake and its control always run: every ratio and the noise band are against them
+        arms = {n: a for n, a in arms.items() if n in args.arms or n in ("cake", "cake_control")}
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
                 versions={n: a[1] for n, a in arms.items()}, op_name="chunk_kda")
