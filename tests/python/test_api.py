@@ -474,24 +474,6 @@ def test_deterministic(kda, dtype):
 
 
 # ---------------------------------------------------------------------------------------------
-# CUDA tensors
-# ---------------------------------------------------------------------------------------------
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_kda_on_cuda_not_implemented():
-    t, opts = make_case(901, kda=True, T=64, H=1, HV=1, K=128, V=128, dtype=torch.bfloat16)
-    t = {n: x.detach().cuda() for n, x in t.items()}
-    t["g"] = t["g"].float()
-    t["beta"] = t["beta"].float()
-    with pytest.raises(NotImplementedError, match="chunk_kda"):
-        call_cake(True, t, opts)
-
-
-# ---------------------------------------------------------------------------------------------
 # Larger problems
 # ---------------------------------------------------------------------------------------------
 

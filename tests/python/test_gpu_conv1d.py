@@ -116,9 +116,9 @@ def test_cuda_graph_replay_equals_eager():
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):  # warm-up outside the capture
-            y, _ = cake.causal_conv1d(x, w, inputs["bias"], inputs["residual"],
-                                      inputs["initial_state"], True, "silu", inputs["cu_seqlens"])
-            y.backward(dy)
+            y, ht = cake.causal_conv1d(x, w, inputs["bias"], inputs["residual"],
+                                       inputs["initial_state"], True, "silu", inputs["cu_seqlens"])
+            torch.autograd.backward([y, ht], [dy, dht])
     torch.cuda.current_stream().wait_stream(stream)
     x.grad = w.grad = None
     graph = torch.cuda.CUDAGraph()
@@ -126,7 +126,7 @@ def test_cuda_graph_replay_equals_eager():
         static["y"], static["ht"] = cake.causal_conv1d(
             x, w, inputs["bias"], inputs["residual"], inputs["initial_state"], True, "silu",
             inputs["cu_seqlens"])
-        static["y"].backward(dy)
+        torch.autograd.backward([static["y"], static["ht"]], [dy, dht])  # as run() does
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static["y"], eager["y"])
