@@ -508,14 +508,19 @@ def test_disagreement_read_later_poisons_and_raises_on_every_rank(monkeypatch, w
         assert nan and "rank(s) [1] rejected" in error
 
 
+def _zigzag_shard(ex, t, cu):
+    """A rank's zigzag context of the pack cu and its shard of t's per-token inputs."""
+    ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+    return ctx, [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+
+
 def test_build_context_raises_the_pending_verdicts(monkeypatch):
     monkeypatch.setattr(kcp.check, "_reads_now", lambda headers: False)
     cu = [0, 100, 250]
     t, _ = make_case(1, kda=False, cu=cu, HV=2)
 
     def body(ex):
-        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
-        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        ctx, local = _zigzag_shard(ex, t, cu)
         kcp.chunk_gated_delta_rule_kcp(*local, ctx)
         kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if ex.rank else None)
         kcp.build_context(cu, exchange=ex, layout="zigzag")
@@ -532,8 +537,7 @@ def test_rejection_read_later_raises_on_every_rank_at_build_context(monkeypatch)
     t, _ = make_case(2, kda=False, cu=cu, HV=2, gate=True)
 
     def body(ex):
-        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
-        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        ctx, local = _zigzag_shard(ex, t, cu)
         A_log = t["A_log"].detach()
         kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True, A_log=A_log)
         try:
@@ -554,8 +558,7 @@ def test_pending_verdicts_stay_one_per_kind_of_call(monkeypatch):
     t, _ = make_case(1, kda=False, cu=cu, HV=2)
 
     def body(ex):
-        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
-        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        ctx, local = _zigzag_shard(ex, t, cu)
         for i in range(20):
             scale = 0.5 if (ex.rank == 1 and i == 7) else None
             kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=scale)
