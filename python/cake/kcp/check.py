@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .exchange import Exchange, agree, disagreement
+from .exchange import Exchange, agree, disagreement, header_bytes
 from .plan import upload
 
 # Argument sets validated per exchange before the set starts over (variable packings would
@@ -55,6 +55,13 @@ class CallState:
     agreed: set = field(default_factory=set)
     validated: set = field(default_factory=set)
     pending: dict = field(default_factory=dict)
+
+    @staticmethod
+    def argument_key(tensors) -> tuple:
+        """What a validation reads of each argument: shape, strides, dtype, device (None where
+        absent)."""
+        return tuple(None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
+                     for t in tensors)
 
     def remember_validated(self, key) -> None:
         if len(self.validated) >= MAX_VALIDATED:
@@ -97,7 +104,7 @@ def unpack(gathered: list[Tensor], fields: dict, dtype: torch.dtype,
     """Every rank's header [W, 1 + len(fields)] and records [W * slots, *shape] (None without
     records) from the gathered messages. The bytes are copied before they are viewed as wider
     types: a message may start at any byte of the collective's buffer."""
-    n = 8 * (len(fields) + 1)
+    n = header_bytes(len(fields))
     headers = _headers(gathered, n)
     if gathered[0].numel() == n:
         return headers, None
@@ -135,7 +142,7 @@ def keep(exchange: Exchange, what: str, fields: dict, headers: Tensor, bad: Tens
 def reject(exchange: Exchange, what: str, fields: dict, gathered: list[Tensor]) -> None:
     """On the rank that rejected its own arguments, after the forward's all-gather: keeps the
     verdict where the others read it later, so that their read and its own raise together."""
-    headers = _headers(gathered, 8 * (len(fields) + 1))
+    headers = _headers(gathered, header_bytes(len(fields)))
     if not _reads_now(headers):
         keep(exchange, what, fields, headers, (headers[:, 0] != 1).any())
 

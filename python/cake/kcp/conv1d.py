@@ -115,8 +115,7 @@ def _input_error(ctx: Context, x_local, weight, bias, residual, activation) -> O
         return None
     state = check.state_of(ctx.require_exchange("causal_conv1d_kcp"))
     key = ("conv1d", len(ctx.fragments), activation,
-           tuple(None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
-                 for t in (x_local, weight, bias, residual)))
+           check.CallState.argument_key((x_local, weight, bias, residual)))
     if key in state.validated:
         return None
     F, W = len(ctx.fragments), weight.shape[1]

@@ -84,18 +84,12 @@ def _input_error(ctx: Context, opts: _Options, q, k, v, g, beta, h0) -> Optional
     return None
 
 
-def _metadata(x) -> Optional[tuple]:
-    if not isinstance(x, Tensor):
-        return None
-    return tuple(x.shape), x.stride(), x.dtype, x.device
-
-
 def _validate_walk(exchange, opts: _Options, plan, tensors, sd) -> None:
     """The single-rank validation of the final walk's arguments (raises its ValueError), once per
     set of argument shapes, strides, dtypes and devices on this rank (the validation reads
     nothing else, so a set that passed once passes again)."""
     q, k, v, g, beta, _, A_log, dt_bias = tensors
-    key = (opts, plan.num_segments, tuple(_metadata(x) for x in tensors))
+    key = (opts, plan.num_segments, check.CallState.argument_key(tensors))
     state = check.state_of(exchange)
     if key in state.validated or not plan.num_segments:
         return

@@ -153,12 +153,16 @@ def _walk_set(seg_cu: list[int], first, count, fragments: list[int], whole: bool
                    upload(segments, torch.int64, device))
 
 
-def _rows(walk: Optional[WalkSet], num_segments: int) -> list[int]:
-    """segment -> its position in walk (-1 where it is not walked)."""
-    row = [-1] * num_segments
+def _subset(seg_cu: list[int], first, count, F: int, device,
+            fragments: list[int]) -> tuple[Optional[WalkSet], list[int]]:
+    """The walk set of the chosen fragments' segments (None when none is chosen), and each
+    segment's row in it (-1 where it is not walked)."""
+    walk = _walk_set(seg_cu, first, count, fragments, len(fragments) == F, device) \
+        if fragments else None
+    row = [-1] * (len(seg_cu) - 1)
     for j, s in enumerate(walk.segments if walk else ()):
         row[s] = j
-    return row
+    return walk, row
 
 
 def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bool,
@@ -174,11 +178,9 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     segs = lambda i: list(range(first[i], first[i] + count[i]))  # noqa: E731
     shard = _walk_set(seg_cu, first, count, list(range(F)), True, device)
 
-    wanted = [i for i, f in enumerate(fragments)
-              if f.state_out or count[i] > 1 or (f.state_in and needs_grad)]
-    summaries = _walk_set(seg_cu, first, count, wanted, len(wanted) == F, device) \
-        if wanted else None
-    row = _rows(summaries, S)
+    summaries, row = _subset(seg_cu, first, count, F, device, [
+        i for i, f in enumerate(fragments)
+        if f.state_out or count[i] > 1 or (f.state_in and needs_grad)])
     outs = [i for i, f in enumerate(fragments) if f.state_out]
     firsts = [j for j, i in enumerate(outs) if fragments[i].piece == 0] if has_h0 else []
     ins = [i for i, f in enumerate(fragments) if f.state_in]
@@ -204,10 +206,8 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     if not needs_grad:
         return plan
 
-    wanted = [i for i, f in enumerate(fragments) if f.state_in or count[i] > 1]
-    adjoints = _walk_set(seg_cu, first, count, wanted, len(wanted) == F, device) \
-        if wanted else None
-    arow = _rows(adjoints, S)
+    adjoints, arow = _subset(seg_cu, first, count, F, device, [
+        i for i, f in enumerate(fragments) if f.state_in or count[i] > 1])
     back = lambda i: segs(i)[::-1]  # noqa: E731
     ends = [j for j, i in enumerate(ins) if not fragments[i].state_out]
     return dataclasses.replace(
