@@ -153,6 +153,7 @@ def test_kcp_later_calls_read_nothing_from_the_device(kda):
             barrier.wait()
             if ex.rank == 0:
                 torch.cuda.set_sync_debug_mode("default")
+            barrier.wait()  # the mode is the process's: no rank reads the device before this
         kcp.check_calls(ctx)
         return first, again
 

@@ -101,6 +101,11 @@ class VirtualWorld:
     longer than ``timeout`` seconds aborts it the same way. A wait that every rank has reached
     completes even if the world is aborted just after, so an error raised on every rank right after
     an all-gather stays that error on every rank. An aborted world stays aborted: use a new one.
+
+    Each rank's thread runs its backward passes itself (autograd's multithreading off on that
+    thread): by default autograd runs the backward of CUDA tensors on one worker thread per
+    device, where the first rank's backward would wait in an all-gather for ranks whose backward
+    is queued behind it on that same thread, for ever.
     """
 
     def __init__(self, world_size: int, timeout: float = 60.0):
@@ -159,7 +164,8 @@ class VirtualWorld:
 
         def body(rank: int) -> None:
             try:
-                results[rank] = fn(self.exchange(rank))
+                with torch.autograd.set_multithreading_enabled(False):
+                    results[rank] = fn(self.exchange(rank))
             except BaseException as e:  # noqa: BLE001 - handed to the caller below
                 results[rank] = e
                 failed[rank] = True

@@ -20,15 +20,10 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .. import abi
 from ..api import chunk_kda
 from ..kcp import chunk_kda_kcp
 from .base import DeltaLayer, inverse_softplus_of_random_dt
 from .norm import FusedRMSNormGated
-
-# Whether this build has KDA kernels for CUDA tensors (read once: a constant under torch.compile).
-KDA_ON_CUDA = "cuda" in abi.build_info()["ops"]["chunk_kda"]
-
 
 class KimiDeltaAttention(DeltaLayer):
     """Kimi Delta Attention layer (Kimi Linear, https://arxiv.org/abs/2510.26692).
@@ -77,12 +72,6 @@ class KimiDeltaAttention(DeltaLayer):
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
                     cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
-        if x.is_cuda and not KDA_ON_CUDA:
-            raise NotImplementedError(
-                "cake.layers.KimiDeltaAttention: this cake was built without KDA CUDA kernels "
-                "(cake.build_info() says what it has), and the layer does not fall back to the "
-                "CPU reference; reinstall where nvcc is found, run it on CPU tensors, or use "
-                "flash-linear-attention's KimiDeltaAttention (it loads this layer's state dict)")
         f = self.f_proj(x).unflatten(-1, (-1, self.head_k_dim))            # [B, T, HV, K]
         b = self.b_proj(x)                                                 # [B, T, HV]
         op = (partial(chunk_kda, cu_seqlens=cu_seqlens) if cp_context is None

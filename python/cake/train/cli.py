@@ -13,7 +13,6 @@ import warnings
 import torch
 
 import cake
-from cake.layers.kda import KDA_ON_CUDA
 
 from .corpus import source_files
 from .loop import TrainConfig, train
@@ -141,9 +140,6 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     unknown = sorted(set(args.layers) - set(LAYER_KINDS))
     if unknown or not args.layers:
         parser.error(f"--layers takes gdn and kda, comma-separated; got {unknown}")
-    if args.device == "cuda" and "kda" in args.layers and not KDA_ON_CUDA:
-        parser.error("this cake was built without KDA CUDA kernels: --layers kda cannot run on cuda; use "
-                     "gdn layers on cuda (e.g. --layers gdn,gdn), or --device cpu")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch finds no CUDA device here")
     if args.device == "cuda" and not cake.build_info()["cuda_kernels"]:
