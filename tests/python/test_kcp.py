@@ -631,3 +631,14 @@ def test_planning_binding():
     with pytest.raises(ValueError, match="num_v_heads, head_dim_k and head_dim_v must be >= 1, got 0"):
         abi.kcp.summary_exchange(abi.kcp.partition(cu, 2, "zigzag"), 0, 8, 8)
     assert abi.kcp.segment_bounds(10, 3) == [0, 4, 7, 10]
+
+
+def test_virtual_ranks_run_their_own_backward():
+    """Each virtual rank's thread runs its backward passes itself: with autograd's one worker
+    thread per CUDA device, one rank's backward would wait in an all-gather for the others queued
+    behind it on that thread. On the CPU the engine always runs on the caller, so the test reads
+    the thread's setting, and the main thread's stays as it was."""
+    seen = kcp.VirtualWorld(3, timeout=TIMEOUT).run(
+        lambda ex: torch._C._is_multithreading_enabled())
+    assert seen == [False, False, False]
+    assert torch._C._is_multithreading_enabled()
