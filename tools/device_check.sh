@@ -9,8 +9,9 @@
 # and prints "GPU tests: passed", "FAILED", "CRASHED (signal N)" or "TIMED OUT"; after a crash it
 # reruns the crashing test under cuda-gdb for a native backtrace (crash_bt.txt). Any of these but
 # "passed" makes the exit status 1, after the other stages have run.
-# CAKE_ACCURACY_CASES names a subset of the accuracy cases (bench/accuracy_gdn.py --cases),
-# CAKE_ACCURACY_SEEDS the draws per case (--seeds; errors pooled over them).
+# CAKE_ACCURACY_OPS the ops of the accuracy stage (bench/accuracy.py --op; default "gdn", e.g.
+# "gdn kda"), CAKE_ACCURACY_CASES a subset of their cases (--cases), CAKE_ACCURACY_SEEDS the draws
+# per case (--seeds; errors pooled over them).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "train" runs
 # python -m cake.train in full with --compare fla (the demo stage runs 30 steps of it); "check" runs
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on failure; "profile" adds Nsight Compute on one forward +
@@ -202,8 +203,10 @@ if [[ $stages == *" sources "* ]]; then
   python3 tools/stall_sources.py /tmp/sources_sass.csv --top 20 | tee "$OUT/stall_sources.txt"
 fi
 if [[ $stages == *" accuracy "* ]]; then
-  python3 bench/accuracy_gdn.py --out "$OUT/accuracy.jsonl" ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} \
-    ${CAKE_ACCURACY_SEEDS:+--seeds $CAKE_ACCURACY_SEEDS} 2>&1
+  for op in ${CAKE_ACCURACY_OPS:-gdn}; do
+    python3 bench/accuracy.py --op "$op" --out "$OUT/accuracy.jsonl" \
+      ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} ${CAKE_ACCURACY_SEEDS:+--seeds $CAKE_ACCURACY_SEEDS} 2>&1
+  done
 fi
 if [[ $stages == *" bench "* ]]; then
   python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1

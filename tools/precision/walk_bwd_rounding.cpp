@@ -5,7 +5,7 @@
 //
 // build (from the repository root): g++ -O2 -std=c++20 -Isrc -Itests/cpp
 //   tools/precision/walk_bwd_rounding.cpp -o /tmp/walk_bwd_rounding
-// run:   /tmp/walk_bwd_rounding torch beta_near_1 [full|dump]   the exact inputs of test_gpu_gdn/accuracy_gdn.py
+// run:   /tmp/walk_bwd_rounding torch beta_near_1 [full|dump]   the exact inputs of test_gpu_gdn/accuracy.py
 //                                                (torch's CPU generator rebuilt; H200 numbers
 //                                                reproduced to 3 digits)
 //        /tmp/walk_bwd_rounding torchseeds 48 0.9998 0.9999 [full|dist]   same generator, seeds 7777..

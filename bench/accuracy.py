@@ -1,15 +1,18 @@
-"""GDN accuracy of cake next to flash-linear-attention's, on the same inputs.
+"""GDN and KDA accuracy of cake next to flash-linear-attention's, on the same inputs.
 
-    python bench/accuracy_gdn.py --out accuracy.jsonl
+    python bench/accuracy.py --op gdn --out accuracy.jsonl
+    python bench/accuracy.py --op kda --out accuracy.jsonl
 
 For each case of tests/python/test_gpu_gdn.py (edge-length documents, GVA, strong and zero decay,
-beta near 0 and 1, subsampled workloads): both implementations run forward and backward on the
-GPU; the FP64 reference (cake's CPU path on the same inputs, upcast) gives the truth. Printed per
-output: relative RMS error and max-abs error / max|ref| of cake and of FLA, and whether cake meets
-the gate of bench/workloads.json ("no worse than 1.1 x the error of flash-linear-attention").
-Where FlashQLA is installed, its errors on the same inputs are reported too, as its users call it
-("flashqla": auto_cp=True, whose intra-GPU segments start from a warm-up truncated once the gate
-has decayed past e^-10) and exact ("flashqla_nocp": auto_cp=False); they do not enter the gate.
+beta near 0 and 1, subsampled workloads) or of tests/python/test_gpu_kda.py (bounded, unbounded,
+split and zero per-channel gates, documents of 1 to 65 tokens, GVA 1 to 4, beta near 0 and 1):
+both implementations run forward and backward on the GPU; the FP64 reference (cake's CPU path on
+the same inputs, upcast) gives the truth. Printed per output: relative RMS error and max-abs
+error / max|ref| of cake and of FLA, and whether cake meets the gate of bench/workloads.json
+("no worse than 1.1 x the error of flash-linear-attention"). For GDN, where FlashQLA is
+installed, its errors on the same inputs are reported too, as its users call it ("flashqla":
+auto_cp=True, whose intra-GPU segments start from a warm-up truncated once the gate has decayed
+past e^-10) and exact ("flashqla_nocp": auto_cp=False); they do not enter the gate.
 
 --seeds N draws each case N times (seeds crc32(case) + 0 .. N - 1) and pools the errors: the
 relative RMS over all draws together, the largest max-abs ratio. One draw can mislead: with a
@@ -32,13 +35,35 @@ import torch  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "python"))
-from test_gpu_gdn import CASES, make_inputs, reference  # noqa: E402
+import test_gpu_gdn  # noqa: E402
+import test_gpu_kda  # noqa: E402
 
 import cake  # noqa: E402
 
 
+def gdn_cases():
+    """name -> (cake's op, FLA's op, make_inputs(seed) -> (inputs, dout, dht), reference, l2)."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
+    cases = {}
+    for name, (docs, H, HV, kw, l2) in test_gpu_gdn.CASES.items():
+        make = functools.partial(test_gpu_gdn.make_inputs, docs, H, HV, **kw)
+        ref = functools.partial(test_gpu_gdn.reference, use_qk_l2norm=l2)
+        cases[name] = (cake.chunk_gated_delta_rule, fla_gdn, make, ref, l2)
+    return cases
+
+
+def kda_cases():
+    """As gdn_cases, for KDA (the L2 norm in the op, as in its GPU tests)."""
+    from fla.ops.kda import chunk_kda as fla_kda
+    return {name: (cake.chunk_kda, fla_kda,
+                   functools.partial(test_gpu_kda.make_inputs, docs, H, HV, **kw),
+                   test_gpu_kda.reference, True)
+            for name, (docs, H, HV, kw) in test_gpu_kda.CASES.items()}
+
+
 def run(fn, inputs, dout, dht, l2):
-    """o, final_state and every gradient of fn (FLA's signature) on the GPU, as float64 on the CPU."""
+    """o, final_state and every gradient of fn (FLA's signature) on the GPU, as float64 on the
+    CPU."""
     x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
          for n, t in inputs.items()}
     o, ht = fn(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
@@ -74,35 +99,41 @@ def errors(pairs):
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--op", choices=["gdn", "kda"], default="gdn")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--cases", nargs="+", default=list(CASES))
+    parser.add_argument("--cases", nargs="+", default=None, help="default: every case of the op")
     parser.add_argument("--seeds", type=int, default=1, help="draws per case, errors pooled")
     args = parser.parse_args()
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_gdn
     import fla
-    others = {}  # name -> FlashQLA in its two forms, where installed
+    cases = gdn_cases() if args.op == "gdn" else kda_cases()
+    unknown = sorted(set(args.cases or ()) - set(cases))
+    if unknown:
+        parser.error(f"--cases: {args.op} has no case {unknown}; it has {sorted(cases)}")
+    others = {}  # name -> FlashQLA in its two forms, where installed (GDN only)
     try:
-        import flash_qla
-        others = {"flashqla": flash_qla.chunk_gated_delta_rule,
-                  "flashqla_nocp": functools.partial(flash_qla.chunk_gated_delta_rule,
-                                                     auto_cp=False)}
+        if args.op == "gdn":
+            import flash_qla
+            others = {"flashqla": flash_qla.chunk_gated_delta_rule,
+                      "flashqla_nocp": functools.partial(flash_qla.chunk_gated_delta_rule,
+                                                         auto_cp=False)}
     except Exception as e:  # noqa: BLE001 - report and go on without it
         print(f"FlashQLA unavailable: {e}", file=sys.stderr)
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
+                op=args.op,
                 commit=os.environ.get("CAKE_COMMIT", "unknown"), torch=torch.__version__,
                 fla=getattr(fla, "__version__", "?"), seeds=args.seeds,
                 flashqla_version=getattr(sys.modules.get("flash_qla"), "__version__", None))
     out = args.out.open("a") if args.out else None
     print(f"{'case':22s} {'output':12s} {'cake rel_rms':>12s} {'fla rel_rms':>12s} "
           f"{'cake max':>9s} {'fla max':>9s}  gate")
-    for case in args.cases:
-        docs, H, HV, kw, l2 = CASES[case]
+    for case in args.cases or list(cases):
+        ours_fn, fla_fn, make_inputs, reference, l2 = cases[case]
         draws = []  # (reference, cake, FLA, {other: results}) per seed
         for seed in range(zlib.crc32(case.encode()), zlib.crc32(case.encode()) + args.seeds):
-            inputs, dout, dht = make_inputs(docs, H, HV, seed=seed, **kw)
-            draws.append((reference(inputs, dout, dht, l2),
-                          run(cake.chunk_gated_delta_rule, inputs, dout, dht, l2),
-                          run(fla_gdn, inputs, dout, dht, l2),
+            inputs, dout, dht = make_inputs(seed=seed)
+            draws.append((reference(inputs, dout, dht),
+                          run(ours_fn, inputs, dout, dht, l2),
+                          run(fla_fn, inputs, dout, dht, l2),
                           {n: run_other(n, fn, inputs, dout, dht, l2)
                            for n, fn in others.items()}))
         for name in draws[0][0]:
