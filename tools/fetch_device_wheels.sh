@@ -5,7 +5,7 @@
 # TileLang's wheel repacked as tar.xz (it has no .data folder: its files are the site-packages
 # tree), so that the whole folder stays well under the device tool's 64 MiB (~40 MB).
 # tools/device_check.sh installs them there.
-#   bash tools/fetch_device_wheels.sh [cudnn] [causal_conv1d]
+#   bash tools/fetch_device_wheels.sh [cudnn] [causal_conv1d] [train]
 # "cudnn" adds bench/bench_kda.py's cudnn arm: nvidia-cudnn-frontend 1.32.0, its wheel (11.6 MB)
 # repacked as tar.xz (~6 MB; no .data folder either). An opt-in, because the carried tree (with
 # .devpkg and .tritoncache) has to fit 64 MiB too; without it any earlier pack is removed. Its
@@ -22,6 +22,11 @@
 # build/, ~1-2 minutes from PyPI), then ~4 minutes on 2 cores; its pack is kept there, so a later
 # run only copies it (rm -rf build/causal-conv1d to build again). Opt-in, as cudnn; removed
 # without it.
+# "train" is for `python -m cake.train --compare fla` (device_check's "train" stage): fla.layers
+# imports transformers, whose wheels with their dependencies (numpy aside, which the machine has)
+# are ~31 MB; to fit beside .devpkg they replace FlashQLA, TileLang and z3 (~37 MB), which the
+# training comparison does not use. Their names are kept in .whl/train.txt, so that a later run
+# without "train" removes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -103,5 +108,18 @@ if [[ $opt_in == *" causal_conv1d "* ]]; then
     rm -rf "$cc/tree"
   fi
   cp "$cc_pack" .whl/causal_conv1d-1.7.0.tar.xz
+fi
+if [ -f .whl/train.txt ]; then
+  (cd .whl && xargs -r rm -f < train.txt && rm -f train.txt)
+fi
+if [[ $opt_in == *" train "* ]]; then
+  tr_dir=$(mktemp -d)
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    "${platforms[@]}" -d "$tr_dir" transformers==5.25.0
+  rm -f "$tr_dir"/numpy-*.whl
+  (cd "$tr_dir" && ls *.whl) > .whl/train.txt
+  mv "$tr_dir"/*.whl .whl/ && rm -rf "$tr_dir"
+  rm -f .whl/flash_qla-*.whl .whl/tilelang-*.tar.xz .whl/libz3.so.4.15.xz \
+    .whl/apache_tvm_ffi-*.whl .whl/torch_c_dlpack_ext-*.whl
 fi
 du -sh .whl
