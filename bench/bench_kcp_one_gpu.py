@@ -4,6 +4,7 @@ ranks without segments; plus the exact intra-GPU segments of one long document (
 
     python bench/bench_kcp_one_gpu.py --packs P1 P2 P3 P4 P5 --worlds 2 4 8 --out kcp1.jsonl
     python bench/bench_kcp_one_gpu.py --packs D256K --worlds 1 --segments 0 1 2 4 8
+    python bench/bench_kcp_one_gpu.py --packs A G M --worlds 1 --segments 0 1 2 4
     python bench/bench_kcp_one_gpu.py --device cpu          # a smoke run of the harness (FP64)
 
 How one rank runs alone: W virtual ranks (cake.kcp.VirtualWorld, one thread each) run one step
@@ -22,10 +23,11 @@ segments), the whole pack on the single-GPU op ("single"), and the control. One 
 (pack, W, layout, segments, op): the slowest rank, every rank's time, P, overhead (rank - local),
 peak extra memory, efficiency = single / (W x slowest rank), exchange bytes, the control ratio.
 
-Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), and D256K: one document of 262,144
-tokens. Heads: 16 q/k and 48 value heads (--heads H HV), K = V = 128, inputs as bench_gdn.py
-(bf16 q, k, v; fp32 g, beta; the q/k L2 norm in the kernel); KDA (--variant kda) with g per
-channel in (-5, 0) as bench_kda.py. --segments: 0 the plan rule, 1..16 forced.
+Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), its single-GPU workloads A, G and M
+(all three at 16/48 heads; with --worlds 1 they say what segments do to a single-GPU call), and
+D256K: one document of 262,144 tokens. Heads: 16 q/k and 48 value heads (--heads H HV), K = V =
+128, inputs as bench_gdn.py (bf16 q, k, v; fp32 g, beta; the q/k L2 norm in the kernel); KDA
+(--variant kda) with g per channel in (-5, 0) as bench_kda.py. --segments: 0 the plan rule, 1..16 forced.
 """
 
 import argparse
@@ -219,7 +221,12 @@ def main(argv=None):
     fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
     single_fn = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
     spec = json.loads((HERE / "workloads.json").read_text())["gdn"]["context_parallel"]
-    packs = dict(spec["packs"], D256K=PACK_D256K)
+    single = json.loads((HERE / "workloads.json").read_text())["gdn"]["single_gpu"]
+    packs = dict(spec["packs"], **{w: single[w]["docs"] for w in ("A", "G", "M")},
+                 D256K=PACK_D256K)
+    unknown = sorted(set(args.packs) - set(packs))
+    if unknown:
+        parser.error(f"--packs: no pack {unknown}; there are {sorted(packs)}")
     H, HV = args.heads or (spec["heads_qk"], spec["heads_v"])
     dtype = torch.bfloat16
     if device.type == "cpu":  # the smoke run: tiny packs in FP64 on the reference
