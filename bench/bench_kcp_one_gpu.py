@@ -27,7 +27,8 @@ Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), its single-GPU wor
 (all three at 16/48 heads; with --worlds 1 they say what segments do to a single-GPU call), and
 D256K: one document of 262,144 tokens. Heads: 16 q/k and 48 value heads (--heads H HV), K = V =
 128, inputs as bench_gdn.py (bf16 q, k, v; fp32 g, beta; the q/k L2 norm in the kernel); KDA
-(--variant kda) with g per channel in (-5, 0) as bench_kda.py. --segments: 0 the plan rule, 1..16 forced.
+(--variant kda) with g per channel in (-5, 0) as bench_kda.py. --segments: 0 the plan rule,
+1..16 forced.
 """
 
 import argparse
