@@ -23,10 +23,14 @@
 # run only copies it (rm -rf build/causal-conv1d to build again). Opt-in, as cudnn; removed
 # without it.
 # "train" is for `python -m cake.train --compare fla` (device_check's "train" stage): fla.layers
-# imports transformers, whose wheels with their dependencies (numpy aside, which the machine has)
-# are ~31 MB; to fit beside .devpkg they replace FlashQLA, TileLang and z3 (~37 MB), which the
-# training comparison does not use. Their names are kept in .whl/train.txt, so that a later run
-# without "train" removes them.
+# imports transformers (only its logging at import time). Its wheels and what their import needs
+# (~18 MB; numpy the machine has; tokenizers, hf-xet and kernels with pydantic, ~13 MB, it does
+# not: fla.layers imports without them, checked on transformers 5.25.0 and huggingface-hub
+# 2.4.0) are added to the set, which keeps TileLang: FLA's gated dq/dk backward raises on Hopper
+# with Triton < 3.7.1 (torch 2.11's Triton) unless TileLang serves it. With the 3.2 MB tree that
+# is ~61 MiB of the 64 MiB a call carries: carry .whl alone (the device builds cake with pip, ~35
+# s), and not with "cudnn". Their names are kept in .whl/train.txt, so that a later run without
+# "train" removes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .whl
@@ -113,13 +117,12 @@ if [ -f .whl/train.txt ]; then
   (cd .whl && xargs -r rm -f < train.txt && rm -f train.txt)
 fi
 if [[ $opt_in == *" train "* ]]; then
+  [[ $opt_in != *" cudnn "* ]] || { echo "train and cudnn do not fit one carry (64 MiB)"; exit 1; }
   tr_dir=$(mktemp -d)
   python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     "${platforms[@]}" -d "$tr_dir" transformers==5.25.0
-  rm -f "$tr_dir"/numpy-*.whl
-  (cd "$tr_dir" && ls *.whl) > .whl/train.txt
+  (cd "$tr_dir" && rm -f numpy-*.whl tokenizers-*.whl hf_xet-*.whl kernels-*.whl pydantic-*.whl \
+     pydantic_core-*.whl annotated_types-*.whl typing_inspection-*.whl && ls *.whl) > .whl/train.txt
   mv "$tr_dir"/*.whl .whl/ && rm -rf "$tr_dir"
-  rm -f .whl/flash_qla-*.whl .whl/tilelang-*.tar.xz .whl/libz3.so.4.15.xz \
-    .whl/apache_tvm_ffi-*.whl .whl/torch_c_dlpack_ext-*.whl
 fi
 du -sh .whl
