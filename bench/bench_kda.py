@@ -9,7 +9,8 @@ Workloads: "P4" (workloads.json "kda" single_gpu: 4 documents, 261,392 tokens) a
 and 64 (--heads), inputs as workloads.json says (q, k L2-normalised by the caller, g in (-5, 0),
 bf16 beta); "A" the grouped shape: GDN workload A's documents with 16 q/k heads and 48 value heads.
 Arms: "cake" (the default mode), "cake_saved", "fla" (flash-linear-attention's chunk_kda, its
-Triton kernels), "cudnn" (cuDNN frontend's Hopper KDA engine, below), "cake_control".
+Triton kernels: FLA_DISABLE_BACKEND_DISPATCH=1 unless set otherwise), "cudnn" (cuDNN
+frontend's Hopper KDA engine, below), "cake_control".
 
 "cudnn": cudnn.linear_attention.kimi_delta_attention (nvidia-cudnn-frontend 1.32, a torch custom
 op with its backward registered) with the plan pinned to the engine "kda_hopper_cuda" (CUDA C++
@@ -55,6 +56,10 @@ def load_arms():
     arms = {"cake": (cake.chunk_kda, cake.__version__),
             "cake_saved": (functools.partial(cake.chunk_kda, save_for_backward="saved"),
                            cake.__version__)}
+    # FLA's own Triton KDA: its dispatch to other backends (TileLang's fused dq/dk/dg backward,
+    # taken where q/k and value heads are equal and TileLang is installed) off, read by FLA at its
+    # import.
+    os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
     try:
         import fla
         from fla.ops.kda import chunk_kda as fla_kda
@@ -203,7 +208,8 @@ def main():
         arms = {n: a for n, a in arms.items() if n in args.arms or n in ("cake", "cake_control")}
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
-                versions={n: a[1] for n, a in arms.items()}, op_name="chunk_kda")
+                versions={n: a[1] for n, a in arms.items()}, op_name="chunk_kda",
+                fla_backend_dispatch=os.environ["FLA_DISABLE_BACKEND_DISPATCH"] != "1")
     l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     out = args.out.open("a") if args.out else None
     for wl in args.workloads:
