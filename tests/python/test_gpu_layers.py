@@ -135,8 +135,8 @@ def chunk_kda_in_fp64(q, k, v, g, beta, *, cu_seqlens=None, A_log=None, dt_bias=
         return None if x is None else x.cpu().double()
 
     o, ht = cake.chunk_kda(cpu(q), cpu(k), cpu(v), cpu(g), cpu(beta), A_log=cpu(A_log),
-                           dt_bias=cpu(dt_bias), cu_seqlens=cpu(cu_seqlens).long()
-                           if cu_seqlens is not None else None, **opts)
+                           dt_bias=cpu(dt_bias),
+                           cu_seqlens=None if cu_seqlens is None else cu_seqlens.cpu(), **opts)
     return o.to(q.device, q.dtype), ht
 
 

@@ -25,6 +25,7 @@ from ..kcp import chunk_kda_kcp
 from .base import DeltaLayer, inverse_softplus_of_random_dt
 from .norm import FusedRMSNormGated
 
+
 class KimiDeltaAttention(DeltaLayer):
     """Kimi Delta Attention layer (Kimi Linear, https://arxiv.org/abs/2510.26692).
 
