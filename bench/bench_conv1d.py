@@ -40,7 +40,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_gdn import flush_l2, git_commit  # noqa: E402
+from bench_gdn import chosen_arms, flush_l2, git_commit  # noqa: E402
 from bench_gdn import measure as measure_calls  # noqa: E402
 
 OPS = ("fwd", "bwd", "fwd+bwd")
@@ -198,10 +198,7 @@ def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_conv1d: needs a CUDA device")
-    arms = load_arms()
-    if args.arms:
-        # cake and its control always run: every ratio and the noise band are against them
-        arms = {n: a for n, a in arms.items() if n in args.arms or n in ("cake", "cake_control")}
+    arms = chosen_arms(load_arms(), args.arms)
     commit = os.environ.get("CAKE_COMMIT") or git_commit()
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=commit, torch=torch.__version__,

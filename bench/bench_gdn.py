@@ -75,6 +75,14 @@ def git_commit():
         return "unknown"
 
 
+def chosen_arms(arms, wanted):
+    """The arms named in wanted (all when it is None), always with cake and its control: every
+    ratio and the noise band are against them."""
+    if wanted is None:
+        return arms
+    return {n: a for n, a in arms.items() if n in wanted or n in ("cake", "cake_control")}
+
+
 def make_inputs(docs, H, HV, seed=0):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(docs)
@@ -160,10 +168,7 @@ def main():
     args = parser.parse_args()
 
     spec = json.loads((HERE / "workloads.json").read_text())["gdn"]["single_gpu"]
-    arms = load_arms()
-    if args.arms:
-        # cake and its control always run: every ratio and the noise band are against them
-        arms = {n: a for n, a in arms.items() if n in args.arms or n in ("cake", "cake_control")}
+    arms = chosen_arms(load_arms(), args.arms)
     commit = os.environ.get("CAKE_COMMIT") or git_commit()
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=commit, torch=torch.__version__,

@@ -221,8 +221,8 @@ def main(argv=None):
     kda = args.variant == "kda"
     fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
     single_fn = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
-    spec = json.loads((HERE / "workloads.json").read_text())["gdn"]["context_parallel"]
-    single = json.loads((HERE / "workloads.json").read_text())["gdn"]["single_gpu"]
+    workloads = json.loads((HERE / "workloads.json").read_text())["gdn"]
+    spec, single = workloads["context_parallel"], workloads["single_gpu"]
     packs = dict(spec["packs"], **{w: single[w]["docs"] for w in ("A", "G", "M")},
                  D256K=PACK_D256K)
     unknown = sorted(set(args.packs) - set(packs))

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn import git_commit, make_step, measure  # noqa: E402
+from bench_gdn import chosen_arms, git_commit, make_step, measure  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 K = V = 128
@@ -202,10 +202,7 @@ def main():
     args = parser.parse_args()
 
     spec = json.loads((HERE / "workloads.json").read_text())
-    arms = load_arms()
-    if args.arms:
-        # cake and its control always run: every ratio and the noise band are against them
-        arms = {n: a for n, a in arms.items() if n in args.arms or n in ("cake", "cake_control")}
+    arms = chosen_arms(load_arms(), args.arms)
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
                 versions={n: a[1] for n, a in arms.items()}, op_name="chunk_kda",

@@ -28,7 +28,7 @@
 # not: fla.layers imports without them, checked on transformers 5.25.0 and huggingface-hub
 # 2.4.0) are added to the set, which keeps TileLang: FLA's gated dq/dk backward raises on Hopper
 # with Triton < 3.7.1 (torch 2.11's Triton) unless TileLang serves it. With the 3.2 MB tree that
-# is ~61 MiB of the 64 MiB a call carries: carry .whl alone (the device builds cake with pip, ~35
+# is ~62.6 MiB of the 64 MiB a call carries: carry .whl alone (the device builds cake with pip, ~35
 # s), and not with "cudnn". Their names are kept in .whl/train.txt, so that a later run without
 # "train" removes them.
 set -euo pipefail
