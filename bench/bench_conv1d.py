@@ -40,7 +40,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_gdn import chosen_arms, flush_l2, git_commit  # noqa: E402
+from bench_gdn import chosen_arms, flush_l2, git_commit, peak_bytes  # noqa: E402
 from bench_gdn import measure as measure_calls  # noqa: E402
 
 OPS = ("fwd", "bwd", "fwd+bwd")
@@ -131,17 +131,6 @@ def time_step(step, l2):
     return start.elapsed_time(end)
 
 
-def peak_bytes(step):
-    """The allocator's peak over one call beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step.prepare()
-    step.run()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
-
-
 def measure(steps, groups, iters, l2):
     """bench_gdn's palindromic visits, each step's prepare() untimed before its timed run():
     name -> list of per-group medians (ms)."""
@@ -214,7 +203,8 @@ def main(argv=None):
                 leaves = [t.requires_grad_() for t in inputs]
                 for op in args.ops:
                     steps = {n: Step(a[0], op, leaves, cu, seq_idx, dy) for n, a in arms.items()}
-                    peaks = {n: peak_bytes(s) for n, s in steps.items()}
+                    peaks = {n: peak_bytes(lambda s=s: (s.prepare(), s.run()))
+                             for n, s in steps.items()}
                     per_group = measure(steps, args.groups, args.iters, l2)
                     cake_ms = statistics.median(per_group["cake"])
                     roofline_ms = op_bytes(op, tokens, dim) / copy

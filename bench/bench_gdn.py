@@ -7,7 +7,12 @@ synchronised before every timed iteration; per op one untimed call per arm, then
 visit the arms in palindromic order (a, b, c, c, b, a) with several timed iterations per visit; a
 cell is the median over groups of each group's median; a control arm (a second visit of cake)
 measures noise; drift is the change of an arm's median between the first and the last group.
-Speedup = baseline ms / cake ms. One JSON line per (workload, op, arm).
+Speedup = baseline ms / cake ms. Peak memory (`peak_gib`): the allocator's peak over one call of
+the op beyond what was allocated before it (the inputs and dO), measured once per arm after the
+timing: outputs, what the forward keeps for the backward, the gradients and every workspace.
+The gate g is drawn as `--gate` says: "workloads" = logsigmoid(x), x ~ N(0, 1) (the workloads
+file's draw), or "slow" = logsigmoid(x + 2) (a slower decay). One JSON line per (workload, op,
+arm).
 
 Arms: "cake" (inverse mode, the default); "cake_saved" (saved mode); "cake_recompute" (recompute
 mode); "fla" = flash-linear-attention's Triton kernels with its FlashQLA dispatch disabled
@@ -83,14 +88,17 @@ def chosen_arms(arms, wanted):
     return {n: a for n, a in arms.items() if n in wanted or n in ("cake", "cake_control")}
 
 
-def make_inputs(docs, H, HV, seed=0):
+GATE_SHIFT = {"workloads": 0.0, "slow": 2.0}
+
+
+def make_inputs(docs, H, HV, seed=0, gate="workloads"):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(docs)
     kw = dict(device="cuda", generator=gen)
     q = torch.randn(1, T, H, K, dtype=torch.bfloat16, **kw)
     k = torch.randn(1, T, H, K, dtype=torch.bfloat16, **kw)
     v = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
-    g = F.logsigmoid(torch.randn(1, T, HV, **kw))
+    g = F.logsigmoid(torch.randn(1, T, HV, **kw) + GATE_SHIFT[gate])
     beta = torch.rand(1, T, HV, **kw)
     cu = torch.tensor([0] + docs, device="cuda").cumsum(0).to(torch.int32)
     do = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
@@ -118,6 +126,16 @@ def make_step(fn, op, leaves, cu, do, **options):
         for t in leaves:
             t.grad = None
     return run
+
+
+def peak_bytes(run):
+    """The allocator's peak over one call of run beyond what was allocated before it."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    run()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
 
 
 def flush_l2(buffer):
@@ -164,6 +182,9 @@ def main():
     parser.add_argument("--arms", nargs="+", default=None, help="subset of arms")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--gate", choices=sorted(GATE_SHIFT), default="workloads",
+                        help="how g is drawn: logsigmoid(x) (the workloads file) or "
+                             "logsigmoid(x + 2) (slower decay)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -177,22 +198,24 @@ def main():
     out = args.out.open("a") if args.out else None
     for wl in args.workloads:
         docs, H, HV = spec[wl]["docs"], spec[wl]["heads_qk"], spec[wl]["heads_v"]
-        inputs, cu, do = make_inputs(docs, H, HV)
+        inputs, cu, do = make_inputs(docs, H, HV, gate=args.gate)
         leaves = [t.requires_grad_() for t in inputs]
         for op in args.ops:
             steps = {n: make_step(a[0], op, leaves, cu, do, use_qk_l2norm_in_kernel=True)
                      for n, a in arms.items()}
             per_group = measure(steps, args.groups, args.iters, l2)
+            peak_gib = {n: peak_bytes(s) / 2**30 for n, s in steps.items()}
             cake_ms = statistics.median(per_group["cake"])
             for name, medians in per_group.items():
                 ms = statistics.median(medians)
-                line = dict(meta, workload=wl, op=op, arm=name, ms=ms,
+                line = dict(meta, workload=wl, op=op, arm=name, gate=args.gate, ms=ms,
+                            peak_gib=peak_gib[name],
                             speedup_vs_cake=None if name.startswith("cake") else ms / cake_ms,
                             drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
                 if out:  # line by line, so that a run cut short keeps its finished cells
                     out.write(json.dumps(line) + "\n")
                     out.flush()
-                print(f"{wl:2s} {op:8s} {name:13s} {ms:9.3f} ms"
+                print(f"{wl:2s} {op:8s} {name:13s} {ms:9.3f} ms {peak_gib[name]:6.2f} GiB"
                       + ("" if line["speedup_vs_cake"] is None
                          else f"   cake is {line['speedup_vs_cake']:.2f}x faster")
                       + f"   drift {100 * line['drift']:+.1f}%", flush=True)
