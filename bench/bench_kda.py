@@ -8,7 +8,9 @@ each arm's peak extra memory.
 Workloads: "P4" (workloads.json "kda" single_gpu: 4 documents, 261,392 tokens) at H = HV = 4, 16
 and 64 (--heads), inputs as workloads.json says (q, k L2-normalised by the caller, g in (-5, 0),
 bf16 beta); "A" the grouped shape: GDN workload A's documents with 16 q/k heads and 48 value heads.
-Arms: "cake" (the default mode), "cake_saved", "fla" (flash-linear-attention's chunk_kda, its
+Arms: "cake" (the default mode), "cake_saved", "cake_segments" (cake given cu_seqlens_cpu, so that
+it walks few long documents as exact segments where its plan predicts a gain: at P4 the plan cuts
+at H = 4 and 16), "fla" (flash-linear-attention's chunk_kda, its
 Triton kernels: FLA_DISABLE_BACKEND_DISPATCH=1 unless set otherwise), "cudnn" (cuDNN
 frontend's Hopper KDA engine, below), "cake_control".
 
@@ -44,7 +46,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn import chosen_arms, git_commit, make_step, measure  # noqa: E402
+from bench_gdn import (chosen_arms, git_commit, make_step, measure,  # noqa: E402
+                       with_host_offsets)
 
 HERE = Path(__file__).resolve().parent
 K = V = 128
@@ -55,7 +58,8 @@ def load_arms():
     import cake
     arms = {"cake": (cake.chunk_kda, cake.__version__),
             "cake_saved": (functools.partial(cake.chunk_kda, save_for_backward="saved"),
-                           cake.__version__)}
+                           cake.__version__),
+            "cake_segments": (with_host_offsets(cake.chunk_kda), cake.__version__)}
     # FLA's own Triton KDA: its dispatch to other backends (TileLang's fused dq/dk/dg backward,
     # taken where q/k and value heads are equal and TileLang is installed) off, read by FLA at its
     # import.

@@ -4,8 +4,8 @@ from typing import Optional
 
 from torch import Tensor
 
-from . import ops
-from .options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, parse
+from . import ops, segments
+from .options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, Op, parse
 
 _CUDA_LIMITS = """
     On CUDA tensors (the sm_90a kernels): bfloat16 q, k, v (o in bfloat16), float32 g, float32
@@ -20,6 +20,23 @@ def _no_cp_context(cp_context) -> None:
     if cp_context is not None:
         raise NotImplementedError(
             "cp_context is flash-linear-attention's context parallelism; use cake.kcp instead")
+
+
+def _call(op: Op, q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log, dt_bias,
+          options: dict):
+    """The body of both ops: the options parsed once, then the plain op, or its documents walked
+    as exact segments where the call gives its offsets on the host and the plan predicts a gain
+    (cake.segments)."""
+    opts, A_log_flat, dt_bias_flat, errors = parse(op, A_log=A_log, dt_bias=dt_bias,
+                                                   **ops.head_counts(q, v), stacklevel=4,
+                                                   **options)
+    if errors:
+        raise ValueError(errors[0])
+    ctx = segments.context_for(opts, q, v, cu_seqlens, cu_seqlens_cpu)
+    if ctx is not None:  # the options as parsed (no second deprecation warning)
+        resolved = dict(options, state_v_first=opts.state_v_first, transpose_state_layout=None)
+        return segments.run(op, ctx, q, k, v, g, beta, initial_state, A_log, dt_bias, resolved)
+    return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log_flat, dt_bias_flat)
 
 
 def chunk_gated_delta_rule(
@@ -62,7 +79,12 @@ def chunk_gated_delta_rule(
         state_v_first: states in ``[N, HV, V, K]`` (``transpose_state_layout`` is its deprecated
             name, with a DeprecationWarning).
         cu_seqlens: ``[N + 1]`` int32/int64 offsets of packed documents; requires ``B = 1``.
-        cu_seqlens_cpu, chunk_indices: accepted for compatibility; cake derives its schedule from
+        cu_seqlens_cpu: the host copy of ``cu_seqlens`` (int tensor on the CPU, the same
+            values). With it, a CUDA call whose documents are few and long for the GPU walks them
+            as exact segments in parallel where the segment plan predicts a gain (results within
+            the accuracy gate of the plain op's, deterministic; ``cake.segments``); without it
+            cake plans nothing, so that it reads nothing back from the device.
+        chunk_indices: accepted for compatibility; cake derives its schedule from
             ``cu_seqlens``.
         cp_context: flash-linear-attention's context parallelism; cake's is ``cake.kcp``.
         use_gate_in_kernel: g is raw; the op computes ``g <- -exp(A_log) * softplus(g +
@@ -91,16 +113,15 @@ def chunk_gated_delta_rule(
                                             use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
     """
     _no_cp_context(cp_context)
-    opts, A_log, dt_bias, errors = parse(
-        GATED_DELTA_RULE, scale=scale, output_final_state=output_final_state,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        state_v_first=state_v_first, transpose_state_layout=transpose_state_layout,
-        chunk_size=chunk_size, head_first=head_first, save_for_backward=save_for_backward,
-        A_log=A_log, dt_bias=dt_bias, **ops.head_counts(q, v))
-    if errors:
-        raise ValueError(errors[0])
-    return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    options = dict(scale=scale, output_final_state=output_final_state,
+                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                   use_gate_in_kernel=use_gate_in_kernel,
+                   use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first,
+                   transpose_state_layout=transpose_state_layout, chunk_size=chunk_size,
+                   head_first=head_first, save_for_backward=save_for_backward)
+    return _call(GATED_DELTA_RULE, q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu,
+                 A_log, dt_bias, options)
 
 
 def chunk_kda(
@@ -157,18 +178,18 @@ def chunk_kda(
         ``return_intermediate_states``.
     """
     _no_cp_context(cp_context)
-    opts, A_log, dt_bias, errors = parse(
-        KDA_OP, scale=scale, output_final_state=output_final_state,
-        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=use_gate_in_kernel,
-        use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval,
-        safe_gate=safe_gate, lower_bound=lower_bound, disable_recompute=disable_recompute,
-        return_intermediate_states=return_intermediate_states, state_v_first=state_v_first,
-        transpose_state_layout=transpose_state_layout, chunk_size=chunk_size,
-        head_first=head_first, save_for_backward=save_for_backward, A_log=A_log,
-        dt_bias=dt_bias, **ops.head_counts(q, v))
-    if errors:
-        raise ValueError(errors[0])
-    return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
+    options = dict(scale=scale, output_final_state=output_final_state,
+                   use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+                   use_gate_in_kernel=use_gate_in_kernel,
+                   use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval=allow_neg_eigval, safe_gate=safe_gate,
+                   lower_bound=lower_bound, disable_recompute=disable_recompute,
+                   return_intermediate_states=return_intermediate_states,
+                   state_v_first=state_v_first, transpose_state_layout=transpose_state_layout,
+                   chunk_size=chunk_size, head_first=head_first,
+                   save_for_backward=save_for_backward)
+    return _call(KDA_OP, q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log,
+                 dt_bias, options)
 
 
 chunk_gated_delta_rule.__doc__ = chunk_gated_delta_rule.__doc__.replace("{cuda}", _CUDA_LIMITS)

@@ -177,7 +177,7 @@ class Context:
         self.shard = self.shards[rank]
         self.fragments = self.shard.fragments
         self.global_ranges = self.shard.global_ranges
-        self.cu_seqlens = torch.tensor(self.shard.cu_seqlens, dtype=torch.int32, device=device)
+        self.cu_seqlens = upload(self.shard.cu_seqlens, torch.int32, device)
         self.fingerprint = _fingerprint(self.cu_seqlens_global, self.world_size, layout,
                                         segments or 0, num_sms)
         self._plans: dict[int, tuple[int, ...]] = {}
@@ -367,7 +367,8 @@ def _resolve_world(group, world_size, rank, exchange) -> tuple[Optional[Exchange
 def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = None,
                   rank: Optional[int] = None, layout: str = "contiguous",
                   segments: Optional[int] = None, num_sms: int = 132,
-                  exchange: Optional[Exchange] = None) -> Context:
+                  exchange: Optional[Exchange] = None,
+                  device: Optional[torch.device] = None) -> Context:
     """This rank's context for a packed batch of documents (global offsets cu_seqlens_global).
 
     Args:
@@ -381,6 +382,8 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
         segments: None or 0 applies the segment plan rule; 1..16 forces P on every rank.
         num_sms: SMs per GPU, for the plan rule.
         exchange: an Exchange (e.g. VirtualWorld(W).exchange(r)) instead of group.
+        device: where the context's tensors live (the local cu_seqlens, the call plans); by
+            default cu_seqlens_global's device (CPU for a sequence).
 
     When there is an exchange, the ranks all-gather what they must agree on (global cu_seqlens,
     W, layout, segments, num_sms, their rank) once; any difference, or an argument rejected on any
@@ -424,8 +427,9 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
                              f"ranks {ranks}")
     elif error:
         raise ValueError(error)
-    device = (cu_seqlens_global.device if isinstance(cu_seqlens_global, Tensor)
-              else torch.device("cpu"))
+    if device is None:
+        device = (cu_seqlens_global.device if isinstance(cu_seqlens_global, Tensor)
+                  else torch.device("cpu"))
     shards = [_shard(s) for s in raw]
     return Context(cu, shards, rank, layout, segments or None, num_sms, exchange, device)
 

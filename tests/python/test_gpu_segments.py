@@ -1,0 +1,93 @@
+"""Exact segments on one GPU (cake.segments) through the public ops: a call with cu_seqlens_cpu
+whose documents are few and long for the SMs walks them as segments (cake.kcp on one rank).
+Against the FP64 reference on the upcast inputs (the accuracy gate, test_gpu_gdn.check_gate), for
+GDN and KDA; bitwise the same run to run; after the first call of a batch nothing is read back
+from the device; the plain op runs without the host offsets. Skipped without a CUDA device."""
+
+import pytest
+import torch
+
+import cake
+import cake.segments as segments
+import test_gpu_gdn
+import test_gpu_kda
+from test_gpu_gdn import check_gate
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+# 3 documents of 47-79 chunks at 2 value heads: 6 walks on the GPU's SMs, which the plan cuts
+DOCS = [5000, 4100, 3000]
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """The calls that took the segment route, by op name."""
+    taken = []
+    run = segments.run
+    monkeypatch.setattr(segments, "run", lambda *a, **kw: taken.append(a[0].name) or run(*a, **kw))
+    return taken
+
+
+def on_gpu(inputs, dout, dht):
+    """The inputs on the GPU (copied before any call is watched for device reads)."""
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    return x, dout.cuda(), dht.cuda(), inputs["cu_seqlens"]
+
+
+def call(kda, gpu, *, host_offsets=True):
+    """o, final_state and every gradient of one call through the public op on the GPU."""
+    inputs, dout, dht, cu_cpu = gpu
+    op = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
+    x = {n: None if t is None else t.detach().requires_grad_(t.is_floating_point())
+         for n, t in inputs.items()}
+    o, ht = op(x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
+               output_final_state=True, use_qk_l2norm_in_kernel=True,
+               cu_seqlens=x["cu_seqlens"], cu_seqlens_cpu=cu_cpu if host_offsets else None)
+    torch.autograd.backward([o, ht], [dout, dht])
+    grads = {"d" + n: x[n].grad for n in ("q", "k", "v", "g", "beta")}
+    grads["dh0"] = x["initial_state"].grad
+    return {"o": o.detach(), "final_state": ht.detach(), **grads}
+
+
+def inputs_of(kda, seed):
+    make = test_gpu_kda.make_inputs if kda else test_gpu_gdn.make_inputs
+    return make(DOCS, 1, 2, seed=seed)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_segments_meet_the_gate_and_repeat_bitwise(kda, routed):
+    plan = cake.kcp.build_context(torch.tensor([0] + DOCS).cumsum(0).tolist(),
+                                  num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    assert plan.segments_for(2) > 1, "the pack no longer makes the plan cut: pick longer documents"
+    inputs, dout, dht = inputs_of(kda, seed=31)
+    gpu = on_gpu(inputs, dout, dht)
+    first = call(kda, gpu)
+    assert routed == ["chunk_kda" if kda else "chunk_gated_delta_rule"]
+    ref = (test_gpu_kda.reference if kda else
+           lambda i, d, h: test_gpu_gdn.reference(i, d, h, True))(inputs, dout, dht)
+    check_gate(first, ref, f"{'kda' if kda else 'gdn'} segments")
+    again = call(kda, gpu)
+    for name, t in first.items():
+        assert torch.equal(t, again[name]), f"{name} differs between runs"
+
+
+def test_no_device_reads_after_the_first_call_of_a_batch(routed):
+    gpu = on_gpu(*inputs_of(False, seed=37))
+    call(False, gpu)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call(False, gpu)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(routed) == 2
+
+
+def test_plain_op_without_host_offsets(routed):
+    inputs, dout, dht = inputs_of(False, seed=41)
+    plain = call(False, on_gpu(inputs, dout, dht), host_offsets=False)
+    assert routed == []
+    check_gate(plain, test_gpu_gdn.reference(inputs, dout, dht, True), "gdn plain")

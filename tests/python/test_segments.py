@@ -1,0 +1,102 @@
+"""Exact segments on one GPU (cake.segments): a call that gives cu_seqlens_cpu and whose plan
+picks P > 1 runs through cake.kcp on one rank. On the CPU the kernels' condition is forced
+(runs_kernels), so that the route runs on the FP64 reference: the same outputs, final states and
+gradients as the plain op (relative 1e-12), with every option passed through; where the route is
+not taken; and the checks of cu_seqlens_cpu."""
+
+import pytest
+import torch
+
+import cake
+import cake.segments as segments
+from conftest import assert_rel, call_cake, cotangents, gradients, leaf_names, leaves, make_case
+
+TOL = 1e-12
+# Two documents of 63 and 55 chunks at 2 value heads: 4 walks on 132 SMs, so the plan cuts each
+# document into 3 segments (the shortest it allows are 16 chunks).
+LONG = [0, 4000, 7500]
+# Many short documents: enough walks, the plan keeps one segment.
+SHORT = [0] + [100 * (i + 1) for i in range(40)]
+
+
+@pytest.fixture
+def routed(monkeypatch):
+    """Forces the kernels' condition on CPU tensors and records the calls that took the route."""
+    taken = []
+    run = segments.run
+    monkeypatch.setattr(segments, "runs_kernels", lambda q: True)
+    monkeypatch.setattr(segments, "run", lambda *a, **kw: taken.append(a[0].name) or run(*a, **kw))
+    segments._CONTEXTS.clear()
+    return taken
+
+
+def _compare(kda, t, opts, seed, routed, expect_route):
+    """The call with cu_seqlens_cpu against the same call without it (the plain op)."""
+    plain = call_cake(kda, t, opts)
+    assert routed == []
+    with_host = call_cake(kda, t, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert routed == ([("chunk_kda" if kda else "chunk_gated_delta_rule")] if expect_route
+                      else [])
+    (o, ht), (o2, ht2) = plain, with_host
+    assert_rel(o2, o, TOL, "o")
+    if ht is not None:
+        assert_rel(ht2, ht, TOL, "final_state")
+    do, dht = cotangents(o, ht, seed)
+    for name, a, b in zip(leaf_names(t), gradients(o2, ht2, do, dht, leaves(t)),
+                          gradients(o, ht, do, dht, leaves(t))):
+        assert_rel(a, b, TOL, f"d{name}")
+
+
+def test_the_plan_cuts_few_long_documents_only():
+    # the route's premise: P > 1 on LONG at 2 value heads, P = 1 on SHORT and at many heads
+    def plan(cu, HV):
+        return cake.kcp.build_context(cu).segments_for(HV)
+    assert plan(LONG, 2) == 3
+    assert plan(SHORT, 2) == 1
+    assert plan(LONG, 64) == 1
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_segments_equal_the_plain_op(kda, routed):
+    t, opts = make_case(3, kda=kda, cu=LONG, H=1, HV=2, K=16, V=8, initial_state=True,
+                        l2norm=True, scale=0.3)
+    _compare(kda, t, opts, 3, routed, expect_route=True)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_segments_take_every_option(kda, routed):
+    # the in-op gate with A_log and dt_bias, beta's sigmoid with negative eigenvalues, states with
+    # V first: each changes the result, so an option dropped on the route fails the comparison
+    t, opts = make_case(5, kda=kda, cu=LONG, H=1, HV=2, K=8, V=16, initial_state=True, gate=True,
+                        dt_bias=True, beta_sigmoid=True, allow_neg_eigval=True)
+    t["initial_state"] = t["initial_state"].detach().transpose(-1, -2).contiguous()
+    t["initial_state"].requires_grad_()
+    _compare(kda, t, dict(opts, state_v_first=True), 5, routed, expect_route=True)
+
+
+def test_no_route_where_the_plan_keeps_one_segment(routed):
+    t, opts = make_case(7, kda=False, cu=SHORT, H=1, HV=2, K=8, V=8)
+    _compare(False, t, opts, 7, routed, expect_route=False)
+
+
+def test_no_route_without_host_offsets_or_on_the_reference():
+    t, opts = make_case(9, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    parsed = cake.options.parse(cake.options.GATED_DELTA_RULE, num_v_heads=2, head_dim_k=8)[0]
+    cu = t["cu_seqlens"]
+    assert segments.context_for(parsed, t["q"], t["v"], cu, None) is None
+    # CPU tensors run the reference: no segments, though the plan would cut
+    assert segments.context_for(parsed, t["q"], t["v"], cu, cu.clone()) is None
+
+
+def test_host_offsets_are_checked():
+    t, opts = make_case(11, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    cu = t["cu_seqlens"]
+    cases = [
+        (cu[:-1].clone(), "cu_seqlens_cpu must have cu_seqlens's shape (3,), got (2,)"),
+        (torch.tensor([0, 4000, 7000]), "cu_seqlens_cpu must end at the batch's T = 7500"),
+        (cu.double(), "cu_seqlens_cpu must be a 1-D integer tensor"),
+        ([0, 4000, 7500], "cu_seqlens_cpu must be a CPU tensor"),
+    ]
+    for bad, message in cases:
+        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            call_cake(False, t, dict(opts, cu_seqlens_cpu=bad))
