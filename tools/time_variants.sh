@@ -2,8 +2,10 @@
 # On the GPU machine: the variants staged by tools/stage_variants.sh, side by side. Each one's
 # checks against FP64 (cake_cuda_check --no-time: the forward and op cases; --walk-bwd --no-time:
 # the backward's stages), then ROUNDS rounds
-# (default 2) that time every variant at workload A in turn (the check's --time: forward and
-# backward in recompute and saved modes, no states, and in recompute mode with the q/k L2 norm;
+# (default 2) that time every variant in turn at workload A, or at each of WORKLOADS (e.g. "A G
+# M": the check's --time --workload; a ref older than that option prints A's lines only)
+# (forward and backward in recompute and saved modes, no states, and in recompute mode with the
+# q/k L2 norm;
 # then --walk-bwd --time: the backward's stages
 # with states, dh0 wanted), in palindromic order (a b c c b a ...), so drift shows as
 # a difference between the halves. Every run has a time limit, so that a variant that hangs on
@@ -42,8 +44,10 @@ for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
     # MODES=0 skips the modes' forward and backward (about 50 s per variant and round) where the
     # variants change only the backward's stages, timed below
     if [ "${MODES:-1}" != 0 ]; then
-      timeout 150 "/tmp/variants/$n" --time 2>&1 | grep -E "^workload A.*mode" |
-        sed "s/^workload A ([^)]*)/$n/"
+      for w in ${WORKLOADS:-A}; do
+        timeout 150 "/tmp/variants/$n" --time --workload "$w" 2>&1 |
+          grep -E "^workload $w .*mode" | sed "s/^workload $w ([^)]*)/$n $w/"
+      done
     fi
     # the backward stages alone, with states (dh0 wanted)
     echo "$n $(timeout 120 "/tmp/variants/$n" --walk-bwd --time 2>&1 | tail -1)"

@@ -71,6 +71,23 @@ inline std::vector<int32_t> const kWorkloadADocs{98304, 65536, 57344, 40960};
 inline constexpr int kWorkloadAH = 16;
 inline constexpr int kWorkloadAHV = 48;
 
+// The GDN workloads of bench/workloads.json ("gdn", "single_gpu") that the op timings take
+// (gdn_check --workload): documents and q/k and value heads.
+struct Workload {
+  char const* name;
+  std::vector<int32_t> docs;
+  int H, HV;
+};
+inline std::vector<Workload> const kWorkloads{
+    {"A", kWorkloadADocs, kWorkloadAH, kWorkloadAHV},
+    {"G",
+     {3598, 4930, 6262, 7595, 8927, 10259, 11591, 12923, 14255, 15588, 16920, 18224},
+     16,
+     48},
+    {"M", {12000, 9000, 6000, 3768, 2000}, 16, 48},
+    {"N", {2049, 3001, 3142}, 2, 6},
+};
+
 // cu_seqlens of packed documents of the given lengths.
 inline std::vector<int32_t> cu_seqlens_of(std::vector<int32_t> const& docs) {
   std::vector<int32_t> cu{0};

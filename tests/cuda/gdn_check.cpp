@@ -10,6 +10,7 @@
 //   cake_cuda_check --walk-bwd the fused backward's stage check and timing only (walk_bwd_check.cu)
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
+//   cake_cuda_check --workload G   the op timings at workload G (A, G, M or N; default A)
 //   cake_cuda_check --once     one forward and one backward per mode at workload A (for a profiler)
 //   cake_cuda_check --once-small  the same on one document of 8192 tokens
 #include <cuda_runtime_api.h>
@@ -427,13 +428,13 @@ bool run_case(Case const& c) {
   return ok;
 }
 
-void time_workload_a(bool once, bool small) {
+void time_workload(cake::testing::Workload const& w, bool once, bool small) {
   Case c;
-  c.name = "workload A";
-  c.docs.assign(cake::testing::kWorkloadADocs.begin(), cake::testing::kWorkloadADocs.end());
+  c.name = std::string("workload ") + w.name;
+  c.docs.assign(w.docs.begin(), w.docs.end());
   if (small) c.docs = {8192};
-  c.H = cake::testing::kWorkloadAH;
-  c.HV = cake::testing::kWorkloadAHV;
+  c.H = w.H;
+  c.HV = w.HV;
   c.with_state = false;
   Problem p(c, int64_t{1} << 20);
   std::vector<std::vector<double>> unused;
@@ -495,11 +496,13 @@ void time_workload_a(bool once, bool small) {
                                : save == 1 ? "saved"
                                : l2        ? "l2norm recompute"
                                            : "recompute";
-      std::printf("workload A (docs 98304,65536,57344,40960; H=16 HV=48 K=V=128), %s mode: "
+      std::string docs;
+      for (int32_t const len : c.docs) docs += (docs.empty() ? "" : ",") + std::to_string(len);
+      std::printf("workload %s (docs %s; H=%d HV=%d K=V=128), %s mode: "
                   "forward %.3f ms, backward %.3f ms (median), workspace fwd %.2f GB bwd %.2f GB, "
                   "saved %.2f GB, outputs %s\n",
-                  mode, f_ms, b_ms, fws / 1e9, bws / 1e9, saved_bytes / 1e9,
-                  finite ? "finite" : "NOT FINITE");
+                  w.name, docs.c_str(), c.H, c.HV, mode, f_ms, b_ms, fws / 1e9, bws / 1e9,
+                  saved_bytes / 1e9, finite ? "finite" : "NOT FINITE");
     }
     CUDA_OK(cudaFree(ws));
     if (saved != nullptr) CUDA_OK(cudaFree(saved));
@@ -512,6 +515,7 @@ void time_workload_a(bool once, bool small) {
 int main(int argc, char** argv) {
   bool do_check = true, do_time = true, once = false, small = false,
        kkt_only = false, walk_bwd_only = false;
+  std::string workload = "A";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--kkt") == 0) kkt_only = true;
     if (std::strcmp(argv[i], "--walk-bwd") == 0) walk_bwd_only = true;
@@ -519,6 +523,14 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--time") == 0) do_check = false;
     if (std::strcmp(argv[i], "--once") == 0) do_check = false, once = true;
     if (std::strcmp(argv[i], "--once-small") == 0) do_check = false, once = small = true;
+    if (std::strcmp(argv[i], "--workload") == 0 && i + 1 < argc) workload = argv[++i];
+  }
+  auto const timed = std::find_if(cake::testing::kWorkloads.begin(),
+                                  cake::testing::kWorkloads.end(),
+                                  [&](auto const& w) { return workload == w.name; });
+  if (timed == cake::testing::kWorkloads.end()) {
+    std::fprintf(stderr, "--workload must be A, G, M or N, got %s\n", workload.c_str());
+    return 2;
   }
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -602,7 +614,7 @@ int main(int argc, char** argv) {
     for (auto const& c : cases) ok = run_case(c) && ok;
     std::printf("accuracy: %s\n", ok ? "ALL PASS" : "FAILURES");
   }
-  if (do_time) time_workload_a(once, small);
+  if (do_time) time_workload(*timed, once, small);
   if (do_time && !once) time_kkt_solve();
   return ok ? 0 : 1;
 }
