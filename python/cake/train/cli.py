@@ -51,7 +51,7 @@ Defaults depend on the device:
   cpu:  --layers gdn,kda  --d-model 128 --heads 2 --v-heads 2 --head-dim 32 --tokens 2048
         --steps 300 --lr 3e-3  (a few minutes on two cores)
   cuda: --layers gdn x 6  --d-model 1024 --heads 4 --v-heads 8 --head-dim 128 --tokens 32768
-        --steps 300 --lr 1e-3  (kda layers run on CUDA where the build has KDA CUDA kernels)"""
+        --steps 300 --lr 1e-3  (e.g. --layers gdn,kda,gdn,kda,gdn,kda mixes in KDA layers)"""
 
 EPILOG = """\
 output:
