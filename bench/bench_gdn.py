@@ -7,7 +7,8 @@ synchronised before every timed iteration; per op one untimed call per arm, then
 visit the arms in palindromic order (a, b, c, c, b, a) with several timed iterations per visit; a
 cell is the median over groups of each group's median; a control arm (a second visit of cake)
 measures noise; drift is the change of an arm's median between the first and the last group.
-Speedup = baseline ms / cake ms. Peak memory (`peak_gib`): the allocator's peak over one call of
+Speedup = baseline ms / cake ms. For cake's arms, `kernels_ms`: the time of each kernel of one
+further call (kernel_times.py). Peak memory (`peak_gib`): the allocator's peak over one call of
 the op beyond what was allocated before it (the inputs and dO), measured once per arm after the
 timing: outputs, what the forward keeps for the backward, the gradients and every workspace.
 The gate g is drawn as `--gate` says: "workloads" = logsigmoid(x), x ~ N(0, 1) (the workloads
@@ -42,8 +43,15 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.checkpoint import checkpoint  # noqa: E402
 
+from kernel_times import kernel_times  # noqa: E402
+from kernel_times import summary as kernel_summary  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 K = V = 128
+
+
+# The arms whose kernels are profiled once per cell (kernel_times.py), after the timing.
+PROFILED_ARMS = ("cake", "cake_segments")
 
 
 def with_host_offsets(fn):
@@ -220,11 +228,12 @@ def main():
                      for n, a in arms.items()}
             per_group = measure(steps, args.groups, args.iters, l2)
             peak_gib = {n: peak_bytes(s) / 2**30 for n, s in steps.items()}
+            kernels = {n: kernel_times(steps[n]) for n in PROFILED_ARMS if n in steps}
             cake_ms = statistics.median(per_group["cake"])
             for name, medians in per_group.items():
                 ms = statistics.median(medians)
                 line = dict(meta, workload=wl, op=op, arm=name, gate=args.gate, ms=ms,
-                            peak_gib=peak_gib[name],
+                            peak_gib=peak_gib[name], kernels_ms=kernels.get(name),
                             speedup_vs_cake=None if name.startswith("cake") else ms / cake_ms,
                             drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
                 if out:  # line by line, so that a run cut short keeps its finished cells
@@ -236,6 +245,8 @@ def main():
                       + f"   drift {100 * line['drift']:+.1f}%", flush=True)
             control = statistics.median(per_group["cake_control"]) / cake_ms
             print(f"{wl:2s} {op:8s} control ratio {control:.3f} (accept 0.98-1.02)", flush=True)
+            for name, times in kernels.items():
+                print(f"{wl:2s} {op:8s} {name} kernels: {kernel_summary(times)}", flush=True)
             del steps
             torch.cuda.empty_cache()
     if out:

@@ -46,8 +46,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn import (chosen_arms, git_commit, make_step, measure,  # noqa: E402
-                       with_host_offsets)
+from bench_gdn import (PROFILED_ARMS, chosen_arms, git_commit, make_step,  # noqa: E402
+                       measure, peak_bytes, with_host_offsets)
+from kernel_times import kernel_times  # noqa: E402
+from kernel_times import summary as kernel_summary  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 K = V = 128
@@ -174,16 +176,6 @@ def make_inputs(docs, H, HV, seed=0):
     return (q, k, v, g, beta), cu, do
 
 
-def peak_extra_bytes(run):
-    """The peak memory one call allocates beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    run()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - before
-
-
 def shapes(workload, heads, spec):
     if workload == "P4":
         docs = spec["kda"]["single_gpu"]["P4"]["docs"]
@@ -236,13 +228,14 @@ def main():
                 steps = {n: make_step(a[0], op, leaves, cu, do) for n, a in arms.items()
                          if not (n == "cudnn" and op in refused)}
                 per_group = measure(steps, args.groups, args.iters, l2)
-                peaks = {n: peak_extra_bytes(s) for n, s in steps.items()}
+                peaks = {n: peak_bytes(s) for n, s in steps.items()}
+                kernels = {n: kernel_times(steps[n]) for n in PROFILED_ARMS if n in steps}
                 cake_ms = statistics.median(per_group["cake"])
                 for arm, medians in per_group.items():
                     ms = statistics.median(medians)
                     line = dict(meta, workload=name, op=op, arm=arm, ms=ms,
                                 speedup_vs_cake=None if arm.startswith("cake") else ms / cake_ms,
-                                peak_extra_gib=peaks[arm] / 2**30,
+                                peak_extra_gib=peaks[arm] / 2**30, kernels_ms=kernels.get(arm),
                                 drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
                     if arm == "cudnn":
                         line["agreement"] = agreement
@@ -256,6 +249,8 @@ def main():
                 control = statistics.median(per_group["cake_control"]) / cake_ms
                 print(f"{name:8s} {op:8s} control ratio {control:.3f} (accept 0.98-1.02)",
                       flush=True)
+                for arm, times in kernels.items():
+                    print(f"{name:8s} {op:8s} {arm} kernels: {kernel_summary(times)}", flush=True)
                 del steps
                 torch.cuda.empty_cache()
     if out:

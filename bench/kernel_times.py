@@ -1,0 +1,53 @@
+"""Where one call's GPU time goes: the time of each kernel (and memset or copy) of one run of a
+benchmark step, from torch.profiler (CUPTI), summed per kernel name. The benchmarks record it for
+cake's arms next to the cell's median, so that a cell that misses its bar says which stage to work
+on. One run after a warm-up, L2 not flushed: the shares, not the cell's time."""
+
+import re
+
+import torch
+
+
+def short_name(name: str) -> str:
+    """A kernel's demangled name without namespaces and parameters, its template arguments kept:
+    "void cake::kernels::walk_a_bwd::walk_a_bwd_kernel<cake::kernels::ChannelDecay>(...)" ->
+    "walk_a_bwd_kernel<ChannelDecay>"."""
+    name = re.sub(r"^void\s+", "", name.strip())
+    depth = 0
+    for i, c in enumerate(name):  # cut the parameter list: the first "(" outside <...>
+        depth += (c == "<") - (c == ">")
+        if c == "(" and depth == 0:
+            name = name[:i]
+            break
+    name = re.sub(r"\b[A-Za-z_]\w*::", "", name)  # every namespace or class qualifier
+    return re.sub(r"\s+", " ", name).strip() or "?"
+
+
+def kernel_times(run, warmup: int = 1) -> dict[str, float]:
+    """{kernel: ms} of one run() after `warmup` runs, largest first; {} where the profiler records
+    no device activity (no GPU, or no CUPTI)."""
+    if not torch.cuda.is_available():
+        return {}
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = getattr(event, "device_time", None)
+        if us is None:
+            us = getattr(event, "cuda_time", 0.0)
+        key = short_name(event.name)
+        totals[key] = totals.get(key, 0.0) + us / 1e3
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def summary(times: dict[str, float], top: int = 8) -> str:
+    """The largest entries as "name ms (share %)" on one line."""
+    total = sum(times.values()) or 1.0
+    return "; ".join(f"{name} {ms:.2f} ms ({100 * ms / total:.0f} %)"
+                     for name, ms in list(times.items())[:top])

@@ -1,0 +1,29 @@
+"""The benchmarks' per-kernel breakdown (bench/kernel_times.py): kernel names shortened to what a
+reader of docs/perf-notes.md looks for, and the one-line summary of the largest."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from kernel_times import short_name, summary  # noqa: E402
+
+
+def test_names_keep_the_kernel_and_its_template_arguments():
+    cases = {
+        "void cake::kernels::walk_a_bwd::walk_a_bwd_kernel<cake::kernels::ChannelDecay>"
+        "(cake::kernels::walk_a_bwd::KernelParams)": "walk_a_bwd_kernel<ChannelDecay>",
+        "void cake::kernels::walk_a_fwd::roles::walk_a_fwd_roles_kernel"
+        "<cake::kernels::ScalarDecay, true>(cake::kernels::walk_a_fwd::roles::RolesParams)":
+            "walk_a_fwd_roles_kernel<ScalarDecay, true>",
+        "chunk_kda_fwd_kernel_intra_sub_chunk": "chunk_kda_fwd_kernel_intra_sub_chunk",
+        "Memset (Device)": "Memset",
+    }
+    for name, short in cases.items():
+        assert short_name(name) == short
+
+
+def test_summary_lists_the_largest_with_their_shares():
+    times = {"walk_a_bwd_kernel<ScalarDecay>": 24.0, "qk_grad_kernel": 4.0, "Memset": 2.0}
+    line = summary(times, top=2)
+    assert line == "walk_a_bwd_kernel<ScalarDecay> 24.00 ms (80 %); qk_grad_kernel 4.00 ms (13 %)"
