@@ -79,8 +79,8 @@ inline std::vector<double> widen(std::vector<__nv_bfloat16> const& x) {
 
 // x [BT, H, K] from its terms per value head x_hv [BT, HV, K]: each q/k head's value heads
 // summed in ascending order (as qk_grad does).
-inline std::vector<double> sum_over_groups(std::vector<float> const& x_hv, int64_t BT, int H,
-                                           int HV) {
+template <class T>
+std::vector<double> sum_over_groups(std::vector<T> const& x_hv, int64_t BT, int H, int HV) {
   std::vector<double> x(BT * H * K, 0.0);
   for (int64_t t = 0; t < BT; ++t)
     for (int hv = 0; hv < HV; ++hv)

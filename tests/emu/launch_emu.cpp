@@ -63,7 +63,7 @@ template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 namespace cake::kernels::intra_bwd {
 alignas(16) char smem_raw[sizeof(SharedStorage)];
 cudaError_t launch(Params const& p, cudaStream_t) {
-  emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_v_heads)}, Dim3{kThreads}, smem_raw,
+  emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_qk_heads)}, Dim3{kThreads}, smem_raw,
               [&] { intra_bwd_kernel(p); });
   return cudaSuccess;
 }

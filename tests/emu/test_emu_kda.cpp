@@ -254,7 +254,8 @@ void intra_draw(KdaCase const& kc, std::mt19937& rng, IntraPool& pool) {
   std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
   IntraCase const x = model_intra(pr, g, kc.shape.states, rng);
   size_t const keys = pr.BT * pr.HV * K;
-  auto dq = poisoned<float>(keys), dk = poisoned<float>(keys), dg = poisoned<float>(keys);
+  size_t const qk_keys = pr.BT * pr.H * K;  // dq, dk: summed over each q/k head's value heads
+  auto dq = poisoned<float>(qk_keys), dk = poisoned<float>(qk_keys), dg = poisoned<float>(keys);
   auto dbeta = poisoned<float>(pr.BT * pr.HV);
   kn::intra_bwd::Params p;
   p.problem = pr.kernel_problem();
@@ -274,8 +275,8 @@ void intra_draw(KdaCase const& kc, std::mt19937& rng, IntraPool& pool) {
   p.dg = dg.data();
   p.dbeta = dbeta.data();
   ASSERT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
-  pool.dq.add(dq, x.dq);
-  pool.dk.add(dk, x.dk);
+  pool.dq.add(dq, sum_over_groups(x.dq, pr.BT, pr.H, pr.HV));
+  pool.dk.add(dk, sum_over_groups(x.dk, pr.BT, pr.H, pr.HV));
   pool.dg.add(dg, x.dg);
   pool.dbeta.add(dbeta, x.dbeta);
 }
@@ -343,7 +344,8 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
     p.dbeta_walk = dbeta_walk.data();
     EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
   }
-  auto dq_hv = poisoned<float>(keys), dk_hv = poisoned<float>(keys), dg = poisoned<float>(keys);
+  auto dq32 = poisoned<float>(pr.BT * pr.H * K), dk32 = poisoned<float>(pr.BT * pr.H * K);
+  auto dg = poisoned<float>(keys);
   auto dbeta = poisoned<float>(pr.BT * pr.HV);
   {
     kn::intra_bwd::Params p;
@@ -359,14 +361,14 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
     p.dkbar = dkbar.data();
     p.dgamma = dgamma.data();
     p.dbeta_walk = dbeta_walk.data();
-    p.dq = dq_hv.data();
-    p.dk = dk_hv.data();
+    p.dq = dq32.data();
+    p.dk = dk32.data();
     p.dg = dg.data();
     p.dbeta = dbeta.data();
     EXPECT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
   }
-  std::vector<double> const dq = sum_over_groups(dq_hv, pr.BT, pr.H, pr.HV);
-  std::vector<double> const dk = sum_over_groups(dk_hv, pr.BT, pr.H, pr.HV);
+  std::vector<double> const dq(dq32.begin(), dq32.end());
+  std::vector<double> const dk(dk32.begin(), dk32.end());
 
   ref::Shape shape = pr.shape();
   shape.gate = ref::Gate::kChannel;

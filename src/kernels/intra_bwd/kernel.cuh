@@ -1,7 +1,8 @@
-// The KDA intra pass (ChannelDecay's backward, after the reverse walk): one CTA per (chunk, value
-// head) forms the adjoints of the chunk's gated products and finishes dq, dk, dg and dbeta, as the
-// FP64 model's intra_backward (ref/kda_walk_model.hpp). With M = diag(beta) dL, d_t = e^{g_t} per
-// channel and Gamma_ij = e^{G_i - G_j} = d_{j+1} ... d_i (i >= j):
+// The KDA intra pass (ChannelDecay's backward, after the reverse walk): one CTA per (chunk, q/k
+// head) forms, for each value head of the group in turn, the adjoints of the chunk's gated
+// products and finishes dq, dk, dg and dbeta, as the FP64 model's intra_backward
+// (ref/kda_walk_model.hpp). With M = diag(beta) dL, d_t = e^{g_t} per channel and
+// Gamma_ij = e^{G_i - G_j} = d_{j+1} ... d_i (i >= j):
 //
 //   row side (row r):     aq_r = sum_{j < r} dQK_rj k_j o Gamma_rj
 //                         ak_r = beta_r sum_{j < r} dL_rj k_j o Gamma_rj
@@ -20,8 +21,10 @@
 // S (for dbeta) is the gated K K^T of kkt_solve (channel_kkt.cuh). A thread owns one channel and
 // every other row of the chunk (rows of both parities cost the same: r steps on the row side,
 // len - r on the column side); the warp's lanes are 32 channels of one row, so dQK and dL are
-// read as broadcasts. fp32 throughout; dq, dk per value head (the sum over a q/k head's value
-// heads follows, as for GDN), in fixed orders (deterministic).
+// read as broadcasts. fp32 throughout, in fixed orders (deterministic); dq and dk summed over the
+// group's value heads in ascending order as they come (each thread adds to the sums it stored for
+// the heads before), so q and k are loaded once per group and no terms per value head are
+// written.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -58,107 +61,118 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
   ChunkRef c;
   if (!find_chunk(p.problem, blockIdx.x, c)) return;
-  int const hv = blockIdx.y;
+  int const h = blockIdx.y;
   int const HV = p.problem.num_v_heads;
   int const H = p.problem.num_qk_heads;
-  int const h = hv / p.problem.group_size();
+  int const group = p.problem.group_size();
   int const len = c.len;
   int const tid = threadIdx.x;
-  int64_t const row0 = c.t0 * HV + hv;  // [BT, HV] row of the chunk's first token
   int64_t const qk_stride = int64_t{H} * kHeadDim;
   int64_t const key_stride = int64_t{HV} * kHeadDim;
 
+  // q and k once for the group's value heads
   load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
                                               qk_stride, len);
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                               qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.d, kLdGate, p.g + row0 * kHeadDim, key_stride, len);
-  load_tile_async<kChunk, kChunk, kThreads>(s.dqk, kLd64, p.dqk + row0 * kChunk,
-                                            int64_t{HV} * kChunk, len);
-  load_tile_async<kChunk, kChunk, kThreads>(s.dl, kLd64, p.dl + row0 * kChunk, int64_t{HV} * kChunk,
-                                            len);
-  cp_async_commit();
-  if (tid < kChunk)
-    s.beta[tid] = tid < len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
-  cp_async_wait<0>();
-  __syncthreads();
+  for (int gi = 0; gi < group; ++gi) {
+    int const hv = h * group + gi;
+    int64_t const row0 = c.t0 * HV + hv;  // [BT, HV] row of the chunk's first token
+    // the previous value head's readers of d, gcum, dqk, dl, s, beta and tail are done
+    if (gi > 0) __syncthreads();
+    load_tile_async<kChunk, kHeadDim, kThreads>(s.d, kLdGate, p.g + row0 * kHeadDim, key_stride,
+                                                len);
+    load_tile_async<kChunk, kChunk, kThreads>(s.dqk, kLd64, p.dqk + row0 * kChunk,
+                                              int64_t{HV} * kChunk, len);
+    load_tile_async<kChunk, kChunk, kThreads>(s.dl, kLd64, p.dl + row0 * kChunk,
+                                              int64_t{HV} * kChunk, len);
+    cp_async_commit();
+    if (tid < kChunk)
+      s.beta[tid] = tid < len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
+    cp_async_wait<0>();
+    __syncthreads();
 
-  // G and d = e^g: thread c < 128 runs down channel c (past the end g is 0: G flat, d = 1)
-  if (tid < kHeadDim) {
-    float acc = 0.f;
-    for (int r = 0; r < kChunk; ++r) {
-      float const g = s.d[r * kLdGate + tid];
-      acc += g;
-      s.gcum[r * kLdGate + tid] = acc;
-      s.d[r * kLdGate + tid] = __expf(g);
+    // G and d = e^g: thread c < 128 runs down channel c (past the end g is 0: G flat, d = 1)
+    if (tid < kHeadDim) {
+      float acc = 0.f;
+      for (int r = 0; r < kChunk; ++r) {
+        float const g = s.d[r * kLdGate + tid];
+        acc += g;
+        s.gcum[r * kLdGate + tid] = acc;
+        s.d[r * kLdGate + tid] = __expf(g);
+      }
     }
-  }
-  __syncthreads();
+    __syncthreads();
 
-  kkt_solve::channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
-  __syncthreads();  // S visible
+    kkt_solve::channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
+    __syncthreads();  // S visible
 
-  // dbeta_r = dbeta_walk_r + sum_{j < r} dL_rj S_rj
-  if (tid < len && p.dbeta != nullptr) {
-    float sum = p.dbeta_walk[row0 + int64_t{tid} * HV];
-    for (int j = 0; j < tid; ++j) sum += s.dl[tid * kLd64 + j] * s.s[tid * kLd64 + j];
-    int64_t const at = row0 + int64_t{tid} * HV;
-    if (p.dbeta_is_bf16)
-      static_cast<__nv_bfloat16*>(p.dbeta)[at] = __float2bfloat16(sum);
-    else
-      static_cast<float*>(p.dbeta)[at] = sum;
-  }
-
-  int const ch = tid % kHeadDim;
-  int const parity = tid / kHeadDim;
-  float const g_last = s.gcum[(len - 1) * kLdGate + ch];
-  float tail = 0.f;
-  for (int r = parity; r < len; r += 2) {
-    auto const at = [&](int row) { return row * kLdGate + ch; };
-    float const qr = __bfloat162float(s.q[r * kLdBf16 + ch]);
-    float const kr = __bfloat162float(s.k[r * kLdBf16 + ch]);
-    // row side: j = r - 1 down to 0, Gamma_rj = d_{j+1} ... d_r
-    float aq = 0.f, ak = 0.f, run = 1.f;
-    for (int j = r - 1; j >= 0; --j) {
-      run *= s.d[at(j + 1)];
-      float const kj = __bfloat162float(s.k[j * kLdBf16 + ch]) * run;
-      aq += s.dqk[r * kLd64 + j] * kj;
-      ak += s.dl[r * kLd64 + j] * kj;
+    // dbeta_r = dbeta_walk_r + sum_{j < r} dL_rj S_rj
+    if (tid < len && p.dbeta != nullptr) {
+      float sum = p.dbeta_walk[row0 + int64_t{tid} * HV];
+      for (int j = 0; j < tid; ++j) sum += s.dl[tid * kLd64 + j] * s.s[tid * kLd64 + j];
+      int64_t const at = row0 + int64_t{tid} * HV;
+      if (p.dbeta_is_bf16)
+        static_cast<__nv_bfloat16*>(p.dbeta)[at] = __float2bfloat16(sum);
+      else
+        static_cast<float*>(p.dbeta)[at] = sum;
     }
-    ak *= s.beta[r];
-    // column side: i = r + 1 up to the end, Gamma_ir = d_{r+1} ... d_i
-    float ac = 0.f;
-    run = 1.f;
-    for (int i = r + 1; i < len; ++i) {
-      run *= s.d[at(i)];
-      float const qi = __bfloat162float(s.q[i * kLdBf16 + ch]);
-      float const ki = __bfloat162float(s.k[i * kLdBf16 + ch]);
-      ac += (s.dqk[i * kLd64 + r] * qi + s.beta[i] * s.dl[i * kLd64 + r] * ki) * run;
-    }
-    float const gr = s.gcum[at(r)];
-    float const e = __expf(gr);
-    float const eb = __expf(g_last - gr);
-    int64_t const out = (row0 + int64_t{r} * HV) * kHeadDim + ch;
-    float const dqg = p.dqg[out];
-    float const dkg = p.dkg[out];
-    float const dkbar = p.dkbar[out];
-    float const pd = s.dqk[r * kLd64 + r];
-    p.dq[out] = aq + pd * kr + dqg * e;
-    p.dk[out] = ak + ac + pd * qr + dkg * e + dkbar * eb;
-    float const bar = r < len - 1 ? dkbar * kr * eb : 0.f;
-    tail += bar;
-    s.dg[at(r)] = qr * aq + kr * (ak - ac) + dqg * qr * e + dkg * kr * e - bar;
-  }
-  s.tail[parity * kHeadDim + ch] = tail;
-  __syncthreads();  // dG and the tails visible
 
-  // dg = reverse cumsum of dG, the last row's terms through G_last first
-  if (tid < kHeadDim && p.dg != nullptr) {
-    float const dgamma = p.dgamma[(blockIdx.x * int64_t{HV} + hv) * kHeadDim + tid];
-    float acc = __expf(g_last) * dgamma + s.tail[tid] + s.tail[kHeadDim + tid];
-    for (int r = len - 1; r >= 0; --r) {
-      acc += s.dg[r * kLdGate + tid];
-      p.dg[(row0 + int64_t{r} * HV) * kHeadDim + tid] = acc;
+    int const ch = tid % kHeadDim;
+    int const parity = tid / kHeadDim;
+    float const g_last = s.gcum[(len - 1) * kLdGate + ch];
+    float tail = 0.f;
+    for (int r = parity; r < len; r += 2) {
+      auto const at = [&](int row) { return row * kLdGate + ch; };
+      float const qr = __bfloat162float(s.q[r * kLdBf16 + ch]);
+      float const kr = __bfloat162float(s.k[r * kLdBf16 + ch]);
+      // row side: j = r - 1 down to 0, Gamma_rj = d_{j+1} ... d_r
+      float aq = 0.f, ak = 0.f, run = 1.f;
+      for (int j = r - 1; j >= 0; --j) {
+        run *= s.d[at(j + 1)];
+        float const kj = __bfloat162float(s.k[j * kLdBf16 + ch]) * run;
+        aq += s.dqk[r * kLd64 + j] * kj;
+        ak += s.dl[r * kLd64 + j] * kj;
+      }
+      ak *= s.beta[r];
+      // column side: i = r + 1 up to the end, Gamma_ir = d_{r+1} ... d_i
+      float ac = 0.f;
+      run = 1.f;
+      for (int i = r + 1; i < len; ++i) {
+        run *= s.d[at(i)];
+        float const qi = __bfloat162float(s.q[i * kLdBf16 + ch]);
+        float const ki = __bfloat162float(s.k[i * kLdBf16 + ch]);
+        ac += (s.dqk[i * kLd64 + r] * qi + s.beta[i] * s.dl[i * kLd64 + r] * ki) * run;
+      }
+      float const gr = s.gcum[at(r)];
+      float const e = __expf(gr);
+      float const eb = __expf(g_last - gr);
+      int64_t const out = (row0 + int64_t{r} * HV) * kHeadDim + ch;
+      float const dqg = p.dqg[out];
+      float const dkg = p.dkg[out];
+      float const dkbar = p.dkbar[out];
+      float const pd = s.dqk[r * kLd64 + r];
+      // this value head's terms into the group's sums (this thread wrote the earlier heads')
+      int64_t const sum_at = ((c.t0 + r) * H + h) * kHeadDim + ch;
+      float const dq = aq + pd * kr + dqg * e;
+      float const dk = ak + ac + pd * qr + dkg * e + dkbar * eb;
+      p.dq[sum_at] = gi == 0 ? dq : p.dq[sum_at] + dq;
+      p.dk[sum_at] = gi == 0 ? dk : p.dk[sum_at] + dk;
+      float const bar = r < len - 1 ? dkbar * kr * eb : 0.f;
+      tail += bar;
+      s.dg[at(r)] = qr * aq + kr * (ak - ac) + dqg * qr * e + dkg * kr * e - bar;
+    }
+    s.tail[parity * kHeadDim + ch] = tail;
+    __syncthreads();  // dG and the tails visible
+
+    // dg = reverse cumsum of dG, the last row's terms through G_last first
+    if (tid < kHeadDim && p.dg != nullptr) {
+      float const dgamma = p.dgamma[(blockIdx.x * int64_t{HV} + hv) * kHeadDim + tid];
+      float acc = __expf(g_last) * dgamma + s.tail[tid] + s.tail[kHeadDim + tid];
+      for (int r = len - 1; r >= 0; --r) {
+        acc += s.dg[r * kLdGate + tid];
+        p.dg[(row0 + int64_t{r} * HV) * kHeadDim + tid] = acc;
+      }
     }
   }
 #endif

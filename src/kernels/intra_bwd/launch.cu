@@ -9,7 +9,7 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
       cudaFuncSetAttribute(intra_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
   dim3 const grid(static_cast<unsigned>(params.problem.num_slots),
-                  static_cast<unsigned>(params.problem.num_v_heads));
+                  static_cast<unsigned>(params.problem.num_qk_heads));
   intra_bwd_kernel<<<grid, kThreads, smem, stream>>>(params);
   return cudaGetLastError();
 }

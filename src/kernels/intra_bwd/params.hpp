@@ -23,8 +23,8 @@ struct Params {
   float const* dkbar = nullptr;       // [BT, HV, K]  Delta dS^T
   float const* dgamma = nullptr;      // [num_slots, HV, K]  rowdot(dS, h) per key row
   float const* dbeta_walk = nullptr;  // [BT, HV]     rowdot(Z, Rt)
-  float* dq = nullptr;                // [BT, HV, K]  out: this value head's dq
-  float* dk = nullptr;                // [BT, HV, K]  out: this value head's dk
+  float* dq = nullptr;                // [BT, H, K]   out: dq summed over the value heads
+  float* dk = nullptr;                // [BT, H, K]   out: dk summed over the value heads
   float* dg = nullptr;                // [BT, HV, K]  out or nullptr (not wanted)
   void* dbeta = nullptr;              // [BT, HV]     out or nullptr: fp32, or bf16 when
                                       //              dbeta_is_bf16

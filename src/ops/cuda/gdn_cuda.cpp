@@ -173,7 +173,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
   if (p.num_tokens == 0) return;
 
-  reduce_qk_grads(p, l2, args, b.dq_hv, b.dk_hv, stream);
+  reduce_qk_grads(p, l2, args, b.dq_hv, b.dk_hv, p.group_size(), stream);
 }
 
 }  // namespace cake::ops

@@ -186,14 +186,15 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   ip.dkbar = b.dkbar;
   ip.dgamma = b.dgamma;
   ip.dbeta_walk = b.dbeta_walk;
-  ip.dq = b.dq_hv;
-  ip.dk = b.dk_hv;
+  ip.dq = b.dq_sum;
+  ip.dk = b.dk_sum;
   ip.dg = ptr<float>(args.dg);
   ip.dbeta = args.dbeta.data;
   ip.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   check_cuda(kernels::intra_bwd::launch(ip, stream), "intra_bwd launch");
 
-  reduce_qk_grads(p, l2, args, b.dq_hv, b.dk_hv, stream);
+  // dq, dk to bf16 (through the L2 norm's backward): summed over the value heads already
+  reduce_qk_grads(p, l2, args, b.dq_sum, b.dk_sum, 1, stream);
 }
 
 }  // namespace cake::ops

@@ -37,8 +37,8 @@ struct KdaBuffers {
   float* dkbar = nullptr;       // [BT, HV, K]
   float* dgamma = nullptr;      // [num_slots, HV, K]
   float* dbeta_walk = nullptr;  // [BT, HV]
-  float* dq_hv = nullptr;       // [BT, HV, K]     dq's terms per value head (intra_bwd)
-  float* dk_hv = nullptr;       // [BT, HV, K]     dk's terms per value head (intra_bwd)
+  float* dq_sum = nullptr;      // [BT, H, K]      dq summed over the value heads (intra_bwd)
+  float* dk_sum = nullptr;      // [BT, H, K]      dk summed over the value heads (intra_bwd)
   int* walk_done = nullptr;     // [N, HV]         the h-walk's flags (not in saved mode)
   size_t saved_bytes = 0;       // the saved arena (0 but in saved mode), without slack
   size_t workspace_bytes = 0;   // the workspace, including alignment slack for any base

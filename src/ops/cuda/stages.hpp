@@ -134,15 +134,16 @@ inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardI
   *k_used = k_norm;
 }
 
-// dq and dk [T, H, K] from their terms per value head dq_hv, dk_hv [T, HV, K] (qk_grad): summed
-// over each query head's group, and through the l2 norm's backward with use_qk_l2norm.
+// dq and dk [T, H, K] from their terms dq_hv, dk_hv [T, H x group, K] (qk_grad): summed over
+// each query head's `group` (1: summed already), and through the l2 norm's backward with
+// use_qk_l2norm.
 inline void reduce_qk_grads(kernels::Problem const& p, bool use_qk_l2norm,
                             cakeBackwardArgs_t const& args, float const* dq_hv, float const* dk_hv,
-                            cudaStream_t stream) {
+                            int group, cudaStream_t stream) {
   kernels::qk_grad::Params gp;
   gp.num_tokens = p.num_tokens;
   gp.num_qk_heads = p.num_qk_heads;
-  gp.group_size = p.group_size();
+  gp.group_size = group;
   gp.use_l2norm = use_qk_l2norm;
   gp.q = ptr<bf16 const>(args.q);
   gp.k = ptr<bf16 const>(args.k);
