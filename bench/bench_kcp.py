@@ -286,7 +286,7 @@ def peak_gib(run, device: torch.device, distributed: bool) -> Union[float, None]
     over the ranks when distributed; None on the CPU."""
     if device.type != "cuda":
         return None
-    gib = bench_kda.peak_extra_bytes(run) / 2**30
+    gib = bench_gdn.peak_bytes(run) / 2**30
     return over_ranks(gib, device) if distributed else gib
 
 

@@ -44,8 +44,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn import git_commit, measure, time_once  # noqa: E402
-from bench_kda import peak_extra_bytes  # noqa: E402
+from bench_gdn import git_commit, measure, peak_bytes, time_once  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PACK_D256K = [262144]
@@ -174,7 +173,7 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         single_ms=ms["single"], efficiency=ms["single"] / (W * slowest),
         control_ratio=ms["control"] / ms["rank0"],
         drift=max((m[-1] - m[0]) / m[0] for m in per_group.values()),
-        peak_extra_gib=[peak_extra_bytes(s) / 2**30 if device.type == "cuda" else None
+        peak_extra_gib=[peak_bytes(s) / 2**30 if device.type == "cuda" else None
                         for s in steps.values()],
         exchange_bytes=dict(forward_send=sizes.forward_send,
                             forward_receive=sizes.forward_receive,
