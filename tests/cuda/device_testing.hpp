@@ -71,13 +71,16 @@ inline std::vector<int32_t> const kWorkloadADocs{98304, 65536, 57344, 40960};
 inline constexpr int kWorkloadAH = 16;
 inline constexpr int kWorkloadAHV = 48;
 
-// The GDN workloads of bench/workloads.json ("gdn", "single_gpu") that the op timings take
-// (gdn_check --workload): documents and q/k and value heads.
+// The workloads of bench/workloads.json that the op timings take (gdn_check --workload):
+// documents, q/k and value heads, and the op: GDN's single-GPU ones, and KDA's P4 at H = HV = 4,
+// 16 and 64 and its grouped shape (A's documents, 16 / 48 heads).
 struct Workload {
   char const* name;
   std::vector<int32_t> docs;
   int H, HV;
+  bool kda = false;
 };
+inline std::vector<int32_t> const kKdaP4Docs{42024, 57573, 73122, 88673};
 inline std::vector<Workload> const kWorkloads{
     {"A", kWorkloadADocs, kWorkloadAH, kWorkloadAHV},
     {"G",
@@ -86,6 +89,10 @@ inline std::vector<Workload> const kWorkloads{
      48},
     {"M", {12000, 9000, 6000, 3768, 2000}, 16, 48},
     {"N", {2049, 3001, 3142}, 2, 6},
+    {"kda-P4-4", kKdaP4Docs, 4, 4, true},
+    {"kda-P4-16", kKdaP4Docs, 16, 16, true},
+    {"kda-P4-64", kKdaP4Docs, 64, 64, true},
+    {"kda-A", kWorkloadADocs, kWorkloadAH, kWorkloadAHV, true},
 };
 
 // cu_seqlens of packed documents of the given lengths.

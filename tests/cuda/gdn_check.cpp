@@ -10,7 +10,8 @@
 //   cake_cuda_check --walk-bwd the fused backward's stage check and timing only (walk_bwd_check.cu)
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
-//   cake_cuda_check --workload G   the op timings at workload G (A, G, M or N; default A)
+//   cake_cuda_check --workload G   the op timings at workload G (GDN's A, G, M, N or KDA's
+//                              kda-P4-4, kda-P4-16, kda-P4-64, kda-A; default A)
 //   cake_cuda_check --once     one forward and one backward per mode at workload A (for a profiler)
 //   cake_cuda_check --once-small  the same on one document of 8192 tokens
 #include <cuda_runtime_api.h>
@@ -168,6 +169,7 @@ struct Case {
   GateMode gate = GateMode::kRandom;
   BetaMode beta = BetaMode::kRandom;
   bool beta_bf16 = false;
+  bool kda = false;  // KDA: g [B, T, HV, K], a decay per key channel
 };
 
 using cake::testing::compare;
@@ -215,7 +217,9 @@ struct Problem {
     q = {{B, T, c.H, K}, cakeBfloat16};
     k = {{B, T, c.H, K}, cakeBfloat16};
     v = {{B, T, c.HV, K}, cakeBfloat16};
-    g = {{B, T, c.HV}, cakeFloat32};
+    std::vector<int64_t> const gate_shape =
+        c.kda ? std::vector<int64_t>{B, T, c.HV, K} : std::vector<int64_t>{B, T, c.HV};
+    g = {gate_shape, cakeFloat32};
     beta = {{B, T, c.HV}, c.beta_bf16 ? cakeBfloat16 : cakeFloat32};
     h0 = {{N, c.HV, K, K}, cakeFloat32};
     dht = {{N, c.HV, K, K}, cakeFloat32};
@@ -226,7 +230,7 @@ struct Problem {
     dq = {{B, T, c.H, K}, cakeBfloat16};
     dk = {{B, T, c.H, K}, cakeBfloat16};
     dv = {{B, T, c.HV, K}, cakeBfloat16};
-    dg = {{B, T, c.HV}, cakeFloat32};
+    dg = {gate_shape, cakeFloat32};
     dbeta = {{B, T, c.HV}, beta.dtype};
     dh0 = {{N, c.HV, K, K}, cakeFloat32};
 
@@ -264,7 +268,7 @@ struct Problem {
     if (!c.docs.empty()) cu.upload();
 
     options.struct_size = sizeof(cakeOptions_t);
-    options.variant = cakeGdn;
+    options.variant = c.kda ? cakeKda : cakeGdn;
     options.scale = 1.0 / std::sqrt(double(K));
     options.use_qk_l2norm = c.l2norm ? 1 : 0;
   }
@@ -435,6 +439,7 @@ void time_workload(cake::testing::Workload const& w, bool once, bool small) {
   if (small) c.docs = {8192};
   c.H = w.H;
   c.HV = w.HV;
+  c.kda = w.kda;
   c.with_state = false;
   Problem p(c, int64_t{1} << 20);
   std::vector<std::vector<double>> unused;
@@ -498,10 +503,11 @@ void time_workload(cake::testing::Workload const& w, bool once, bool small) {
                                            : "recompute";
       std::string docs;
       for (int32_t const len : c.docs) docs += (docs.empty() ? "" : ",") + std::to_string(len);
-      std::printf("workload %s (docs %s; H=%d HV=%d K=V=128), %s mode: "
+      std::printf("workload %s (%s, docs %s; H=%d HV=%d K=V=128), %s mode: "
                   "forward %.3f ms, backward %.3f ms (median), workspace fwd %.2f GB bwd %.2f GB, "
                   "saved %.2f GB, outputs %s\n",
-                  w.name, docs.c_str(), c.H, c.HV, mode, f_ms, b_ms, fws / 1e9, bws / 1e9,
+                  w.name, w.kda ? "KDA" : "GDN", docs.c_str(), c.H, c.HV, mode, f_ms, b_ms,
+                  fws / 1e9, bws / 1e9,
                   saved_bytes / 1e9, finite ? "finite" : "NOT FINITE");
     }
     CUDA_OK(cudaFree(ws));
@@ -529,7 +535,8 @@ int main(int argc, char** argv) {
                                   cake::testing::kWorkloads.end(),
                                   [&](auto const& w) { return workload == w.name; });
   if (timed == cake::testing::kWorkloads.end()) {
-    std::fprintf(stderr, "--workload must be A, G, M or N, got %s\n", workload.c_str());
+    std::fprintf(stderr, "--workload must be one of device_testing.hpp's kWorkloads, got %s\n",
+                 workload.c_str());
     return 2;
   }
   cudaDeviceProp prop{};
