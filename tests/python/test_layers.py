@@ -430,6 +430,40 @@ def test_context_parallel_layer_argument_errors():
         layer(x, cp_context="ctx")
     with pytest.raises(ValueError, match="pass neither attention_mask nor cu_seqlens"):
         layer(x, cp_context=ctx, cu_seqlens=cu)
+    with pytest.raises(ValueError, match=r"\(nor cu_seqlens_cpu\)"):
+        layer(x, cp_context=ctx, cu_seqlens_cpu=cu)
     with pytest.raises(ValueError, match=r"hidden_states must be this rank's shard \[1, T_local = "
                                          r"30, hidden_size\]"):
         layer(x[:, :29], cp_context=ctx)
+
+
+@pytest.mark.parametrize("cls", [GatedDeltaNet, KimiDeltaAttention])
+def test_host_offsets_reach_the_op_as_segments(cls, monkeypatch):
+    """cu_seqlens_cpu passed to a layer reaches its op: with the kernels' condition forced on the
+    CPU (cake.segments), two long documents at 2 value heads go through the segment route, and
+    the output and every gradient equal those of the call without it (float64)."""
+    import cake.segments as segments
+
+    taken = []
+    run = segments.run
+    monkeypatch.setattr(segments, "runs_kernels", lambda q: True)
+    monkeypatch.setattr(segments, "run", lambda *a, **kw: taken.append(a[0].name) or run(*a, **kw))
+    torch.manual_seed(3)
+    layer = cls(hidden_size=D, head_dim=8, num_heads=1, num_v_heads=2).double()
+    cu = torch.tensor([0, 4000, 7500])
+    x = hidden(7500)
+
+    def step(**kwargs):
+        layer.zero_grad(set_to_none=True)
+        xd = x.detach().requires_grad_()
+        o = layer(xd, cu_seqlens=cu, **kwargs)[0]
+        o.square().sum().backward()
+        return {"o": o.detach(), "dx": xd.grad, **{n: p.grad for n, p in layer.named_parameters()}}
+
+    plain = step()
+    assert taken == []
+    routed = step(cu_seqlens_cpu=cu.clone())
+    assert len(taken) == 1
+    for name, want in plain.items():
+        err = (routed[name] - want).abs().max().item()
+        assert err <= 1e-9 * max(want.abs().max().item(), 1e-30), name

@@ -77,7 +77,8 @@ class DeltaLayer(nn.Module):
                 v.unflatten(-1, (-1, self.head_v_dim)))
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                    cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
+                    cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor],
+                    cp_context) -> Tensor:
         """o [B, T, HV, V] of the layer's op on the packed x [B, T, D] (with cp_context, the
         context-parallel op on the rank's shard)."""
         raise NotImplementedError
@@ -98,6 +99,9 @@ class DeltaLayer(nn.Module):
             output_attentions: ignored (there are no attention weights), as in FLA.
             cu_seqlens (keyword): ``[N + 1]`` offsets of documents packed in ``B = 1`` rows;
                 no state crosses a document boundary (nor does the short convolution).
+            cu_seqlens_cpu (keyword): the host copy of cu_seqlens, with which the delta rule
+                walks few long documents as exact segments on the GPU where cake's plan
+                predicts a gain (``cake.chunk_gated_delta_rule``'s argument of that name).
             cp_context (keyword): a ``cake.kcp.Context``: hidden_states is this rank's shard
                 ``[1, T_local, hidden_size]`` of a context-parallel batch (``cake.kcp.shard``);
                 the short convolutions and the delta rule pass what crosses ranks exactly. Every
@@ -115,25 +119,30 @@ class DeltaLayer(nn.Module):
                 "generation (it loads this layer's state dict)")
         batch_size, seq_len, _ = hidden_states.shape
         cp_context = kwargs.get("cp_context")
+        cu_seqlens_cpu = kwargs.get("cu_seqlens_cpu")
         if cp_context is not None:
             _check_context(type(self).__name__, cp_context, hidden_states, attention_mask,
-                           kwargs.get("cu_seqlens"))
+                           kwargs.get("cu_seqlens"), cu_seqlens_cpu)
         x, indices, cu_seqlens = unpad(hidden_states, attention_mask, kwargs.get("cu_seqlens"))
+        if attention_mask is not None:  # its documents' offsets live on the device only
+            cu_seqlens_cpu = None
         q, k, v = self._short_conv_qkv(x, cu_seqlens, cp_context)
-        o = self._output_norm(x, self._delta_rule(x, q, k, v, cu_seqlens, cp_context))
+        o = self._output_norm(x, self._delta_rule(x, q, k, v, cu_seqlens, cu_seqlens_cpu,
+                                                  cp_context))
         o = self.o_proj(o.flatten(-2))
         return repad(o, indices, batch_size, seq_len), None, past_key_values
 
 
-def _check_context(layer: str, ctx, hidden_states: Tensor, attention_mask, cu_seqlens) -> None:
+def _check_context(layer: str, ctx, hidden_states: Tensor, attention_mask, cu_seqlens,
+                   cu_seqlens_cpu) -> None:
     """What a context-parallel call needs: a cake.kcp.Context, the rank's packed shard, and
     neither a mask nor cu_seqlens (the context gives the rank's documents)."""
     if not isinstance(ctx, Context):
         raise ValueError(f"{layer}: cp_context must be a cake.kcp.Context (cake.kcp.build_context),"
                          f" got {type(ctx).__name__}")
-    if attention_mask is not None or cu_seqlens is not None:
+    if attention_mask is not None or cu_seqlens is not None or cu_seqlens_cpu is not None:
         raise ValueError(f"{layer}: with cp_context, pass neither attention_mask nor cu_seqlens "
-                         f"(the context gives this rank's documents)")
+                         f"(nor cu_seqlens_cpu): the context gives this rank's documents")
     if hidden_states.shape[0] != 1 or hidden_states.shape[1] != ctx.num_tokens:
         raise ValueError(f"{layer}: with cp_context, hidden_states must be this rank's shard "
                          f"[1, T_local = {ctx.num_tokens}, hidden_size] (cake.kcp.shard), got "

@@ -76,13 +76,14 @@ class GatedDeltaNet(DeltaLayer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                    cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
+                    cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor],
+                    cp_context) -> Tensor:
         a, b = self.a_proj(x), self.b_proj(x)                              # [B, T, HV] each
         if cp_context is not None:
             op = partial(chunk_gated_delta_rule_kcp, ctx=cp_context)
         else:
             op = partial(chunk_gated_delta_rule, cu_seqlens=cu_seqlens,
-                         save_for_backward=self.save_for_backward)
+                         cu_seqlens_cpu=cu_seqlens_cpu, save_for_backward=self.save_for_backward)
         o, _ = op(q, k, v, a, b, A_log=self.A_log, dt_bias=self.dt_bias, use_gate_in_kernel=True,
                   use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
                   use_qk_l2norm_in_kernel=True)

@@ -72,11 +72,12 @@ class KimiDeltaAttention(DeltaLayer):
         self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
     def _delta_rule(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                    cu_seqlens: Optional[Tensor], cp_context) -> Tensor:
+                    cu_seqlens: Optional[Tensor], cu_seqlens_cpu: Optional[Tensor],
+                    cp_context) -> Tensor:
         f = self.f_proj(x).unflatten(-1, (-1, self.head_k_dim))            # [B, T, HV, K]
         b = self.b_proj(x)                                                 # [B, T, HV]
-        op = (partial(chunk_kda, cu_seqlens=cu_seqlens) if cp_context is None
-              else partial(chunk_kda_kcp, ctx=cp_context))
+        op = (partial(chunk_kda, cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu)
+              if cp_context is None else partial(chunk_kda_kcp, ctx=cp_context))
         o, _ = op(q, k, v, f, b, A_log=self.A_log, dt_bias=self.dt_bias,
                   use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
                   use_beta_sigmoid_in_kernel=True, allow_neg_eigval=self.allow_neg_eigval,
