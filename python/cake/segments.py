@@ -69,12 +69,12 @@ def context_for(opts: DeltaOptions, q: Tensor, v: Tensor, cu_seqlens: Optional[T
     """The one-rank context that walks this call's documents as segments, or None where the call
     runs the plain op: no host offsets, not the kernels, a form cake.kcp does not take, inside
     torch.compile or a graph capture, or a plan of one segment."""
-    if cu_seqlens_cpu is None or cu_seqlens is None:
-        return None
+    if cu_seqlens_cpu is None or cu_seqlens is None or torch.compiler.is_compiling():
+        return None  # (under torch.compile: no host values read while tracing)
     if not isinstance(cu_seqlens, Tensor) or q.dim() != 4 or v.dim() != 4 or q.shape[0] != 1:
         return None  # the op's own validation reports these
     offsets = _host_offsets(opts.op.name, cu_seqlens, cu_seqlens_cpu, q.shape[1])
-    if not runs_kernels(q) or opts.return_intermediate_states or torch.compiler.is_compiling():
+    if not runs_kernels(q) or opts.return_intermediate_states:
         return None
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
