@@ -12,7 +12,7 @@ def short_name(name: str) -> str:
     """A kernel's demangled name without namespaces and parameters, its template arguments kept:
     "void cake::kernels::walk_a_bwd::walk_a_bwd_kernel<cake::kernels::ChannelDecay>(...)" ->
     "walk_a_bwd_kernel<ChannelDecay>"."""
-    name = re.sub(r"^void\s+", "", name.strip())
+    name = re.sub(r"^void\s+", "", name.strip()).replace("(anonymous namespace)::", "")
     depth = 0
     for i, c in enumerate(name):  # cut the parameter list: the first "(" outside <...>
         depth += (c == "<") - (c == ">")

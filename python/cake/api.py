@@ -32,10 +32,15 @@ def _call(op: Op, q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A
                                                    **options)
     if errors:
         raise ValueError(errors[0])
-    ctx = segments.context_for(opts, q, v, cu_seqlens, cu_seqlens_cpu)
+    ops.check_call(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log_flat, dt_bias_flat)
+    ctx = segments.context_for(opts, q, v, cu_seqlens, cu_seqlens_cpu, initial_state)
     if ctx is not None:  # the options as parsed (no second deprecation warning)
         resolved = dict(options, state_v_first=opts.state_v_first, transpose_state_layout=None)
-        return segments.run(op, ctx, q, k, v, g, beta, initial_state, A_log, dt_bias, resolved)
+        try:
+            return segments.run(op, ctx, q, k, v, g, beta, initial_state, A_log, dt_bias,
+                                resolved)
+        except ValueError:
+            pass  # refused before any work: the plain op runs, or names the argument as always
     return ops.run(opts, q, k, v, g, beta, initial_state, cu_seqlens, A_log_flat, dt_bias_flat)
 
 

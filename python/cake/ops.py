@@ -239,22 +239,31 @@ def _warn_if_cuda_refuses(opts: DeltaOptions, inputs: tuple, outputs: tuple, sca
     if isinstance(error, ValueError):
         warnings.warn(f"{opts.op.name} ran on the CPU reference, but CUDA tensors would be "
                       f"refused: {error} (cake.build_info() says what CUDA accepts)",
-                      CudaSupportWarning, stacklevel=4)
+                      CudaSupportWarning, stacklevel=5)
+
+
+def check_call(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
+               initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor],
+               A_log: Optional[Tensor], dt_bias: Optional[Tensor]) -> None:
+    """What the public ops check in Python before any path runs (raises ValueError): the save
+    mode and every tensor on q's device. C++ checks devices too, but a meta tensor among real
+    ones would never reach it: the dispatcher would route the call to the shape-only fake
+    implementation."""
+    _save_mode(opts.save_for_backward)
+    tensors = dict(k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                   A_log=A_log, dt_bias=dt_bias)
+    for name, t in tensors.items():
+        if t is not None and t.device != q.device:
+            raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
 
 
 def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
         initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
         dt_bias: Optional[Tensor]):
-    """Shared body of chunk_gated_delta_rule and chunk_kda (options parsed and valid): returns
-    (o, final_state or None), and the intermediate states with return_intermediate_states."""
+    """Shared body of chunk_gated_delta_rule and chunk_kda (options parsed and valid, arguments
+    checked by check_call): returns (o, final_state or None), and the intermediate states with
+    return_intermediate_states."""
     mode = _save_mode(opts.save_for_backward)
-    tensors = dict(k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                   A_log=A_log, dt_bias=dt_bias)
-    for name, t in tensors.items():
-        # C++ checks devices too, but a meta tensor among real ones would never reach it: the
-        # dispatcher would route the call to the shape-only fake implementation.
-        if t is not None and t.device != q.device:
-            raise ValueError(f"{name} must be on q's device ({q.device}), got {t.device}")
     scale = float(default_scale(q) if opts.scale is None else opts.scale)
     if opts.state_v_first and initial_state is not None:
         _check_state_v_first(initial_state, q, v, cu_seqlens)

@@ -42,47 +42,58 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _host_offsets(name: str, cu_seqlens: Tensor, cu_seqlens_cpu, T: int) -> list[int]:
+def _host_offsets(cu_seqlens: Tensor, cu_seqlens_cpu, T: int) -> list[int]:
     """cu_seqlens_cpu as a list of ints, checked against what is known on the host of cu_seqlens
     (its length) and of the batch (T tokens); its values are trusted, as flash-linear-attention
     trusts them."""
     if not isinstance(cu_seqlens_cpu, Tensor) or cu_seqlens_cpu.device.type != "cpu":
-        raise ValueError(f"{name}: cu_seqlens_cpu must be a CPU tensor (the host copy of "
+        raise ValueError(f"cu_seqlens_cpu must be a CPU tensor (the host copy of "
                          f"cu_seqlens), got {type(cu_seqlens_cpu).__name__}"
                          + (f" on {cu_seqlens_cpu.device}" if isinstance(cu_seqlens_cpu, Tensor)
                             else ""))
     if cu_seqlens_cpu.dim() != 1 or cu_seqlens_cpu.is_floating_point():
-        raise ValueError(f"{name}: cu_seqlens_cpu must be a 1-D integer tensor, got "
+        raise ValueError(f"cu_seqlens_cpu must be a 1-D integer tensor, got "
                          f"{cu_seqlens_cpu.dtype} of shape {tuple(cu_seqlens_cpu.shape)}")
     if cu_seqlens_cpu.shape != cu_seqlens.shape:
-        raise ValueError(f"{name}: cu_seqlens_cpu must have cu_seqlens's shape "
+        raise ValueError(f"cu_seqlens_cpu must have cu_seqlens's shape "
                          f"{tuple(cu_seqlens.shape)}, got {tuple(cu_seqlens_cpu.shape)}")
     offsets = [int(x) for x in cu_seqlens_cpu.tolist()]
+    if offsets and offsets[0] != 0:
+        raise ValueError(f"cu_seqlens_cpu must start at 0, got {offsets[0]}")
+    if any(b < a for a, b in zip(offsets, offsets[1:])):
+        raise ValueError(f"cu_seqlens_cpu must be non-decreasing, got {offsets}")
     if offsets and offsets[-1] != T:
-        raise ValueError(f"{name}: cu_seqlens_cpu must end at the batch's T = {T} tokens, got "
+        raise ValueError(f"cu_seqlens_cpu must end at the batch's T = {T} tokens, got "
                          f"{offsets[-1]}")
     return offsets
 
 
 def context_for(opts: DeltaOptions, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor],
-                cu_seqlens_cpu) -> Optional[kcp.Context]:
+                cu_seqlens_cpu, initial_state: Optional[Tensor]) -> Optional[kcp.Context]:
     """The one-rank context that walks this call's documents as segments, or None where the call
     runs the plain op: no host offsets, not the kernels, a form cake.kcp does not take, inside
-    torch.compile or a graph capture, or a plan of one segment."""
+    torch.compile or a graph capture, arguments the plain op's checks refuse but cake.kcp would
+    take (a cu_seqlens of another dtype: cake.kcp reads the host offsets; a CUDA initial_state
+    not in float32: cake.kcp casts states), or a plan of one segment."""
     if cu_seqlens_cpu is None or cu_seqlens is None or torch.compiler.is_compiling():
         return None  # (under torch.compile: no host values read while tracing)
     if not isinstance(cu_seqlens, Tensor) or q.dim() != 4 or v.dim() != 4 or q.shape[0] != 1:
         return None  # the op's own validation reports these
-    offsets = _host_offsets(opts.op.name, cu_seqlens, cu_seqlens_cpu, q.shape[1])
+    offsets = _host_offsets(cu_seqlens, cu_seqlens_cpu, q.shape[1])
     if not runs_kernels(q) or opts.return_intermediate_states:
         return None
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        return None
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        return None
+    if q.is_cuda and initial_state is not None and initial_state.dtype != torch.float32:
         return None
     key = (tuple(offsets), q.device)
     ctx = _CONTEXTS.get(key)
     if ctx is None:
         num_sms = _num_sms(q.device) if q.is_cuda else 132
-        ctx = kcp.build_context(offsets, num_sms=num_sms, device=q.device)
+        # world_size=1: one rank, even where torch.distributed is initialised (data parallel)
+        ctx = kcp.build_context(offsets, world_size=1, num_sms=num_sms, device=q.device)
         _CONTEXTS[key] = ctx
         while len(_CONTEXTS) > _KEPT_CONTEXTS:
             _CONTEXTS.popitem(last=False)
@@ -92,6 +103,8 @@ def context_for(opts: DeltaOptions, q: Tensor, v: Tensor, cu_seqlens: Optional[T
 
 def run(op: Op, ctx: kcp.Context, q, k, v, g, beta, initial_state, A_log, dt_bias, options: dict):
     """The call through cake.kcp on ctx, with the caller's options (flash-linear-attention's
-    names; save_for_backward has no effect there: cake.kcp's forward keeps its own set)."""
+    names; save_for_backward has no effect there: cake.kcp's forward keeps its own set).
+    ValueError where cake.kcp refuses the arguments, before any work (the caller then runs the
+    plain op, whose errors name the argument as they always do)."""
     return kcp_ops._run(op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, {},
                         **options)

@@ -56,8 +56,9 @@ inline std::vector<double> draw_gate(KdaCase const& kc, int64_t BT, int HV, std:
   return g;
 }
 
-// The cases: documents of 1, 15, 16, 17, 63, 64, 65 and 130 tokens, GVA 1, 3 and 4, gates bounded,
-// unbounded, at -20, at 0, 0 and -20 on alternate channels of every token; beta near 0 and 1.
+// The cases: documents of 1, 15, 16, 17, 63, 64, 65 and 130 tokens, GVA 1, 2 (two q/k heads), 3
+// and 4, gates bounded, unbounded, at -20, at 0, 0 and -20 on alternate channels of every token;
+// beta near 0 and 1.
 inline std::vector<KdaCase> cases() {
   return {
       {{"docs 1,15,16,17,63,64,65 GVA 1", {1, 15, 16, 17, 63, 64, 65}, 2, 2},
@@ -65,6 +66,7 @@ inline std::vector<KdaCase> cases() {
        uniform(-1, 0)},
       {{"docs 65,130 GVA 3", {65, 130}, 1, 3}, "bounded U(-5,0)", uniform(-5, 0)},
       {{"docs 64,65 GVA 4", {64, 65}, 1, 4}, "logsigmoid, some to -20", unbounded()},
+      {{"docs 65,70 H=2 GVA 2", {65, 70}, 2, 4}, "U(-1,0)", uniform(-1, 0)},
       {{"docs 17,130", {17, 130}, 1, 2}, "g=-20", uniform(-20, -20)},
       {{"docs 63,65", {63, 65}, 1, 2}, "g=0", uniform(0, 0)},
       {{"docs 130", {130}, 1, 2}, "g=0 and -20 by channel", split_channels()},

@@ -18,6 +18,8 @@ def test_names_keep_the_kernel_and_its_template_arguments():
             "walk_a_fwd_roles_kernel<ScalarDecay, true>",
         "chunk_kda_fwd_kernel_intra_sub_chunk": "chunk_kda_fwd_kernel_intra_sub_chunk",
         "Memset (Device)": "Memset",
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 4, 64, "
+        "64>(float*, unsigned int)": "CatArrayBatchedCopy<float, unsigned int, 4, 64, 64>",
     }
     for name, short in cases.items():
         assert short_name(name) == short

@@ -37,8 +37,8 @@ def on_gpu(inputs, dout, dht):
     return x, dout.cuda(), dht.cuda(), inputs["cu_seqlens"]
 
 
-def call(kda, gpu, *, host_offsets=True):
-    """o, final_state and every gradient of one call through the public op on the GPU."""
+def run_op(kda, gpu, *, host_offsets=True):
+    """o, final_state and every gradient of one call through the public op, on the GPU."""
     inputs, dout, dht, cu_cpu = gpu
     op = cake.chunk_kda if kda else cake.chunk_gated_delta_rule
     x = {n: None if t is None else t.detach().requires_grad_(t.is_floating_point())
@@ -50,6 +50,11 @@ def call(kda, gpu, *, host_offsets=True):
     grads = {"d" + n: x[n].grad for n in ("q", "k", "v", "g", "beta")}
     grads["dh0"] = x["initial_state"].grad
     return {"o": o.detach(), "final_state": ht.detach(), **grads}
+
+
+def call(kda, gpu, *, host_offsets=True):
+    """run_op's results on the CPU, as test_gpu_gdn.run_gpu returns them (for check_gate)."""
+    return {n: t.cpu() for n, t in run_op(kda, gpu, host_offsets=host_offsets).items()}
 
 
 def inputs_of(kda, seed):
@@ -76,11 +81,11 @@ def test_segments_meet_the_gate_and_repeat_bitwise(kda, routed):
 
 def test_no_device_reads_after_the_first_call_of_a_batch(routed):
     gpu = on_gpu(*inputs_of(False, seed=37))
-    call(False, gpu)
+    run_op(False, gpu)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        call(False, gpu)
+        run_op(False, gpu)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert len(routed) == 2

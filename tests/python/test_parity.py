@@ -94,8 +94,9 @@ def gdn_inputs(K, dtype):
 
 
 def test_cpu_warns_where_cuda_would_refuse():
-    with pytest.warns(cake.CudaSupportWarning, match=r"head dims K = V = 128, got K = 8"):
+    with pytest.warns(cake.CudaSupportWarning, match=r"head dims K = V = 128, got K = 8") as w:
         cake.chunk_gated_delta_rule(*gdn_inputs(8, torch.bfloat16))
+    assert w[0].filename == __file__  # the warning points at the caller's line, not into cake
     with pytest.warns(cake.CudaSupportWarning, match=r"q must be bfloat16 .*got float16"):
         cake.chunk_gated_delta_rule(*gdn_inputs(128, torch.float16))
     with warnings.catch_warnings():

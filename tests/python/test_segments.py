@@ -83,9 +83,9 @@ def test_no_route_without_host_offsets_or_on_the_reference():
     t, opts = make_case(9, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
     parsed = cake.options.parse(cake.options.GATED_DELTA_RULE, num_v_heads=2, head_dim_k=8)[0]
     cu = t["cu_seqlens"]
-    assert segments.context_for(parsed, t["q"], t["v"], cu, None) is None
+    assert segments.context_for(parsed, t["q"], t["v"], cu, None, None) is None
     # CPU tensors run the reference: no segments, though the plan would cut
-    assert segments.context_for(parsed, t["q"], t["v"], cu, cu.clone()) is None
+    assert segments.context_for(parsed, t["q"], t["v"], cu, cu.clone(), None) is None
 
 
 def test_host_offsets_are_checked():
@@ -96,7 +96,50 @@ def test_host_offsets_are_checked():
         (torch.tensor([0, 4000, 7000]), "cu_seqlens_cpu must end at the batch's T = 7500"),
         (cu.double(), "cu_seqlens_cpu must be a 1-D integer tensor"),
         ([0, 4000, 7500], "cu_seqlens_cpu must be a CPU tensor"),
+        (torch.tensor([5, 4000, 7500]), "cu_seqlens_cpu must start at 0, got 5"),
+        (torch.tensor([0, 7600, 7500]), "cu_seqlens_cpu must be non-decreasing"),
     ]
     for bad, message in cases:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             call_cake(False, t, dict(opts, cu_seqlens_cpu=bad))
+
+
+def test_one_rank_even_under_torch_distributed(routed, monkeypatch):
+    # a data-parallel job has torch.distributed initialised: the segments stay on this rank (a
+    # context of the default group would run collectives with the other ranks' batches)
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    t, opts = make_case(13, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    _compare(False, t, opts, 13, routed, expect_route=True)
+
+
+def test_the_plain_ops_errors_with_host_offsets(routed):
+    # what the plain op refuses is refused with its message whether or not the route is taken
+    t, opts = make_case(17, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    with pytest.raises(ValueError) as plain:
+        call_cake(False, t, dict(opts, save_for_backward="bogus"))
+    with pytest.raises(ValueError) as with_host:
+        call_cake(False, t, dict(opts, save_for_backward="bogus",
+                                 cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert str(with_host.value) == str(plain.value)
+    bad = dict(t, k=t["k"][:, :-1].detach().requires_grad_())
+    with pytest.raises(ValueError) as plain:
+        call_cake(False, bad, opts)
+    with pytest.raises(ValueError) as with_host:
+        call_cake(False, bad, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert str(with_host.value) == str(plain.value)
+    assert "_kcp" not in str(with_host.value)
+
+
+def test_a_refused_route_runs_the_plain_op(routed, monkeypatch):
+    # cake.kcp refusing the arguments (before any work) leaves the call to the plain op
+    def refuse(*args, **kwargs):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(segments.kcp_ops, "_run", refuse)
+    t, opts = make_case(19, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    o, ht = call_cake(False, t, opts)
+    o2, ht2 = call_cake(False, t, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert routed == ["chunk_gated_delta_rule"]
+    assert torch.equal(o, o2) and torch.equal(ht, ht2)

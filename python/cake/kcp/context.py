@@ -430,6 +430,7 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
     if device is None:
         device = (cu_seqlens_global.device if isinstance(cu_seqlens_global, Tensor)
                   else torch.device("cpu"))
+    device = torch.device(device)
     shards = [_shard(s) for s in raw]
     return Context(cu, shards, rank, layout, segments or None, num_sms, exchange, device)
 

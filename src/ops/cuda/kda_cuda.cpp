@@ -7,8 +7,8 @@
 //           in saved mode also h per chunk)
 // Backward: the saved set from the forward (saved mode) or from its recompute [qk_norm] ->
 //           kkt_solve<ChannelDecay> -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
-//           per chunk what the intra pass needs) -> intra_bwd (dq, dk per value head, dg, dbeta)
-//           -> qk_grad (dq, dk summed over the value heads, L2-norm backward).
+//           per chunk what the intra pass needs) -> intra_bwd (dq, dk summed over the value
+//           heads, dg, dbeta) -> qk_grad (the L2-norm backward, dq and dk to bf16).
 // The same kernels on the same inputs in every mode, so the modes agree bitwise.
 #include "ops/kda_cuda.hpp"
 
