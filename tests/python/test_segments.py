@@ -143,3 +143,10 @@ def test_a_refused_route_runs_the_plain_op(routed, monkeypatch):
     o2, ht2 = call_cake(False, t, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
     assert routed == ["chunk_gated_delta_rule"]
     assert torch.equal(o, o2) and torch.equal(ht, ht2)
+
+
+def test_segments_take_kdas_bounded_gate(routed):
+    # KDA's other in-op gate: lower_bound * sigmoid(exp(A_log) (g + dt_bias))
+    t, opts = make_case(23, kda=True, cu=LONG, H=1, HV=2, K=8, V=8, initial_state=True,
+                        gate=True, dt_bias=True, lower_bound=-5.0)
+    _compare(True, t, opts, 23, routed, expect_route=True)
