@@ -11,9 +11,9 @@ Speedup = baseline ms / cake ms. For cake's arms, `kernels_ms`: the time of each
 further call (kernel_times.py). Peak memory (`peak_gib`): the allocator's peak over one call of
 the op beyond what was allocated before it (the inputs and dO), measured once per arm after the
 timing: outputs, what the forward keeps for the backward, the gradients and every workspace.
-The gate g is drawn as `--gate` says: "workloads" = logsigmoid(x), x ~ N(0, 1) (the workloads
-file's draw), or "slow" = logsigmoid(x + 2) (a slower decay). One JSON line per (workload, op,
-arm).
+The gate g is drawn as `--gate` says, each value a run of every cell: "workloads" = logsigmoid(x),
+x ~ N(0, 1) (the workloads file's draw), or "slow" = logsigmoid(x + 2) (a slower decay). One JSON
+line per (gate, workload, op, arm).
 
 Arms: "cake" (inverse mode, the default); "cake_saved" (saved mode); "cake_recompute" (recompute
 mode); "fla" = flash-linear-attention's Triton kernels with its FlashQLA dispatch disabled
@@ -205,9 +205,9 @@ def main():
     parser.add_argument("--arms", nargs="+", default=None, help="subset of arms")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--gate", choices=sorted(GATE_SHIFT), default="workloads",
-                        help="how g is drawn: logsigmoid(x) (the workloads file) or "
-                             "logsigmoid(x + 2) (slower decay)")
+    parser.add_argument("--gate", nargs="+", choices=sorted(GATE_SHIFT), default=["workloads"],
+                        help="how g is drawn, one run of every cell per value: logsigmoid(x) "
+                             "(the workloads file) or logsigmoid(x + 2) (slower decay)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -219,10 +219,11 @@ def main():
                 versions={n: a[1] for n, a in arms.items()})
     l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     out = args.out.open("a") if args.out else None
-    for wl in args.workloads:
+    for gate, wl in ((gate, wl) for gate in args.gate for wl in args.workloads):
         docs, H, HV = spec[wl]["docs"], spec[wl]["heads_qk"], spec[wl]["heads_v"]
-        inputs, cu, do = make_inputs(docs, H, HV, gate=args.gate)
+        inputs, cu, do = make_inputs(docs, H, HV, gate=gate)
         leaves = [t.requires_grad_() for t in inputs]
+        cell = f"{wl:2s} {gate[:4]:4s}"
         for op in args.ops:
             steps = {n: make_step(a[0], op, leaves, cu, do, use_qk_l2norm_in_kernel=True)
                      for n, a in arms.items()}
@@ -232,21 +233,21 @@ def main():
             cake_ms = statistics.median(per_group["cake"])
             for name, medians in per_group.items():
                 ms = statistics.median(medians)
-                line = dict(meta, workload=wl, op=op, arm=name, gate=args.gate, ms=ms,
+                line = dict(meta, workload=wl, op=op, arm=name, gate=gate, ms=ms,
                             peak_gib=peak_gib[name], kernels_ms=kernels.get(name),
                             speedup_vs_cake=None if name.startswith("cake") else ms / cake_ms,
                             drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
                 if out:  # line by line, so that a run cut short keeps its finished cells
                     out.write(json.dumps(line) + "\n")
                     out.flush()
-                print(f"{wl:2s} {op:8s} {name:13s} {ms:9.3f} ms {peak_gib[name]:6.2f} GiB"
+                print(f"{cell} {op:8s} {name:13s} {ms:9.3f} ms {peak_gib[name]:6.2f} GiB"
                       + ("" if line["speedup_vs_cake"] is None
                          else f"   cake is {line['speedup_vs_cake']:.2f}x faster")
                       + f"   drift {100 * line['drift']:+.1f}%", flush=True)
             control = statistics.median(per_group["cake_control"]) / cake_ms
-            print(f"{wl:2s} {op:8s} control ratio {control:.3f} (accept 0.98-1.02)", flush=True)
+            print(f"{cell} {op:8s} control ratio {control:.3f} (accept 0.98-1.02)", flush=True)
             for name, times in kernels.items():
-                print(f"{wl:2s} {op:8s} {name} kernels: {kernel_summary(times)}", flush=True)
+                print(f"{cell} {op:8s} {name} kernels: {kernel_summary(times)}", flush=True)
             del steps
             torch.cuda.empty_cache()
     if out:
