@@ -11,9 +11,11 @@ P = 1 (the plain op) where it predicts no gain, as for packs of many documents o
 
 The plan needs the document offsets on the host. A call gets them from ``cu_seqlens_cpu``,
 flash-linear-attention's argument for the host copy of ``cu_seqlens``: without it the call reads
-nothing back from the device to plan and runs the plain op. Contexts are kept per offsets and
-device (the last few), so a batch seen again plans nothing. Under torch.compile and during CUDA
-graph capture the plain op runs (building a context copies its plan to the device).
+nothing back from the device to plan and runs the plain op. Contexts are kept per offsets,
+device and stream (the last few), so a batch seen again plans nothing: a context's plan is copied
+to the device in its stream's order, so no stream reads copies another has not finished, and
+none frees memory another still reads. Under torch.compile and during CUDA graph capture the
+plain op runs (building a context copies its plan to the device).
 """
 
 from collections import OrderedDict
@@ -26,8 +28,8 @@ from . import kcp
 from .kcp import ops as kcp_ops
 from .options import DeltaOptions, Op
 
-# The contexts of the last few batches, by (offsets, device): a training loop that cycles through
-# a few fixed packings plans each once.
+# The contexts of the last few batches, by (offsets, device, stream): a training loop that cycles
+# through a few fixed packings plans each once.
 _CONTEXTS: "OrderedDict[tuple, kcp.Context]" = OrderedDict()
 _KEPT_CONTEXTS = 8
 
@@ -36,6 +38,14 @@ def runs_kernels(q: Tensor) -> bool:
     """Whether a call on q runs the CUDA kernels (segments help the kernels' walks only: the CPU
     reference walks every token of a document in one thread anyway)."""
     return q.is_cuda
+
+
+def _stream_of(q: Tensor):
+    """The current stream of q's device (None on the CPU): each stream keeps its own contexts."""
+    if not q.is_cuda:
+        return None
+    stream = torch.cuda.current_stream(q.device)
+    return stream.device_index, stream.stream_id
 
 
 def _num_sms(device: torch.device) -> int:
@@ -88,7 +98,7 @@ def context_for(opts: DeltaOptions, q: Tensor, v: Tensor, cu_seqlens: Optional[T
         return None
     if q.is_cuda and initial_state is not None and initial_state.dtype != torch.float32:
         return None
-    key = (tuple(offsets), q.device)
+    key = (tuple(offsets), q.device, _stream_of(q))
     ctx = _CONTEXTS.get(key)
     if ctx is None:
         num_sms = _num_sms(q.device) if q.is_cuda else 132

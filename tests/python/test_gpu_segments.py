@@ -24,10 +24,16 @@ DOCS = [5000, 4100, 3000]
 
 @pytest.fixture
 def routed(monkeypatch):
-    """The calls that took the segment route, by op name."""
+    """The calls that took the segment route and completed it, by op name (a route refused
+    falls back to the plain op unrecorded)."""
     taken = []
     run = segments.run
-    monkeypatch.setattr(segments, "run", lambda *a, **kw: taken.append(a[0].name) or run(*a, **kw))
+
+    def record(*args, **kwargs):
+        out = run(*args, **kwargs)
+        taken.append(args[0].name)
+        return out
+    monkeypatch.setattr(segments, "run", record)
     return taken
 
 
@@ -57,9 +63,17 @@ def call(kda, gpu, *, host_offsets=True):
     return {n: t.cpu() for n, t in run_op(kda, gpu, host_offsets=host_offsets).items()}
 
 
-def inputs_of(kda, seed):
-    make = test_gpu_kda.make_inputs if kda else test_gpu_gdn.make_inputs
-    return make(DOCS, 1, 2, seed=seed)
+def inputs_of(kda, seed, *, carried=False):
+    """DOCS at 1 / 2 heads. carried: a decay that lets a segment's start state reach its end
+    (GDN: g in (-0.004, 0], e^-2.5 over a segment of ~1,250 tokens; KDA: g = 0 on even channels,
+    -20 on odd ones) and beta in (0.05, 0.2), so that the summaries' M and their adjoints matter
+    (with the default gates a segment forgets its start state entirely)."""
+    beta_range = (0.05, 0.2) if carried else (0.05, 0.95)
+    if kda:
+        return test_gpu_kda.make_inputs(DOCS, 1, 2, seed=seed, beta_range=beta_range,
+                                        gate_kind="split" if carried else "mild")
+    return test_gpu_gdn.make_inputs(DOCS, 1, 2, seed=seed, beta_range=beta_range,
+                                    g_range=(-0.004, 0.0) if carried else (-1.0, 0.0))
 
 
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
@@ -79,15 +93,26 @@ def test_segments_meet_the_gate_and_repeat_bitwise(kda, routed):
         assert torch.equal(t, again[name]), f"{name} differs between runs"
 
 
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_segments_carry_the_state_across_their_cuts(kda, routed):
+    inputs, dout, dht = inputs_of(kda, seed=43, carried=True)
+    got = call(kda, on_gpu(inputs, dout, dht))
+    assert routed == ["chunk_kda" if kda else "chunk_gated_delta_rule"]
+    ref = (test_gpu_kda.reference if kda else
+           lambda i, d, h: test_gpu_gdn.reference(i, d, h, True))(inputs, dout, dht)
+    check_gate(got, ref, f"{'kda' if kda else 'gdn'} segments, state carried")
+
+
 def test_no_device_reads_after_the_first_call_of_a_batch(routed):
     gpu = on_gpu(*inputs_of(False, seed=37))
     run_op(False, gpu)
     torch.cuda.synchronize()
+    mode = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
     try:
         run_op(False, gpu)
     finally:
-        torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.set_sync_debug_mode(mode)
     assert len(routed) == 2
 
 

@@ -25,7 +25,12 @@ def routed(monkeypatch):
     taken = []
     run = segments.run
     monkeypatch.setattr(segments, "runs_kernels", lambda q: True)
-    monkeypatch.setattr(segments, "run", lambda *a, **kw: taken.append(a[0].name) or run(*a, **kw))
+
+    def record(*args, **kwargs):  # a route that completes (a refused one falls back unrecorded)
+        out = run(*args, **kwargs)
+        taken.append(args[0].name)
+        return out
+    monkeypatch.setattr(segments, "run", record)
     segments._CONTEXTS.clear()
     return taken
 
@@ -61,6 +66,18 @@ def test_segments_equal_the_plain_op(kda, routed):
     t, opts = make_case(3, kda=kda, cu=LONG, H=1, HV=2, K=16, V=8, initial_state=True,
                         l2norm=True, scale=0.3)
     _compare(kda, t, opts, 3, routed, expect_route=True)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_segments_carry_the_state_across_their_cuts(kda, routed):
+    # decay near 1 and small beta: a segment's start state reaches its end (with make_case's
+    # gate, ~e^-0.36 per token, nothing of it survives 1,000 tokens), so the summaries' M and
+    # their adjoints decide the result
+    t, opts = make_case(7, kda=kda, cu=LONG, H=1, HV=2, K=8, V=8, initial_state=True)
+    with torch.no_grad():
+        t["g"].mul_(1e-3)
+        t["beta"].mul_(0.05)
+    _compare(kda, t, opts, 7, routed, expect_route=True)
 
 
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
@@ -134,14 +151,17 @@ def test_the_plain_ops_errors_with_host_offsets(routed):
 
 def test_a_refused_route_runs_the_plain_op(routed, monkeypatch):
     # cake.kcp refusing the arguments (before any work) leaves the call to the plain op
-    def refuse(*args, **kwargs):
+    refused = []
+
+    def refuse(op, *args, **kwargs):
+        refused.append(op.name)
         raise ValueError("refused")
 
     monkeypatch.setattr(segments.kcp_ops, "_run", refuse)
     t, opts = make_case(19, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
     o, ht = call_cake(False, t, opts)
     o2, ht2 = call_cake(False, t, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
-    assert routed == ["chunk_gated_delta_rule"]
+    assert refused == ["chunk_gated_delta_rule"] and routed == []
     assert torch.equal(o, o2) and torch.equal(ht, ht2)
 
 

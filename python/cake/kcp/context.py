@@ -383,7 +383,10 @@ def build_context(cu_seqlens_global, group=None, world_size: Optional[int] = Non
         num_sms: SMs per GPU, for the plan rule.
         exchange: an Exchange (e.g. VirtualWorld(W).exchange(r)) instead of group.
         device: where the context's tensors live (the local cu_seqlens, the call plans); by
-            default cu_seqlens_global's device (CPU for a sequence).
+            default cu_seqlens_global's device (CPU for a sequence). They are copied there
+            without waiting, in the order of the stream current at the copy (at build, and
+            at a call's first use of a plan): use a CUDA context on that stream, or make the
+            other stream wait for it.
 
     When there is an exchange, the ranks all-gather what they must agree on (global cu_seqlens,
     W, layout, segments, num_sms, their rank) once; any difference, or an argument rejected on any
