@@ -157,6 +157,21 @@ def check_against_reference(kda, t, opts, *, seed=0, tol=1e-9, grads=True):
         assert_rel(a, b, tol, f"d{name}")
 
 
+def record_segment_routes(monkeypatch) -> list:
+    """The calls that take cake.segments' route and complete it, by op name, from now on (a
+    route refused falls back to the plain op unrecorded)."""
+    import cake.segments as segments
+    taken = []
+    run = segments.run
+
+    def record(*args, **kwargs):
+        out = run(*args, **kwargs)
+        taken.append(args[0].name)
+        return out
+    monkeypatch.setattr(segments, "run", record)
+    return taken
+
+
 def pytest_configure(config):
     # The tests run the CPU reference on shapes and dtypes the CUDA kernels refuse on purpose;
     # test_parity.py checks the warning where it is meant to be issued.

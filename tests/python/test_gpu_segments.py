@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import cake
-import cake.segments as segments
 import test_gpu_gdn
 import test_gpu_kda
+from conftest import record_segment_routes
 from test_gpu_gdn import check_gate
 
 pytestmark = [
@@ -24,17 +24,8 @@ DOCS = [5000, 4100, 3000]
 
 @pytest.fixture
 def routed(monkeypatch):
-    """The calls that took the segment route and completed it, by op name (a route refused
-    falls back to the plain op unrecorded)."""
-    taken = []
-    run = segments.run
-
-    def record(*args, **kwargs):
-        out = run(*args, **kwargs)
-        taken.append(args[0].name)
-        return out
-    monkeypatch.setattr(segments, "run", record)
-    return taken
+    """The calls that took the segment route and completed it, by op name."""
+    return record_segment_routes(monkeypatch)
 
 
 def on_gpu(inputs, dout, dht):
@@ -76,6 +67,13 @@ def inputs_of(kda, seed, *, carried=False):
                                     g_range=(-0.004, 0.0) if carried else (-1.0, 0.0))
 
 
+def reference(kda, inputs, dout, dht):
+    """The FP64 reference of the public op's call (with the q/k L2 norm, as run_op calls it)."""
+    if kda:
+        return test_gpu_kda.reference(inputs, dout, dht)
+    return test_gpu_gdn.reference(inputs, dout, dht, True)
+
+
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
 def test_segments_meet_the_gate_and_repeat_bitwise(kda, routed):
     plan = cake.kcp.build_context(torch.tensor([0] + DOCS).cumsum(0).tolist(),
@@ -85,8 +83,7 @@ def test_segments_meet_the_gate_and_repeat_bitwise(kda, routed):
     gpu = on_gpu(inputs, dout, dht)
     first = call(kda, gpu)
     assert routed == ["chunk_kda" if kda else "chunk_gated_delta_rule"]
-    ref = (test_gpu_kda.reference if kda else
-           lambda i, d, h: test_gpu_gdn.reference(i, d, h, True))(inputs, dout, dht)
+    ref = reference(kda, inputs, dout, dht)
     check_gate(first, ref, f"{'kda' if kda else 'gdn'} segments")
     again = call(kda, gpu)
     for name, t in first.items():
@@ -98,8 +95,7 @@ def test_segments_carry_the_state_across_their_cuts(kda, routed):
     inputs, dout, dht = inputs_of(kda, seed=43, carried=True)
     got = call(kda, on_gpu(inputs, dout, dht))
     assert routed == ["chunk_kda" if kda else "chunk_gated_delta_rule"]
-    ref = (test_gpu_kda.reference if kda else
-           lambda i, d, h: test_gpu_gdn.reference(i, d, h, True))(inputs, dout, dht)
+    ref = reference(kda, inputs, dout, dht)
     check_gate(got, ref, f"{'kda' if kda else 'gdn'} segments, state carried")
 
 
@@ -120,4 +116,4 @@ def test_plain_op_without_host_offsets(routed):
     inputs, dout, dht = inputs_of(False, seed=41)
     plain = call(False, on_gpu(inputs, dout, dht), host_offsets=False)
     assert routed == []
-    check_gate(plain, test_gpu_gdn.reference(inputs, dout, dht, True), "gdn plain")
+    check_gate(plain, reference(False, inputs, dout, dht), "gdn plain")

@@ -9,7 +9,8 @@ import torch
 
 import cake
 import cake.segments as segments
-from conftest import assert_rel, call_cake, cotangents, gradients, leaf_names, leaves, make_case
+from conftest import (assert_rel, call_cake, cotangents, gradients, leaf_names, leaves, make_case,
+                      record_segment_routes)
 
 TOL = 1e-12
 # Two documents of 63 and 55 chunks at 2 value heads: 4 walks on 132 SMs, so the plan cuts each
@@ -21,18 +22,11 @@ SHORT = [0] + [100 * (i + 1) for i in range(40)]
 
 @pytest.fixture
 def routed(monkeypatch):
-    """Forces the kernels' condition on CPU tensors and records the calls that took the route."""
-    taken = []
-    run = segments.run
+    """Forces the kernels' condition on CPU tensors and records the calls that took the route
+    and completed it."""
     monkeypatch.setattr(segments, "runs_kernels", lambda q: True)
-
-    def record(*args, **kwargs):  # a route that completes (a refused one falls back unrecorded)
-        out = run(*args, **kwargs)
-        taken.append(args[0].name)
-        return out
-    monkeypatch.setattr(segments, "run", record)
     segments._CONTEXTS.clear()
-    return taken
+    return record_segment_routes(monkeypatch)
 
 
 def _compare(kda, t, opts, seed, routed, expect_route):
