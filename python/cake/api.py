@@ -9,9 +9,9 @@ from .options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, Op, parse
 
 _CUDA_LIMITS = """
     On CUDA tensors (the sm_90a kernels): bfloat16 q, k, v (o in bfloat16), float32 g, float32
-    or bfloat16 beta, float32 initial_state; K = V = 128; use_gate_in_kernel and
-    use_beta_sigmoid_in_kernel are computed in torch before the kernels (float32, with
-    autograd). On CPU tensors the FP64 reference takes any float dtype and head dims 1..256 (it
+    or bfloat16 beta, float32 initial_state; K = V = 128; with use_gate_in_kernel g, A_log and
+    dt_bias may be float32, bfloat16 or float16, and so may beta with
+    use_beta_sigmoid_in_kernel (both computed by a kernel of the op in float32). On CPU tensors the FP64 reference takes any float dtype and head dims 1..256 (it
     warns, with ``cake.CudaSupportWarning``, when CUDA would refuse a call; float64 inputs, as
     gradcheck uses, do not warn). ``cake.build_info()`` says what this build supports where."""
 

@@ -1,9 +1,11 @@
-"""The in-op gate and beta's sigmoid in torch, for the CUDA kernels, which take neither yet.
+"""The in-op gate and beta's sigmoid in torch, for cake.kcp on CUDA tensors.
 
-On CUDA tensors ``use_gate_in_kernel`` and ``use_beta_sigmoid_in_kernel`` are computed here, in
-float32 with autograd (so A_log, dt_bias and the raw g and beta get their gradients), by the
-formulas of the FP64 reference (src/ref/preprocess.cpp; float64 stays float64), and the kernels get the activated g and
-beta with those options off:
+Under context parallelism the summaries of the fragments and the ranks' calls all read the
+activated g and beta, so ``use_gate_in_kernel`` and ``use_beta_sigmoid_in_kernel`` are computed
+once here, in float32 with autograd (so A_log, dt_bias and the raw g and beta get their
+gradients), by the formulas of the FP64 reference (src/ref/preprocess.cpp; float64 stays
+float64), and the rest gets the activated g and beta with those options off (the single-rank op
+computes them in a kernel of its own, src/kernels/gate):
 
     g    <- -exp(A_log) * softplus(g + dt_bias)                  (exp(A_log) = 1 without A_log)
     g    <- lower_bound * sigmoid(exp(A_log) * (g + dt_bias))    (KDA with lower_bound)

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import abi, gate, intermediate
+from . import abi, intermediate
 from .options import GDN, KDA, SAVE_MODES, DeltaOptions  # noqa: F401 (GDN, KDA: for callers)
 
 _default_save_for_backward = "inverse"
@@ -273,10 +273,6 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
     q, k, v, g, beta, initial_state = (
         t.contiguous() if isinstance(t, Tensor) else t
         for t in (q, k, v, g, beta, initial_state))
-    # The CUDA kernels take neither the in-op gate nor beta's sigmoid yet: computed in torch
-    # there, with autograd, by the reference's formulas (gate.py).
-    if q.is_cuda and (opts.use_gate_in_kernel or opts.use_beta_sigmoid):
-        opts, g, beta, A_log, dt_bias = gate.in_torch(opts, q, v, g, beta, A_log, dt_bias)
     # Saving pays only when a backward will run: not under no_grad, nor without a grad input.
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
@@ -287,9 +283,8 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
     # skip it (their eager runs warn).
     if (q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta))
             and not torch.compiler.is_compiling()):
-        # (the in-op gate and sigmoid run on CUDA too, in torch: gate.py)
-        _warn_if_cuda_refuses(gate.kernel_options(opts), inputs[:7] + (None, None),
-                              (o, final_state if opts.output_final_state else None), scale)
+        _warn_if_cuda_refuses(opts, inputs, (o, final_state if opts.output_final_state else None),
+                              scale)
     if not opts.output_final_state:
         final_state = None
     elif opts.state_v_first:

@@ -6,7 +6,7 @@
 #include "cake/cake.h"
 #include "ops/conv1d_dispatch.hpp"
 #include "ops/dispatch.hpp"
-#include "ops/gdn_cuda.hpp"
+#include "ops/activations_cuda.hpp"
 
 namespace {
 

@@ -3,8 +3,7 @@
 #include <iterator>
 
 #include "core/error.hpp"
-#include "ops/gdn_cuda.hpp"
-#include "ops/kda_cuda.hpp"
+#include "ops/activations_cuda.hpp"
 #include "ops/reference.hpp"
 #include "ops/support.hpp"
 
@@ -45,14 +44,14 @@ Implementation const kTable[] = {
         kGdnCudaSupport,
         check_cuda_forward,
         check_cuda_backward,
-        gdn_cuda_saved_bytes,
-        gdn_cuda_forward_workspace_bytes,
-        gdn_cuda_backward_workspace_bytes,
+        cuda_saved_bytes,
+        cuda_forward_workspace_bytes,
+        cuda_backward_workspace_bytes,
         [](cakeOptions_t const& o, cakeForwardArgs_t const& a, Dims const&, void* saved, void* ws,
-           size_t ws_bytes, void* stream) { gdn_cuda_forward(o, a, saved, ws, ws_bytes, stream); },
+           size_t ws_bytes, void* stream) { cuda_forward(o, a, saved, ws, ws_bytes, stream); },
         [](cakeOptions_t const& o, cakeBackwardArgs_t const& a, Dims const&, void const* saved,
            void* ws, size_t ws_bytes,
-           void* stream) { gdn_cuda_backward(o, a, saved, ws, ws_bytes, stream); },
+           void* stream) { cuda_backward(o, a, saved, ws, ws_bytes, stream); },
     },
     {
         cakeCUDA,
@@ -60,14 +59,14 @@ Implementation const kTable[] = {
         kKdaCudaSupport,
         check_cuda_forward,
         check_cuda_backward,
-        kda_cuda_saved_bytes,
-        kda_cuda_forward_workspace_bytes,
-        kda_cuda_backward_workspace_bytes,
+        cuda_saved_bytes,
+        cuda_forward_workspace_bytes,
+        cuda_backward_workspace_bytes,
         [](cakeOptions_t const& o, cakeForwardArgs_t const& a, Dims const&, void* saved, void* ws,
-           size_t ws_bytes, void* stream) { kda_cuda_forward(o, a, saved, ws, ws_bytes, stream); },
+           size_t ws_bytes, void* stream) { cuda_forward(o, a, saved, ws, ws_bytes, stream); },
         [](cakeOptions_t const& o, cakeBackwardArgs_t const& a, Dims const&, void const* saved,
            void* ws, size_t ws_bytes,
-           void* stream) { kda_cuda_backward(o, a, saved, ws, ws_bytes, stream); },
+           void* stream) { cuda_backward(o, a, saved, ws, ws_bytes, stream); },
     },
 };
 

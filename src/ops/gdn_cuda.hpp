@@ -1,7 +1,7 @@
-// The GDN GPU path as the C entry points see it (the dispatch table of dispatch.cpp runs these for
-// CUDA tensors and variant cakeGdn, after validate.hpp and support.hpp have checked every
-// argument, the saved buffer's size included). Implemented in src/ops/cuda when the kernels are
-// built; otherwise src/ops/no_cuda/unavailable.cpp raises cakeNotImplemented.
+// The GDN GPU path (run for CUDA tensors and variant cakeGdn by activations_cuda.hpp's functions,
+// which the dispatch table of dispatch.cpp calls after validate.hpp and support.hpp have checked
+// every argument, the saved buffer's size included), with options that ask for no in-op
+// activation of g or beta. Built with the kernels only (src/ops/cuda).
 #pragma once
 
 #include <cstddef>
@@ -9,14 +9,6 @@
 #include "cake/cake.h"
 
 namespace cake::ops {
-
-// How this library's CUDA path was built.
-struct CudaBuild {
-  bool kernels;               // the sm_90a kernels are compiled in
-  char const* architectures;  // "sm_90a", or "" without them
-  int runtime_version;        // CUDART_VERSION compiled against (13000 for 13.0), or 0
-};
-CudaBuild cuda_build();
 
 // The bytes of the saved set (0 in recompute mode), from the shapes of q [B, T, H, K],
 // v [B, T, HV, V] and cu_seqlens [N + 1]: the same for a forward and its backward.

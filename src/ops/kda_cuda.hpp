@@ -1,8 +1,6 @@
-// The KDA GPU path as the C entry points see it (the dispatch table of dispatch.cpp runs these for
-// CUDA tensors and variant cakeKda, after validate.hpp and support.hpp have checked every
-// argument, the saved buffer's size included), with the same contract as gdn_cuda.hpp.
-// Implemented in src/ops/cuda when the kernels are built; otherwise src/ops/no_cuda/unavailable.cpp
-// raises cakeNotImplemented.
+// The KDA GPU path (run for CUDA tensors and variant cakeKda by activations_cuda.hpp's functions,
+// as gdn_cuda.hpp's), with the same contract as gdn_cuda.hpp. Built with the kernels only
+// (src/ops/cuda).
 #pragma once
 
 #include <cstddef>

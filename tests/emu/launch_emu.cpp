@@ -12,6 +12,8 @@
 #include "kernels/conv1d_bwd/launch.hpp"
 #include "kernels/conv1d_fwd/kernel.cuh"
 #include "kernels/conv1d_fwd/launch.hpp"
+#include "kernels/gate/kernel.cuh"
+#include "kernels/gate/launch.hpp"
 #include "kernels/intra_bwd/kernel.cuh"
 #include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/kernel.cuh"
@@ -88,6 +90,40 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::qk_grad
 
 // launch.cu's grids and order, on the emulator.
+namespace cake::kernels::gate {
+cudaError_t launch_forward(Params const& p, cudaStream_t) {
+  if (p.num_tokens == 0 || p.num_v_heads == 0) return cudaSuccess;
+  if (p.activate_g) {
+    Grid const g = elementwise_grid(p.num_v_heads * p.width, p.num_tokens);
+    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { gate_fwd_kernel(p); });
+  }
+  if (p.activate_beta) {
+    Grid const g = elementwise_grid(p.num_v_heads, p.num_tokens);
+    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { beta_fwd_kernel(p); });
+  }
+  return cudaSuccess;
+}
+cudaError_t launch_backward(Params const& p, cudaStream_t) {
+  if (p.num_v_heads == 0) return cudaSuccess;
+  if (p.num_tokens > 0 && wants_gate_bwd(p)) {
+    Grid const g = elementwise_grid(p.num_v_heads * p.width, p.num_tokens);
+    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { gate_bwd_kernel(p); });
+  }
+  if (wants_reduce(p)) {
+    emu::launch(Dim3{blocks(int64_t{p.num_v_heads} * p.width)}, Dim3{kThreads}, {},
+                [&] { gate_reduce_kernel(p); });
+    if (p.dA_log != nullptr) {
+      emu::launch(Dim3{blocks(p.num_v_heads)}, Dim3{kThreads}, {}, [&] { gate_head_kernel(p); });
+    }
+  }
+  if (p.num_tokens > 0 && wants_beta_bwd(p)) {
+    Grid const g = elementwise_grid(p.num_v_heads, p.num_tokens);
+    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { beta_bwd_kernel(p); });
+  }
+  return cudaSuccess;
+}
+}  // namespace cake::kernels::gate
+
 namespace cake::kernels::conv1d_fwd {
 cudaError_t launch(Params const& p, cudaStream_t) {
   return conv1d::dispatch(p.x_dtype, p.width, [&](auto variant) {

@@ -1,5 +1,7 @@
 // The GDN and KDA GPU ops (src/ops/cuda/gdn_cuda.cpp, kda_cuda.cpp: the stages in order, the
-// saved set and workspace carved from the caller's buffers) on the CPU emulator, against the FP64
+// saved set and workspace carved from the caller's buffers), through the entry points the
+// dispatch table calls (activations.cpp: with the in-op gate and beta sigmoid where asked), on
+// the CPU emulator, against the FP64
 // chunked reference: the three modes of the saved set, bitwise equal to each other; guard bytes
 // after the exact workspace and saved set the size queries ask for stay untouched; outputs
 // poisoned first. KDA's gate per channel is drawn as logsigmoid(N(0, 1)), one value in 16 down
@@ -14,8 +16,7 @@
 
 #include "core/tensor.hpp"
 #include "emu/kda_emu_testing.hpp"
-#include "ops/gdn_cuda.hpp"
-#include "ops/kda_cuda.hpp"
+#include "ops/activations_cuda.hpp"
 #include "ref/preprocess.hpp"
 
 namespace {
@@ -74,38 +75,31 @@ ChannelGate channel_gate(Problem const& pr, std::mt19937& rng) {
   return gate;
 }
 
-// The op's entry points for a variant (gdn_cuda.hpp, kda_cuda.hpp).
-struct OpEntries {
-  decltype(&cake::ops::gdn_cuda_saved_bytes) saved_bytes;
-  decltype(&cake::ops::gdn_cuda_forward_workspace_bytes) forward_workspace_bytes;
-  decltype(&cake::ops::gdn_cuda_forward) forward;
-  decltype(&cake::ops::gdn_cuda_backward_workspace_bytes) backward_workspace_bytes;
-  decltype(&cake::ops::gdn_cuda_backward) backward;
+// The in-op activations of a call (use_gate_in_kernel, use_beta_sigmoid_in_kernel with
+// allow_neg_eigval): the raw g [BT, HV, W] and beta [BT, HV] the op takes, A_log [HV] and dt_bias
+// [HV W]; lower_bound (< 0) picks the bounded form. All float32.
+struct Activations {
+  std::vector<float> g_raw, beta_raw, A_log, dt_bias;
+  double lower_bound = 0;
 };
-OpEntries entries(bool kda) {
-  namespace ops = cake::ops;
-  if (kda)
-    return {ops::kda_cuda_saved_bytes, ops::kda_cuda_forward_workspace_bytes, ops::kda_cuda_forward,
-            ops::kda_cuda_backward_workspace_bytes, ops::kda_cuda_backward};
-  return {ops::gdn_cuda_saved_bytes, ops::gdn_cuda_forward_workspace_bytes, ops::gdn_cuda_forward,
-          ops::gdn_cuda_backward_workspace_bytes, ops::gdn_cuda_backward};
-}
 
 // Forward then backward through the op in one mode; o, ht and the gradients.
 struct OpRun {
   std::vector<bf16> o;
   std::vector<float> ht;
   Grads grads;
+  std::vector<float> dA_log, ddt_bias;  // with activations
 };
 
 // mode: options.save_for_backward (0 recompute, 1 saved, 2 inverse); all_grads = false: dq, dk
 // and dh0 absent (as a caller that freezes q, k and the initial state); l2: with the q/k L2 norm;
-// gate: KDA's (else GDN).
+// gate: KDA's (else GDN); act: the op activates g and beta from act's raw inputs (in place of the
+// problem's and the gate's).
 OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false,
-             ChannelGate const& gate = {}) {
+             ChannelGate const& gate = {}, Activations const* act = nullptr) {
+  namespace op = cake::ops;
   int64_t const BT = pr.BT;
   int64_t const gate_width = gate.kda ? K : 1;
-  OpEntries const op = entries(gate.kda);
   cakeOptions_t options{};
   options.struct_size = sizeof options;
   options.variant = gate.kda ? cakeKda : cakeGdn;
@@ -115,9 +109,24 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   cakeTensor_t const q = view(pr.q16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const k = view(pr.k16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const v = view(pr.v16.data(), cakeBfloat16, {1, BT, pr.HV, K});
-  cakeTensor_t const g = gate.kda ? view(gate.g32.data(), cakeFloat32, {1, BT, pr.HV, K})
-                                  : view(pr.g32.data(), cakeFloat32, {1, BT, pr.HV});
-  cakeTensor_t const beta = view(pr.beta32.data(), cakeFloat32, {1, BT, pr.HV});
+  std::vector<int64_t> const g_shape =
+      gate.kda ? std::vector<int64_t>{1, BT, pr.HV, K} : std::vector<int64_t>{1, BT, pr.HV};
+  float const* g_data = act != nullptr ? act->g_raw.data()
+                        : gate.kda     ? gate.g32.data()
+                                       : pr.g32.data();
+  cakeTensor_t const g = view(g_data, cakeFloat32, g_shape);
+  cakeTensor_t const beta =
+      view(act != nullptr ? act->beta_raw.data() : pr.beta32.data(), cakeFloat32, {1, BT, pr.HV});
+  cakeTensor_t A_log{}, dt_bias{};
+  if (act != nullptr) {
+    options.use_gate_in_kernel = 1;
+    options.has_lower_bound = act->lower_bound < 0 ? 1 : 0;
+    options.lower_bound = act->lower_bound;
+    options.use_beta_sigmoid = 1;
+    options.allow_neg_eigval = 1;
+    A_log = view(act->A_log.data(), cakeFloat32, {pr.HV});
+    dt_bias = view(act->dt_bias.data(), cakeFloat32, {pr.HV * gate_width});
+  }
   cakeTensor_t const h0 = view(pr.h0_32.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   cakeTensor_t const cu = view(pr.cu.data(), cakeInt32, {pr.N + 1});
   OpRun run{poisoned<bf16>(BT * pr.HV * K), poisoned<float>(pr.states_size()), {}};
@@ -131,14 +140,17 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
     args.beta = beta;
     args.initial_state = h0;
     args.cu_seqlens = cu;
+    args.A_log = A_log;
+    args.dt_bias = dt_bias;
   };
   cakeForwardArgs_t fa{};
   set_inputs(fa);
   fa.o = view(run.o.data(), cakeBfloat16, {1, BT, pr.HV, K});
   fa.final_state = view(run.ht.data(), cakeFloat32, {pr.N, pr.HV, K, K});
-  Guarded saved(op.saved_bytes(options, q, v, cu));
-  Guarded fws(op.forward_workspace_bytes(options, fa));
-  op.forward(options, fa, saved.bytes != 0 ? saved.data : nullptr, fws.data, fws.bytes, nullptr);
+  Guarded saved(op::cuda_saved_bytes(options, q, v, cu));
+  Guarded fws(op::cuda_forward_workspace_bytes(options, fa));
+  op::cuda_forward(options, fa, saved.bytes != 0 ? saved.data : nullptr, fws.data, fws.bytes,
+                   nullptr);
   EXPECT_TRUE(saved.guard_intact()) << "the forward wrote past the saved set";
   EXPECT_TRUE(fws.guard_intact()) << "the forward wrote past its workspace";
 
@@ -156,13 +168,19 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   ba.dq = view(gr.dq.data(), cakeBfloat16, {1, BT, pr.H, K});
   ba.dk = view(gr.dk.data(), cakeBfloat16, {1, BT, pr.H, K});
   ba.dv = view(gr.dv.data(), cakeBfloat16, {1, BT, pr.HV, K});
-  ba.dg = gate.kda ? view(gr.dg.data(), cakeFloat32, {1, BT, pr.HV, K})
-                   : view(gr.dg.data(), cakeFloat32, {1, BT, pr.HV});
+  ba.dg = view(gr.dg.data(), cakeFloat32, g_shape);
   ba.dbeta = view(gr.dbeta.data(), cakeFloat32, {1, BT, pr.HV});
   ba.dh0 = view(gr.dh0.data(), cakeFloat32, {pr.N, pr.HV, K, K});
+  if (act != nullptr) {
+    run.dA_log = poisoned<float>(pr.HV);
+    run.ddt_bias = poisoned<float>(pr.HV * gate_width);
+    ba.dA_log = view(run.dA_log.data(), cakeFloat32, {pr.HV});
+    ba.ddt_bias = view(run.ddt_bias.data(), cakeFloat32, {pr.HV * gate_width});
+  }
   if (!all_grads) ba.dq = ba.dk = ba.dh0 = cakeTensor_t{};
-  Guarded bws(op.backward_workspace_bytes(options, ba));
-  op.backward(options, ba, saved.bytes != 0 ? saved.data : nullptr, bws.data, bws.bytes, nullptr);
+  Guarded bws(op::cuda_backward_workspace_bytes(options, ba));
+  op::cuda_backward(options, ba, saved.bytes != 0 ? saved.data : nullptr, bws.data, bws.bytes,
+                    nullptr);
   EXPECT_TRUE(bws.guard_intact()) << "the backward wrote past its workspace";
   EXPECT_TRUE(saved.guard_intact()) << "the backward wrote past the saved set";
   return run;
@@ -179,6 +197,80 @@ Problem fresh_problem(Case const& c) {
 template <class T>
 bool bitwise_equal(std::vector<T> const& a, std::vector<T> const& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// The FP64 chunked reference's outputs and input gradients for the problem with g ([BT, HV, K]
+// when kda, else [BT, HV]) and beta in place of its own, on q, k normalised in FP64 when l2 (with
+// the norm's backward).
+struct Reference {
+  std::vector<double> o, ht, dq, dk, dv, dg, dbeta, dh0;
+};
+Reference reference(Problem const& pr, bool l2, bool kda, std::vector<double> const& g,
+                    std::vector<double> const& beta) {
+  Reference r;
+  r.o.resize(pr.BT * pr.HV * K);
+  r.ht.resize(pr.states_size());
+  r.dq.resize(pr.BT * pr.H * K);
+  r.dk.resize(r.dq.size());
+  r.dv.resize(r.o.size());
+  r.dg.resize(pr.BT * pr.HV * (kda ? K : 1));
+  r.dbeta.resize(pr.BT * pr.HV);
+  r.dh0.resize(r.ht.size());
+  cake::ref::Shape shape = pr.shape();
+  if (kda) shape.gate = cake::ref::Gate::kChannel;
+  std::vector<double> q = pr.q, k = pr.k, q_rstd, k_rstd;
+  if (l2) {
+    cake::ref::l2norm_forward(pr.q, K, q, q_rstd);
+    cake::ref::l2norm_forward(pr.k, K, k, k_rstd);
+  }
+  cake::ref::Inputs const in{q.data(),    k.data(),     pr.v.data(), g.data(),
+                             beta.data(), pr.h0.data(), pr.scale};
+  cake::ref::chunked_forward(shape, in, cake::ref::Outputs{r.o.data(), r.ht.data()});
+  cake::ref::chunked_backward(shape, in, cake::ref::OutputGrads{pr.dout.data(), pr.dht.data()},
+                              cake::ref::InputGrads{r.dq.data(), r.dk.data(), r.dv.data(),
+                                                    r.dg.data(), r.dbeta.data(), r.dh0.data()});
+  if (l2) {
+    r.dq = cake::ref::l2norm_backward(r.dq, q, q_rstd, K);
+    r.dk = cake::ref::l2norm_backward(r.dk, k, k_rstd, K);
+  }
+  return r;
+}
+
+template <class T>
+Errors errors(std::vector<T> const& got, std::vector<double> const& ref) {
+  Errors e;
+  e.add(got, ref);
+  return e;
+}
+
+// Prints each output's rel-RMS / max-abs over max|ref| and expects it within the gate.
+void expect_within_gate(std::vector<std::pair<char const*, Errors>> const& outputs) {
+  for (auto const& [name, e] : outputs) {
+    std::printf(" %s %.1e/%.1e", name, e.rel_rms(), e.max_rel());
+    // one draw: the gate with room for dg's single-draw tail (test_emu_gdn.cpp pools draws)
+    EXPECT_TRUE(e.finite && e.rel_rms() <= 2e-2 && e.max_rel() <= 4e-2) << name;
+  }
+  std::printf("\n");
+}
+
+// The saved and inverse modes give recompute mode's results bit for bit.
+void expect_other_modes_bitwise(OpRun const& recompute, Problem const& pr, bool l2,
+                                ChannelGate const& gate, Activations const* act = nullptr) {
+  Grads const& a = recompute.grads;
+  for (int mode : {1, 2}) {
+    OpRun const saved = run_op(pr, mode, true, l2, gate, act);
+    EXPECT_TRUE(bitwise_equal(recompute.o, saved.o)) << "mode " << mode;
+    EXPECT_TRUE(bitwise_equal(recompute.ht, saved.ht)) << "mode " << mode;
+    Grads const& b = saved.grads;
+    EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dv, b.dv))
+        << "dq, dk, dv differ between mode " << mode << " and recompute mode";
+    EXPECT_TRUE(bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dbeta, b.dbeta) &&
+                bitwise_equal(a.dh0, b.dh0))
+        << "dg, dbeta, dh0 differ between mode " << mode << " and recompute mode";
+    EXPECT_TRUE(bitwise_equal(recompute.dA_log, saved.dA_log) &&
+                bitwise_equal(recompute.ddt_bias, saved.ddt_bias))
+        << "dA_log, ddt_bias differ between mode " << mode << " and recompute mode";
+  }
 }
 
 // The three modes agree bit for bit, and the recompute mode's results pass the gate against the
@@ -202,62 +294,17 @@ void check_modes(Case const& c, bool l2, bool kda = false) {
   ChannelGate const gate = kda ? channel_gate(pr, rng) : ChannelGate{};
   OpRun const recompute = run_op(pr, 0, true, l2, gate);
   Grads const& a = recompute.grads;
-  for (int mode : {1, 2}) {
-    OpRun const saved = run_op(pr, mode, true, l2, gate);
-    EXPECT_TRUE(bitwise_equal(recompute.o, saved.o)) << "mode " << mode;
-    EXPECT_TRUE(bitwise_equal(recompute.ht, saved.ht)) << "mode " << mode;
-    Grads const& b = saved.grads;
-    EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dv, b.dv))
-        << "dq, dk, dv differ between mode " << mode << " and recompute mode";
-    EXPECT_TRUE(bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dbeta, b.dbeta) &&
-                bitwise_equal(a.dh0, b.dh0))
-        << "dg, dbeta, dh0 differ between mode " << mode << " and recompute mode";
-  }
+  expect_other_modes_bitwise(recompute, pr, l2, gate);
 
-  std::vector<double> ro(pr.BT * pr.HV * K), rht(pr.states_size()), rq(pr.BT * pr.H * K),
-      rk(rq.size()), rv(ro.size()), rg(pr.BT * pr.HV * (kda ? K : 1)), rbeta(pr.BT * pr.HV),
-      rh0(rht.size());
-  cake::ref::Shape shape = pr.shape();
-  if (kda) shape.gate = cake::ref::Gate::kChannel;
-  std::vector<double> q = pr.q, k = pr.k, q_rstd, k_rstd;
-  if (l2) {
-    cake::ref::l2norm_forward(pr.q, K, q, q_rstd);
-    cake::ref::l2norm_forward(pr.k, K, k, k_rstd);
-  }
-  cake::ref::Inputs const in{
-      q.data(),       k.data(),     pr.v.data(), kda ? gate.g.data() : pr.g.data(),
-      pr.beta.data(), pr.h0.data(), pr.scale};
-  cake::ref::chunked_forward(shape, in, cake::ref::Outputs{ro.data(), rht.data()});
-  cake::ref::chunked_backward(
-      shape, in, cake::ref::OutputGrads{pr.dout.data(), pr.dht.data()},
-      cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
-  if (l2) {
-    rq = cake::ref::l2norm_backward(rq, q, q_rstd, K);
-    rk = cake::ref::l2norm_backward(rk, k, k_rstd, K);
-  }
-  std::vector<std::pair<char const*, Errors>> errors(8);
-  errors[0] = {"o", {}};
-  errors[0].second.add(widen(recompute.o), ro);
-  errors[1] = {"ht", {}};
-  errors[1].second.add(recompute.ht, rht);
-  errors[2] = {"dq", {}};
-  errors[2].second.add(widen(a.dq), rq);
-  errors[3] = {"dk", {}};
-  errors[3].second.add(widen(a.dk), rk);
-  errors[4] = {"dv", {}};
-  errors[4].second.add(widen(a.dv), rv);
-  errors[5] = {"dg", {}};
-  errors[5].second.add(a.dg, rg);
-  errors[6] = {"dbeta", {}};
-  errors[6].second.add(a.dbeta, rbeta);
-  errors[7] = {"dh0", {}};
-  errors[7].second.add(a.dh0, rh0);
-  for (auto const& [name, e] : errors) {
-    std::printf(" %s %.1e/%.1e", name, e.rel_rms(), e.max_rel());
-    // one draw: the gate with room for dg's single-draw tail (test_emu_gdn.cpp pools draws)
-    EXPECT_TRUE(e.finite && e.rel_rms() <= 2e-2 && e.max_rel() <= 4e-2) << name;
-  }
-  std::printf("\n");
+  Reference const r = reference(pr, l2, kda, kda ? gate.g : pr.g, pr.beta);
+  expect_within_gate({{"o", errors(widen(recompute.o), r.o)},
+                      {"ht", errors(recompute.ht, r.ht)},
+                      {"dq", errors(widen(a.dq), r.dq)},
+                      {"dk", errors(widen(a.dk), r.dk)},
+                      {"dv", errors(widen(a.dv), r.dv)},
+                      {"dg", errors(a.dg, r.dg)},
+                      {"dbeta", errors(a.dbeta, r.dbeta)},
+                      {"dh0", errors(a.dh0, r.dh0)}});
 }
 
 TEST(EmulatedOp, EveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
@@ -274,6 +321,71 @@ TEST(EmulatedOp, EmptyDocumentsMatchTheFp64Reference) {
 // recompute and inverse backwards rerun qk_norm into theirs.
 TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
   check_modes(Case{"docs 1,64,65,70 GVA 1/2 l2", {1, 64, 65, 70}}, true);
+}
+
+// The in-op activations on the GPU path (src/kernels/gate around the op): the raw gate through
+// -exp(A_log) softplus(g + dt_bias) or lower_bound sigmoid(exp(A_log) (g + dt_bias)), beta through
+// 2 sigmoid(beta) (allow_neg_eigval); every mode bitwise equal, and o, the state and every
+// gradient, dA_log and ddt_bias included, within the gate against the FP64 reference of the
+// activations and the delta rule. Raw inputs: g ~ N(0, 1), A_log ~ U(-1, 1), dt_bias ~ N(0, 0.5),
+// beta ~ N(0, 1.5).
+void check_activations(Case const& c, bool kda, double lower_bound) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  Problem const pr = cake::gdn_testing::make_problem(c, rng);
+  int64_t const width = kda ? K : 1;
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  Activations act;
+  act.lower_bound = lower_bound;
+  for (int64_t i = 0; i < pr.BT * pr.HV * width; ++i) act.g_raw.push_back(normal(rng));
+  for (int64_t i = 0; i < pr.BT * pr.HV; ++i) act.beta_raw.push_back(1.5f * normal(rng));
+  for (int i = 0; i < pr.HV; ++i) act.A_log.push_back(uniform(rng));
+  for (int64_t i = 0; i < pr.HV * width; ++i) act.dt_bias.push_back(0.5f * normal(rng));
+  ChannelGate gate;
+  gate.kda = kda;
+  OpRun const recompute = run_op(pr, 0, true, false, gate, &act);
+  expect_other_modes_bitwise(recompute, pr, false, gate, &act);
+
+  auto const wide = [](std::vector<float> const& x) {
+    return std::vector<double>(x.begin(), x.end());
+  };
+  cake::ref::GateParams gp;
+  gp.num_v_heads = pr.HV;
+  gp.width = width;
+  gp.A_log = wide(act.A_log);
+  gp.dt_bias = wide(act.dt_bias);
+  if (lower_bound < 0) gp.lower_bound = lower_bound;
+  std::vector<double> const g = cake::ref::gate_forward(gp, wide(act.g_raw));
+  std::vector<double> const beta = cake::ref::beta_sigmoid_forward(wide(act.beta_raw), 2.0);
+  Reference const r = reference(pr, false, kda, g, beta);
+  cake::ref::GateGrads const gg = cake::ref::gate_backward(gp, wide(act.g_raw), r.dg);
+  std::vector<double> const dbeta =
+      cake::ref::beta_sigmoid_backward(wide(act.beta_raw), 2.0, r.dbeta);
+  Grads const& a = recompute.grads;
+  expect_within_gate({{"o", errors(widen(recompute.o), r.o)},
+                      {"ht", errors(recompute.ht, r.ht)},
+                      {"dq", errors(widen(a.dq), r.dq)},
+                      {"dk", errors(widen(a.dk), r.dk)},
+                      {"dv", errors(widen(a.dv), r.dv)},
+                      {"dg", errors(a.dg, gg.dg_raw)},
+                      {"dbeta", errors(a.dbeta, dbeta)},
+                      {"dh0", errors(a.dh0, r.dh0)},
+                      {"dA_log", errors(recompute.dA_log, gg.dA_log)},
+                      {"ddt_bias", errors(recompute.ddt_bias, gg.ddt_bias)}});
+}
+
+TEST(EmulatedOp, GdnInOpGateAndBetaSigmoidMatchTheFp64Reference) {
+  check_activations(Case{"docs 1,64,65,300 GVA 1/2", {1, 64, 65, 300}}, false, 0);
+}
+
+TEST(EmulatedOp, KdaInOpGateAndBetaSigmoidMatchTheFp64Reference) {
+  check_activations(Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}}, true, 0);
+}
+
+TEST(EmulatedOp, KdaInOpLowerBoundGateMatchesTheFp64Reference) {
+  check_activations(Case{"docs 0,65,17 GVA 2/4", {0, 65, 17}, 2, 4}, true, -5);
 }
 
 // A gradient left absent changes no other bit: the backward's arithmetic does not depend on which

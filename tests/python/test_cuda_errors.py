@@ -72,22 +72,18 @@ def expect(exc, pattern, args, **kwargs):
     (dict(save_for_backward=3), r"save_for_backward must be 0"),
     (dict(scale=float("nan")), r"scale must be a finite number"),
     (dict(allow_neg_eigval=True), r"allow_neg_eigval=True requires"),
+    (dict(variant=KDA, g=FakeCuda((1, T, HV, D), "float64"), use_gate_in_kernel=True,
+          A_log=FakeCuda((HV,), "float32")),
+     r"^g must be float32, bfloat16 or float16 on CUDA with the in-op activations, got float64"),
+    (dict(use_gate_in_kernel=True, A_log=FakeCuda((HV,), "float64")),
+     r"^A_log must be float32, bfloat16 or float16 on CUDA"),
+    (dict(use_gate_in_kernel=True, A_log=FakeCuda((HV,), "float32"),
+          dt_bias=FakeCuda((HV,), "float32", strides=(2,))), r"^dt_bias must be contiguous"),
+    (dict(use_beta_sigmoid=True, beta=FakeCuda((1, T, HV), "float64")),
+     r"^beta must be float32, bfloat16 or float16 on CUDA with the in-op activations"),
 ], ids=lambda x: None if isinstance(x, dict) else "")
 def test_invalid_calls_raise_value_error(case, pattern):
     expect(ValueError, pattern, problem(**case))
-
-
-@pytest.mark.parametrize("case, pattern", [
-    (dict(variant=KDA, g=FakeCuda((1, T, HV, D), "float32"), use_gate_in_kernel=True,
-          A_log=FakeCuda((HV,), "float32")),
-     r"use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA kernels"),
-    (dict(use_gate_in_kernel=True, A_log=FakeCuda((HV,), "float32")),
-     r"use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA kernels"),
-    (dict(use_beta_sigmoid=True),
-     r"use_gate_in_kernel and use_beta_sigmoid_in_kernel are not supported by the CUDA kernels"),
-])
-def test_unimplemented_calls_raise_not_implemented_error(case, pattern):
-    expect(NotImplementedError, pattern, problem(**case))
 
 
 def test_cpu_tensor_among_cuda_tensors():

@@ -1,4 +1,4 @@
-"""cake/gate.py (the in-op gate and beta's sigmoid computed in torch for the CUDA kernels) against
+"""cake/gate.py (the in-op gate and beta's sigmoid computed in torch for cake.kcp on CUDA) against
 the FP64 reference's own in-op forms, on CPU tensors in float64: o, the final state and every
 gradient (dA_log, ddt_bias, and those of the raw g and beta) agree to 1e-10 of their largest
 element; and its shape checks name the argument."""

@@ -139,11 +139,13 @@ def test_buffers_are_exact(mode):
 
 @pytest.mark.parametrize("variant", ["gdn", "kda"])
 @pytest.mark.parametrize("lower_bound", [None, -3.0], ids=["softplus", "lower_bound"])
-def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound):
+@pytest.mark.parametrize("raw_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound, raw_dtype):
     """use_gate_in_kernel (A_log, dt_bias; KDA also with lower_bound) and
-    use_beta_sigmoid_in_kernel with allow_neg_eigval on CUDA (computed in torch before the
-    kernels, cake/gate.py) against the same call on the CPU reference (computed in the op):
-    o, the final state and every gradient, dA_log and ddt_bias included, within the gate."""
+    use_beta_sigmoid_in_kernel with allow_neg_eigval on CUDA (the op's gate kernels,
+    src/kernels/gate, with the raw g and beta in raw_dtype as a layer's projections give them)
+    against the same call on the CPU reference (FP64): o, the final state and every gradient,
+    dA_log and ddt_bias included, within the gate; and two CUDA runs bitwise equal."""
     kda = variant == "kda"
     if lower_bound is not None and not kda:
         pytest.skip("lower_bound is KDA's")
@@ -157,6 +159,8 @@ def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound):
              initial_state=torch.randn(N, HV, K, V, generator=gen),
              A_log=torch.rand(HV, generator=gen), dt_bias=torch.randn(HV * K if kda else HV,
                                                                       generator=gen))
+    for n in ("g", "beta"):  # values the raw dtype holds exactly, so both runs read the same
+        x[n] = x[n].to(raw_dtype).float()
     cu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
     do = torch.randn(1, T, HV, V, generator=gen)
     dht = torch.randn(N, HV, K, V, generator=gen)
@@ -165,7 +169,8 @@ def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound):
 
     def run(device, dtype):
         leaves = {n: (t.to(dtype) if n in ("q", "k", "v") else t.double() if dtype == torch.float64
-                      else t).to(device).requires_grad_() for n, t in x.items()}
+                      else t.to(raw_dtype) if n in ("g", "beta") else t).to(device).requires_grad_()
+                  for n, t in x.items()}
         o, ht = fn(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
                    initial_state=leaves["initial_state"], output_final_state=True,
                    use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
@@ -176,5 +181,8 @@ def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound):
         return {"o": o.detach().cpu(), "final_state": ht.detach().cpu(),
                 **{"d" + n: t.grad.cpu() for n, t in leaves.items()}}
 
-    check_gate(run("cuda", torch.bfloat16), run("cpu", torch.float64), f"{variant} in-op gate")
+    cuda = run("cuda", torch.bfloat16)
+    check_gate(cuda, run("cpu", torch.float64), f"{variant} in-op gate, raw {raw_dtype}")
+    again = run("cuda", torch.bfloat16)
+    assert all(torch.equal(cuda[n], again[n]) for n in cuda), "two CUDA runs differ"
 

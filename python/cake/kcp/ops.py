@@ -339,8 +339,8 @@ def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_
     q, k, v, g, beta, initial_state = (
         x.contiguous() if isinstance(x, Tensor) else x
         for x in (q, k, v, g, beta, initial_state))
-    # The CUDA kernels take neither the in-op gate nor beta's sigmoid: computed in torch first,
-    # as the single-rank op does (gate.py); an error here is reported to every rank, below.
+    # The in-op gate and beta's sigmoid in torch first (gate.py): the summaries and the ranks'
+    # calls read the activated g and beta; an error here is reported to every rank, below.
     if q.is_cuda and not errors and (parsed.use_gate_in_kernel or parsed.use_beta_sigmoid):
         try:
             parsed, g, beta, A_log, dt_bias = gate.in_torch(parsed, q, v, g, beta, A_log,

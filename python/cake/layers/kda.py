@@ -8,10 +8,7 @@ inside the op (``use_gate_in_kernel``):
            (lower_bound * sigmoid(exp(A_log) * (f_proj(x) + dt_bias)) with lower_bound)
     beta = sigmoid(b_proj(x))  (times 2 with allow_neg_eigval)
 
-The CUDA kernels take neither the in-op gate nor beta's sigmoid yet: on CUDA tensors the op
-computes both in torch before its kernels (cake/gate.py, the same formulas). A build without KDA
-CUDA kernels raises NotImplementedError on CUDA tensors rather than run anything on the CPU
-behind the caller's back.
+On CUDA tensors a kernel of the op computes both before the delta rule's (src/kernels/gate).
 """
 
 from functools import partial

@@ -1,7 +1,7 @@
 // What cake.build_info() reports of a build with the kernels compiled in.
 #include <cuda_runtime_api.h>
 
-#include "ops/gdn_cuda.hpp"
+#include "ops/activations_cuda.hpp"
 
 namespace cake::ops {
 

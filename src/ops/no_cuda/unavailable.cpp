@@ -1,8 +1,7 @@
 // Built without the CUDA kernels: CUDA tensors get a clear cakeNotImplemented, never a CPU
 // fallback.
 #include "core/error.hpp"
-#include "ops/gdn_cuda.hpp"
-#include "ops/kda_cuda.hpp"
+#include "ops/activations_cuda.hpp"
 
 namespace cake::ops {
 
@@ -17,39 +16,21 @@ namespace {
 
 CudaBuild cuda_build() { return {false, "", 0}; }
 
-size_t gdn_cuda_saved_bytes(cakeOptions_t const&, cakeTensor_t const&, cakeTensor_t const&,
-                            cakeTensor_t const&) {
+size_t cuda_saved_bytes(cakeOptions_t const&, cakeTensor_t const&, cakeTensor_t const&,
+                        cakeTensor_t const&) {
   unavailable();
 }
-size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const&, cakeForwardArgs_t const&) {
+size_t cuda_forward_workspace_bytes(cakeOptions_t const&, cakeForwardArgs_t const&) {
   unavailable();
 }
-void gdn_cuda_forward(cakeOptions_t const&, cakeForwardArgs_t const&, void*, void*, size_t, void*) {
+void cuda_forward(cakeOptions_t const&, cakeForwardArgs_t const&, void*, void*, size_t, void*) {
   unavailable();
 }
-size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const&, cakeBackwardArgs_t const&) {
+size_t cuda_backward_workspace_bytes(cakeOptions_t const&, cakeBackwardArgs_t const&) {
   unavailable();
 }
-void gdn_cuda_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, void const*, void*, size_t,
-                       void*) {
-  unavailable();
-}
-
-size_t kda_cuda_saved_bytes(cakeOptions_t const&, cakeTensor_t const&, cakeTensor_t const&,
-                            cakeTensor_t const&) {
-  unavailable();
-}
-size_t kda_cuda_forward_workspace_bytes(cakeOptions_t const&, cakeForwardArgs_t const&) {
-  unavailable();
-}
-void kda_cuda_forward(cakeOptions_t const&, cakeForwardArgs_t const&, void*, void*, size_t, void*) {
-  unavailable();
-}
-size_t kda_cuda_backward_workspace_bytes(cakeOptions_t const&, cakeBackwardArgs_t const&) {
-  unavailable();
-}
-void kda_cuda_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, void const*, void*, size_t,
-                       void*) {
+void cuda_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, void const*, void*, size_t,
+                   void*) {
   unavailable();
 }
 
