@@ -8,6 +8,9 @@ each arm's peak extra memory.
 Workloads: "P4" (workloads.json "kda" single_gpu: 4 documents, 261,392 tokens) at H = HV = 4, 16
 and 64 (--heads), inputs as workloads.json says (q, k L2-normalised by the caller, g in (-5, 0),
 bf16 beta); "A" the grouped shape: GDN workload A's documents with 16 q/k heads and 48 value heads.
+--gate in_op gives every arm the raw bf16 g of a layer's projection with the in-op bounded gate
+(use_gate_in_kernel, lower_bound=-5, A_log and dt_bias with gradients), as FLA's KDA layer calls
+the op; the cudnn arm is left out there (its engine takes activated g only).
 Arms: "cake" (the default mode), "cake_saved", "cake_segments" (cake given cu_seqlens_cpu, so that
 it walks few long documents as exact segments where its plan predicts a gain: at P4 the plan cuts
 at H = 4 and 16), "fla" (flash-linear-attention's chunk_kda, its
@@ -176,6 +179,21 @@ def make_inputs(docs, H, HV, seed=0):
     return (q, k, v, g, beta), cu, do
 
 
+def raw_gate(inputs, seed=0):
+    """--gate in_op: the inputs with g as a layer's raw bf16 projection, ~N(0, 1), and the ops'
+    keyword options that make the op compute the bounded gate -5 sigmoid(exp(A_log) (g +
+    dt_bias)) itself (use_gate_in_kernel, lower_bound=-5), A_log and dt_bias with gradients as a
+    layer's parameters."""
+    q, k, v, g, beta = inputs
+    HV = g.shape[2]
+    kw = dict(device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed + 1))
+    raw = torch.randn(g.shape, **kw).bfloat16()
+    options = dict(use_gate_in_kernel=True, lower_bound=-5.0,
+                   A_log=(3.0 * torch.rand(HV, **kw)).requires_grad_(),
+                   dt_bias=(0.1 * torch.randn(HV * K, **kw)).requires_grad_())
+    return (q, k, v, raw, beta), options
+
+
 def shapes(workload, heads, spec):
     if workload == "P4":
         docs = spec["kda"]["single_gpu"]["P4"]["docs"]
@@ -194,20 +212,29 @@ def main():
     parser.add_argument("--arms", nargs="+", default=None, help="subset of arms")
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--gate", choices=["activated", "in_op"], default="activated",
+                        help="g given activated (default), or raw with the op's in-op gate "
+                             "(use_gate_in_kernel, as FLA's KDA layer calls it; no cudnn arm)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
     spec = json.loads((HERE / "workloads.json").read_text())
     arms = chosen_arms(load_arms(), args.arms)
+    if args.gate == "in_op" and arms.pop("cudnn", None) is not None:
+        print("cudnn arm left out: its engine takes no in-op gate", flush=True)
     meta = dict(date=datetime.date.today().isoformat(), gpu=torch.cuda.get_device_name(),
                 commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
                 versions={n: a[1] for n, a in arms.items()}, op_name="chunk_kda",
-                fla_backend_dispatch=os.environ["FLA_DISABLE_BACKEND_DISPATCH"] != "1")
+                fla_backend_dispatch=os.environ["FLA_DISABLE_BACKEND_DISPATCH"] != "1",
+                gate=args.gate)
     l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     out = args.out.open("a") if args.out else None
     for wl in args.workloads:
         for name, docs, H, HV in shapes(wl, args.heads, spec):
             inputs, cu, do = make_inputs(docs, H, HV)
+            options = {}
+            if args.gate == "in_op":
+                inputs, options = raw_gate(inputs)
             leaves = [t.requires_grad_() for t in inputs]
             refused, agreement = {}, {}
             if "cudnn" in arms:
@@ -225,7 +252,8 @@ def main():
                         out.write(json.dumps(dict(meta, workload=name, op=op, arm="cudnn",
                                                   ms=None, skipped=refused[op])) + "\n")
                         out.flush()
-                steps = {n: make_step(a[0], op, leaves, cu, do) for n, a in arms.items()
+                steps = {n: make_step(a[0], op, leaves, cu, do, **options)
+                         for n, a in arms.items()
                          if not (n == "cudnn" and op in refused)}
                 per_group = measure(steps, args.groups, args.iters, l2)
                 peaks = {n: peak_bytes(s) for n, s in steps.items()}
