@@ -176,7 +176,8 @@ def chunk_kda(
             or with ``cu_seqlens`` B = 1 and NT the chunks of all documents in order.
         chunk_size: 32 or 64 accepted; cake computes at 64, which gives the same result (the
             intermediate states are taken every ``chunk_size`` tokens).
-    {cuda} On CUDA, g is float32 ``[B, T, HV, K]``.
+    {cuda} On CUDA, g is ``[B, T, HV, K]``: float32, or a raw float32, bfloat16 or float16 gate
+    with ``use_gate_in_kernel``.
 
     Returns:
         ``(o, final_state or None)``, or ``(o, final_state or None, h)`` with

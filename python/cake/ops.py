@@ -270,9 +270,9 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
     # As flash-linear-attention does, any strides in: the kernels read dense rows, so views (a
     # slice of a fused projection, a transposed state) are copied once here, with autograd.
-    q, k, v, g, beta, initial_state = (
+    q, k, v, g, beta, initial_state, A_log, dt_bias = (
         t.contiguous() if isinstance(t, Tensor) else t
-        for t in (q, k, v, g, beta, initial_state))
+        for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
     # Saving pays only when a backward will run: not under no_grad, nor without a grad input.
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))

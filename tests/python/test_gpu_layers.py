@@ -79,7 +79,7 @@ def test_kda_on_cpu_matches_flas_layer_on_gpu():
     cu = torch.tensor([0, 300, 301, 501], dtype=torch.int32)
 
     def run(layer, device):
-        xd = x.to(device).requires_grad_()
+        xd = x.detach().to(device).requires_grad_()  # a leaf of its own on either device
         o = layer(xd, cu_seqlens=cu.to(device))[0]
         o.square().sum().backward()
         return {"o": o.detach().cpu(), "dx": xd.grad.cpu(),

@@ -5,7 +5,8 @@ forward. The gate and beta are computed from x per token and value head:
     g    = -exp(A_log) * softplus(a_proj(x) + dt_bias)     natural-log decay, [B, T, HV]
     beta = sigmoid(b_proj(x))  (times 2 with allow_neg_eigval)
 by the op (``use_gate_in_kernel``, ``use_beta_sigmoid_in_kernel``, as FLA calls it; on CUDA
-tensors a kernel of the op computes them before the delta rule's).
+tensors a kernel of the op computes them before the delta rule's, or torch where the call is
+routed to exact segments through cake.kcp).
 """
 
 from functools import partial

@@ -8,7 +8,8 @@ inside the op (``use_gate_in_kernel``):
            (lower_bound * sigmoid(exp(A_log) * (f_proj(x) + dt_bias)) with lower_bound)
     beta = sigmoid(b_proj(x))  (times 2 with allow_neg_eigval)
 
-On CUDA tensors a kernel of the op computes both before the delta rule's (src/kernels/gate).
+On CUDA tensors a kernel of the op computes both before the delta rule's (src/kernels/gate); a
+call routed to exact segments (``cu_seqlens_cpu``, through cake.kcp) computes them in torch.
 """
 
 from functools import partial
