@@ -59,28 +59,27 @@ cakeTensor_t as_float32(cakeTensor_t t, float* data) {
 }
 
 // The activations' shapes and inputs of a call (the forward's and the backward's alike).
-kernels::gate::Params gate_params(cakeOptions_t const& o, cakeTensor_t const& g,
-                                  cakeTensor_t const& beta, cakeTensor_t const& v,
-                                  cakeTensor_t const& A_log, cakeTensor_t const& dt_bias) {
+template <class Args>
+kernels::gate::Params gate_params(cakeOptions_t const& o, Args const& args) {
   kernels::gate::Params p;
-  p.num_tokens = v.shape[0] * v.shape[1];
-  p.num_v_heads = static_cast<int32_t>(v.shape[2]);
-  p.width = o.variant == cakeKda ? static_cast<int32_t>(g.shape[3]) : 1;
+  p.num_tokens = args.v.shape[0] * args.v.shape[1];
+  p.num_v_heads = static_cast<int32_t>(args.v.shape[2]);
+  p.width = o.variant == cakeKda ? static_cast<int32_t>(args.g.shape[3]) : 1;
   if (o.use_gate_in_kernel) {
     p.activate_g = true;
-    p.g_raw = g.data;
-    p.g_dtype = g.dtype;
-    p.A_log = A_log.data;
-    p.A_log_dtype = A_log.dtype;
-    p.dt_bias = dt_bias.data;
-    p.dt_bias_dtype = dt_bias.dtype;
+    p.g_raw = args.g.data;
+    p.g_dtype = args.g.dtype;
+    p.A_log = args.A_log.data;
+    p.A_log_dtype = args.A_log.dtype;
+    p.dt_bias = args.dt_bias.data;
+    p.dt_bias_dtype = args.dt_bias.dtype;
     p.has_lower_bound = o.has_lower_bound != 0;
     p.lower_bound = static_cast<float>(o.lower_bound);
   }
   if (o.use_beta_sigmoid) {
     p.activate_beta = true;
-    p.beta_raw = beta.data;
-    p.beta_dtype = beta.dtype;
+    p.beta_raw = args.beta.data;
+    p.beta_dtype = args.beta.dtype;
     p.beta_c = o.allow_neg_eigval ? 2.f : 1.f;
   }
   return p;
@@ -155,6 +154,46 @@ struct Rest {
 };
 Rest take_rest(Carver& c, size_t op_bytes) { return {c.take<char>(op_bytes), op_bytes}; }
 
+// A pass's workspace, counted (workspace nullptr) or carved, by one function per pass, so that
+// the size query and the run carve the same regions.
+struct ForwardLayout {
+  Activated a;
+  cakeForwardArgs_t op_args;
+  Rest rest;
+  size_t bytes;
+};
+ForwardLayout forward_layout(Op const& op, cakeOptions_t const& options,
+                             cakeForwardArgs_t const& args, kernels::gate::Params const& p,
+                             void* workspace) {
+  Carver c(workspace, Carver::kRelocatable);
+  ForwardLayout l;
+  l.a = take_activated(c, p);
+  l.op_args = op_forward_args(args, l.a, p);
+  l.rest = take_rest(c, op.forward_workspace_bytes(op_options(options), l.op_args));
+  l.bytes = c.bytes();
+  return l;
+}
+
+struct BackwardLayout {
+  Activated a;
+  Gradients d;
+  cakeBackwardArgs_t op_args;
+  Rest rest;
+  size_t bytes;
+};
+BackwardLayout backward_layout(Op const& op, cakeOptions_t const& options,
+                               cakeBackwardArgs_t const& args, kernels::gate::Params const& p,
+                               void* workspace) {
+  Carver c(workspace, Carver::kRelocatable);
+  BackwardLayout l;
+  l.a = take_activated(c, p);
+  l.d = take_gradients(c, p, args);
+  l.op_args = op_backward_args(args, l.a, l.d, p);
+  l.rest = take_rest(c, op.backward_workspace_bytes(op_options(options), l.op_args));
+  l.bytes = c.bytes();
+  return l;
+}
+
 void check_workspace(size_t needed, size_t got) {
   CAKE_CHECK(got >= needed, cakeInsufficientWorkspace, "workspace: expected at least ", needed,
              " bytes, got ", got);
@@ -170,11 +209,7 @@ size_t cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q, cak
 size_t cuda_forward_workspace_bytes(cakeOptions_t const& options, cakeForwardArgs_t const& args) {
   Op const op = op_of(options);
   if (!activates(options)) return op.forward_workspace_bytes(options, args);
-  auto const p = gate_params(options, args.g, args.beta, args.v, args.A_log, args.dt_bias);
-  Carver c(nullptr, Carver::kRelocatable);
-  Activated const a = take_activated(c, p);
-  take_rest(c, op.forward_workspace_bytes(op_options(options), op_forward_args(args, a, p)));
-  return c.bytes();
+  return forward_layout(op, options, args, gate_params(options, args), nullptr).bytes;
 }
 
 void cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -182,28 +217,20 @@ void cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, v
   Op const op = op_of(options);
   if (!activates(options))
     return op.forward(options, args, saved, workspace, workspace_bytes, stream);
-  check_workspace(cuda_forward_workspace_bytes(options, args), workspace_bytes);
-  auto p = gate_params(options, args.g, args.beta, args.v, args.A_log, args.dt_bias);
-  Carver c(workspace, Carver::kRelocatable);
-  Activated const a = take_activated(c, p);
-  cakeForwardArgs_t const op_args = op_forward_args(args, a, p);
-  Rest const rest = take_rest(c, op.forward_workspace_bytes(op_options(options), op_args));
-  p.g = a.g;
-  p.beta = a.beta;
+  auto p = gate_params(options, args);
+  ForwardLayout const l = forward_layout(op, options, args, p, workspace);
+  check_workspace(l.bytes, workspace_bytes);
+  p.g = l.a.g;
+  p.beta = l.a.beta;
   check_cuda(kernels::gate::launch_forward(p, static_cast<cudaStream_t>(stream)),
              "gate forward launch");
-  op.forward(op_options(options), op_args, saved, rest.data, rest.bytes, stream);
+  op.forward(op_options(options), l.op_args, saved, l.rest.data, l.rest.bytes, stream);
 }
 
 size_t cuda_backward_workspace_bytes(cakeOptions_t const& options, cakeBackwardArgs_t const& args) {
   Op const op = op_of(options);
   if (!activates(options)) return op.backward_workspace_bytes(options, args);
-  auto const p = gate_params(options, args.g, args.beta, args.v, args.A_log, args.dt_bias);
-  Carver c(nullptr, Carver::kRelocatable);
-  Activated const a = take_activated(c, p);
-  Gradients const d = take_gradients(c, p, args);
-  take_rest(c, op.backward_workspace_bytes(op_options(options), op_backward_args(args, a, d, p)));
-  return c.bytes();
+  return backward_layout(op, options, args, gate_params(options, args), nullptr).bytes;
 }
 
 void cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args, void const* saved,
@@ -211,24 +238,20 @@ void cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
   Op const op = op_of(options);
   if (!activates(options))
     return op.backward(options, args, saved, workspace, workspace_bytes, stream);
-  check_workspace(cuda_backward_workspace_bytes(options, args), workspace_bytes);
-  auto p = gate_params(options, args.g, args.beta, args.v, args.A_log, args.dt_bias);
-  Carver c(workspace, Carver::kRelocatable);
-  Activated const a = take_activated(c, p);
-  Gradients const d = take_gradients(c, p, args);
-  cakeBackwardArgs_t const op_args = op_backward_args(args, a, d, p);
-  Rest const rest = take_rest(c, op.backward_workspace_bytes(op_options(options), op_args));
+  auto p = gate_params(options, args);
+  BackwardLayout const l = backward_layout(op, options, args, p, workspace);
+  check_workspace(l.bytes, workspace_bytes);
   auto const s = static_cast<cudaStream_t>(stream);
-  p.g = a.g;
-  p.beta = a.beta;
+  p.g = l.a.g;
+  p.beta = l.a.beta;
   check_cuda(kernels::gate::launch_forward(p, s), "gate forward launch");
-  op.backward(op_options(options), op_args, saved, rest.data, rest.bytes, stream);
-  p.dg = d.dg;
+  op.backward(op_options(options), l.op_args, saved, l.rest.data, l.rest.bytes, stream);
+  p.dg = l.d.dg;
   p.dg_raw = args.dg.data;
   p.dA_log = args.dA_log.data;
   p.ddt_bias = args.ddt_bias.data;
-  p.partials = d.partials;
-  p.dbeta = d.dbeta;
+  p.partials = l.d.partials;
+  p.dbeta = l.d.dbeta;
   p.dbeta_raw = args.dbeta.data;
   check_cuda(kernels::gate::launch_backward(p, s), "gate backward launch");
 }
