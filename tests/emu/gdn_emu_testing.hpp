@@ -43,6 +43,14 @@ struct Errors {
   bool pass() const { return finite && rel_rms() <= 1e-2 && max_rel() <= 2e-2; }
 };
 
+// One draw's errors of got against ref.
+template <class T>
+Errors errors(std::vector<T> const& got, std::vector<double> const& ref) {
+  Errors e;
+  e.add(got, ref);
+  return e;
+}
+
 // Each output's errors, pooled over the draws of a case, in a fixed order.
 using Pool = std::vector<std::pair<char const*, Errors>>;
 

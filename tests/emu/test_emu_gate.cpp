@@ -19,6 +19,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
+using cake::emu_testing::errors;
 using cake::emu_testing::poisoned;
 namespace gate = cake::kernels::gate;
 
@@ -110,13 +111,6 @@ Outputs run(gate::Params p, Stored& g_raw, Stored& beta_raw, Stored& A_log, Stor
 void expect_close(char const* name, Errors const& e, double tol) {
   EXPECT_TRUE(e.finite && e.rel_rms() <= tol && e.max_rel() <= tol)
       << name << ": rel-RMS " << e.rel_rms() << ", max " << e.max_rel();
-}
-
-template <class T>
-Errors errors(std::vector<T> const& got, std::vector<double> const& ref) {
-  Errors e;
-  e.add(got, ref);
-  return e;
 }
 
 // bt tokens, hv value heads, width W; dtype of every raw input and its gradient; lower_bound < 0:

@@ -24,6 +24,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::Errors;
+using cake::emu_testing::errors;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
 using cake::emu_testing::widen;
@@ -235,13 +236,6 @@ Reference reference(Problem const& pr, bool l2, bool kda, std::vector<double> co
     r.dk = cake::ref::l2norm_backward(r.dk, k, k_rstd, K);
   }
   return r;
-}
-
-template <class T>
-Errors errors(std::vector<T> const& got, std::vector<double> const& ref) {
-  Errors e;
-  e.add(got, ref);
-  return e;
 }
 
 // Prints each output's rel-RMS / max-abs over max|ref| and expects it within the gate.

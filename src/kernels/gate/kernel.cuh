@@ -165,6 +165,9 @@ __global__ void __launch_bounds__(kThreads) beta_bwd_kernel(__grid_constant__ Pa
   });
 }
 
+// Blocks of kThreads for n threads.
+inline unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
 // The grid of the elementwise kernels for rows of `slots` elements: the tiles beyond 65,535 are
 // taken by the same blocks in turn.
 struct Grid {
@@ -172,8 +175,7 @@ struct Grid {
 };
 inline Grid elementwise_grid(int slots, int64_t num_tokens) {
   int64_t const tiles = num_tiles(num_tokens);
-  return {static_cast<unsigned>((slots + kThreads - 1) / kThreads),
-          static_cast<unsigned>(tiles < 65535 ? tiles : 65535)};
+  return {blocks(slots), static_cast<unsigned>(tiles < 65535 ? tiles : 65535)};
 }
 
 // What the backward runs.
@@ -183,7 +185,6 @@ inline bool wants_gate_bwd(Params const& p) {
 inline bool wants_reduce(Params const& p) {
   return p.activate_g && p.partials != nullptr && (p.dA_log != nullptr || p.ddt_bias != nullptr);
 }
-inline unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 inline bool wants_beta_bwd(Params const& p) { return p.activate_beta && p.dbeta_raw != nullptr; }
 
 }  // namespace cake::kernels::gate

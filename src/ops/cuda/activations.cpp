@@ -194,11 +194,6 @@ BackwardLayout backward_layout(Op const& op, cakeOptions_t const& options,
   return l;
 }
 
-void check_workspace(size_t needed, size_t got) {
-  CAKE_CHECK(got >= needed, cakeInsufficientWorkspace, "workspace: expected at least ", needed,
-             " bytes, got ", got);
-}
-
 }  // namespace
 
 size_t cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& v,

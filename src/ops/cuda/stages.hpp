@@ -79,6 +79,12 @@ auto count_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pr
   return carve(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr, nullptr);
 }
 
+// The caller's workspace holds the bytes the size query asked for.
+inline void check_workspace(size_t needed, size_t got) {
+  CAKE_CHECK(got >= needed, cakeInsufficientWorkspace, "workspace: expected at least ", needed,
+             " bytes, got ", got);
+}
+
 // The buffers of one call, carved from the caller's saved buffer (its size checked by
 // validate_saved against the same layout's count) and workspace, after checking the workspace
 // holds the bytes that the size query (the same layout function) asked for and that a saved set
@@ -87,9 +93,7 @@ template <class Carve>
 auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Problem const& p,
                   Pass pass, void* saved, void* workspace, size_t workspace_bytes) {
   auto const count = count_buffers(carve, options, p, pass);
-  CAKE_CHECK(workspace_bytes >= count.workspace_bytes, cakeInsufficientWorkspace,
-             "workspace: expected at least ", count.workspace_bytes, " bytes, got ",
-             workspace_bytes);
+  check_workspace(count.workspace_bytes, workspace_bytes);
   CAKE_CHECK(count.saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % kSavedAlign == 0,
              cakeInvalidArgument, "saved must be ", kSavedAlign,
              "-byte aligned (the saved set's layout does not depend on its address), got address ",
