@@ -91,34 +91,36 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 
 // launch.cu's grids and order, on the emulator.
 namespace cake::kernels::gate {
+alignas(16) char smem_raw[sizeof(ReduceShared)];
 cudaError_t launch_forward(Params const& p, cudaStream_t) {
   if (p.num_tokens == 0 || p.num_v_heads == 0) return cudaSuccess;
   if (p.activate_g) {
-    Grid const g = elementwise_grid(p.num_v_heads * p.width, p.num_tokens);
-    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { gate_fwd_kernel(p); });
+    emu::launch(Dim3{flat_grid(p.num_tokens * p.num_v_heads * p.width)}, Dim3{kThreads}, {},
+                [&] { gate_fwd_kernel(p); });
   }
   if (p.activate_beta) {
-    Grid const g = elementwise_grid(p.num_v_heads, p.num_tokens);
-    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { beta_fwd_kernel(p); });
+    emu::launch(Dim3{flat_grid(p.num_tokens * p.num_v_heads)}, Dim3{kThreads}, {},
+                [&] { beta_fwd_kernel(p); });
   }
   return cudaSuccess;
 }
 cudaError_t launch_backward(Params const& p, cudaStream_t) {
   if (p.num_v_heads == 0) return cudaSuccess;
+  int const slots = p.num_v_heads * p.width;
   if (p.num_tokens > 0 && wants_gate_bwd(p)) {
-    Grid const g = elementwise_grid(p.num_v_heads * p.width, p.num_tokens);
+    Grid const g = tile_grid(slots, p.num_tokens);
     emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { gate_bwd_kernel(p); });
   }
   if (wants_reduce(p)) {
-    emu::launch(Dim3{blocks(int64_t{p.num_v_heads} * p.width)}, Dim3{kThreads}, {},
+    emu::launch(Dim3{reduce_blocks(slots)}, Dim3{kThreads}, smem_raw,
                 [&] { gate_reduce_kernel(p); });
     if (p.dA_log != nullptr) {
       emu::launch(Dim3{blocks(p.num_v_heads)}, Dim3{kThreads}, {}, [&] { gate_head_kernel(p); });
     }
   }
   if (p.num_tokens > 0 && wants_beta_bwd(p)) {
-    Grid const g = elementwise_grid(p.num_v_heads, p.num_tokens);
-    emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { beta_bwd_kernel(p); });
+    emu::launch(Dim3{flat_grid(p.num_tokens * p.num_v_heads)}, Dim3{kThreads}, {},
+                [&] { beta_bwd_kernel(p); });
   }
   return cudaSuccess;
 }

@@ -2,8 +2,9 @@
 // FP64 formulas of src/ref/preprocess.cpp on the inputs as the kernels read them: g from the raw
 // gate in both forms, beta's sigmoid, and the backward's dg_raw, dbeta_raw, dt_bias's sums per
 // slot and A_log's per value head. The raw inputs in bfloat16 and float16 (outputs in those
-// dtypes), widths 1 (GDN) and 128 (KDA), token counts across tile edges (256 tokens a tile) and
-// none. Outputs poisoned first; two runs bitwise equal.
+// dtypes), widths 1 (GDN) and 128 (KDA), token counts across tile edges (256 tokens a tile),
+// more tiles than a block's warps take in one round of the reduction (8 x 4), rows of more than
+// one group of 32 slots, and none. Outputs poisoned first; two runs bitwise equal.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -166,13 +167,15 @@ void check(int64_t bt, int hv, int width, cakeDtype_t dtype, double lower_bound)
 }
 
 TEST(EmulatedGate, SoftplusFormMatchesFp64) {
-  for (int64_t bt : {1, 255, 257, 600}) check(bt, 3, 1, cakeBfloat16, 0);
+  for (int64_t bt : {1, 255, 257, 600, 9000}) check(bt, 3, 1, cakeBfloat16, 0);
   check(300, 2, 128, cakeFloat16, 0);
+  check(2309, 40, 1, cakeBfloat16, 0);
 }
 
 TEST(EmulatedGate, LowerBoundFormMatchesFp64) {
   check(513, 2, 128, cakeBfloat16, -5);
   check(70, 4, 1, cakeFloat16, -5);
+  check(2309, 40, 1, cakeFloat16, -5);
 }
 
 // No tokens: no element to write, and the sums are zero.

@@ -11,12 +11,14 @@
 //   A_log terms;  and per element of beta [BT, HV]: beta = c sigmoid(beta_raw),
 //   dbeta_raw = c s (1 - s) dbeta with s = sigmoid(beta_raw).
 //
-// Each thread owns one slot j of a row and a tile of kTileTokens tokens, so that a warp reads 32
-// adjacent elements of a row and no thread divides by the row's length. The sums are
-// deterministic: gate_bwd_kernel writes each tile's two sums per slot (tokens in order),
-// gate_reduce_kernel adds the tiles in order per slot, and gate_head_kernel a value head's W slots
-// in order.
-// All of it is bound by memory: one read of the raw inputs and one write of the outputs.
+// All of it is bound by memory (one read of the raw inputs, one write of the outputs), and rows
+// are short (HV = 48 slots of GDN's g and of beta at 48 value heads): so no thread walks a long
+// run of tokens one load at a time. The elementwise kernels take the tensor flat, kUnroll elements
+// a thread with their loads issued first. The backward's sums are deterministic: a warp owns 32
+// adjacent slots of a tile of kTileTokens tokens and adds them in token order (gate_bwd_kernel,
+// partials [tiles, 2, slots]); gate_reduce_kernel adds a slot's tiles with its block's eight warps
+// each taking every eighth tile in order, then the warps' sums in warp order; gate_head_kernel a
+// value head's W slots in order. Every order depends on the shapes alone.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,26 +32,15 @@
 namespace cake::kernels::gate {
 
 inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
+// Elements (or tokens) a thread loads before it computes any of them.
+inline constexpr int kUnroll = 4;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 // log(1 + e^x), without overflow for large x or loss for very negative x.
 __device__ __forceinline__ float softplus(float x) {
   return fmaxf(x, 0.f) + log1pf(expf(-fabsf(x)));
-}
-
-// The elements a thread owns: slot j of rows [t0, t1) of a [BT, slots] tensor.
-struct Cell {
-  int j;
-  int64_t t0, t1;
-};
-
-// The thread's cell in tile `tile` (false when its slot lies past the row).
-__device__ __forceinline__ bool cell_of(int64_t tile, int slots, int64_t num_tokens, Cell& c) {
-  c.j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  c.t0 = tile * kTileTokens;
-  c.t1 = c.t0 + kTileTokens < num_tokens ? c.t0 + kTileTokens : num_tokens;
-  return c.j < slots;
 }
 
 // a = exp(A_log[hv]) and dt_bias[j] of slot j (1 and 0 where absent).
@@ -61,90 +52,162 @@ __device__ __forceinline__ SlotConstants slot_constants(Params const& p, int j) 
           p.dt_bias != nullptr ? load_small(p.dt_bias, p.dt_bias_dtype, j) : 0.f};
 }
 
-// Runs body(tile, cell) for each of the thread's cells of a [BT, slots] tensor: its slot in
-// every tile of the grid's row of tiles (tiles strided by gridDim.y).
-template <class Body>
-__device__ __forceinline__ void for_each_cell(Params const& p, int slots, Body&& body) {
-  for (int64_t tile = blockIdx.y; tile < num_tiles(p.num_tokens); tile += gridDim.y) {
-    Cell c;
-    if (!cell_of(tile, slots, p.num_tokens, c)) return;
-    body(tile, c);
+// Runs out(e, load(e)) for every element e < n of a flat tensor: each thread kUnroll elements
+// kThreads apart (a warp's loads adjacent), all kUnroll loads before the first out, grid-strided.
+template <class Load, class Out>
+__device__ __forceinline__ void for_each_element(int64_t n, Load&& load, Out&& out) {
+  int64_t const per_block = int64_t{kThreads} * kUnroll;
+  for (int64_t base = blockIdx.x * per_block + threadIdx.x; base < n;
+       base += int64_t{gridDim.x} * per_block) {
+    decltype(load(base)) in[kUnroll] = {};
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int64_t const e = base + int64_t{u} * kThreads;
+      if (e < n) in[u] = load(e);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      int64_t const e = base + int64_t{u} * kThreads;
+      if (e < n) out(e, in[u]);
+    }
   }
 }
 
-// g from g_raw. Grid: elementwise_grid(HV W, BT).
+// g from g_raw. Grid: flat_grid(BT HV W).
 __global__ void __launch_bounds__(kThreads) gate_fwd_kernel(__grid_constant__ Params const p) {
   int const slots = p.num_v_heads * p.width;
-  for_each_cell(p, slots, [&](int64_t, Cell const& c) {
-    SlotConstants const k = slot_constants(p, c.j);
-    for (int64_t t = c.t0; t < c.t1; ++t) {
-      int64_t const e = t * slots + c.j;
-      float const x = load_small(p.g_raw, p.g_dtype, e) + k.bias;
-      p.g[e] = p.has_lower_bound ? p.lower_bound * sigmoid(k.a * x) : -k.a * softplus(x);
-    }
-  });
+  for_each_element(
+      p.num_tokens * slots, [&](int64_t e) { return load_small(p.g_raw, p.g_dtype, e); },
+      [&](int64_t e, float raw) {
+        SlotConstants const k = slot_constants(p, static_cast<int>(e % slots));
+        float const x = raw + k.bias;
+        p.g[e] = p.has_lower_bound ? p.lower_bound * sigmoid(k.a * x) : -k.a * softplus(x);
+      });
 }
 
-// beta from beta_raw. Grid: elementwise_grid(HV, BT).
+// beta from beta_raw. Grid: flat_grid(BT HV).
 __global__ void __launch_bounds__(kThreads) beta_fwd_kernel(__grid_constant__ Params const p) {
-  for_each_cell(p, p.num_v_heads, [&](int64_t, Cell const& c) {
-    for (int64_t t = c.t0; t < c.t1; ++t) {
-      int64_t const e = t * p.num_v_heads + c.j;
-      p.beta[e] = p.beta_c * sigmoid(load_small(p.beta_raw, p.beta_dtype, e));
-    }
-  });
+  for_each_element(
+      p.num_tokens * p.num_v_heads,
+      [&](int64_t e) { return load_small(p.beta_raw, p.beta_dtype, e); },
+      [&](int64_t e, float raw) { p.beta[e] = p.beta_c * sigmoid(raw); });
+}
+
+// dbeta_raw. Grid: flat_grid(BT HV).
+__global__ void __launch_bounds__(kThreads) beta_bwd_kernel(__grid_constant__ Params const p) {
+  struct In {
+    float raw, dbeta;
+  };
+  for_each_element(
+      p.num_tokens * p.num_v_heads,
+      [&](int64_t e) {
+        return In{load_small(p.beta_raw, p.beta_dtype, e), p.dbeta[e]};
+      },
+      [&](int64_t e, In in) {
+        float const s = sigmoid(in.raw);
+        store_small(p.dbeta_raw, p.beta_dtype, e, p.beta_c * s * (1.f - s) * in.dbeta);
+      });
 }
 
 // dg_raw, and each tile's sums of dx and of the A_log terms per slot (partials [tiles, 2, slots]).
-// Grid as gate_fwd_kernel's.
+// Warp w of block (x, y) owns slots 32 x .. 32 x + 31 of tiles y kWarps + w, then every
+// gridDim.y kWarps-th tile after it. Grid: tile_grid(HV W, BT).
 __global__ void __launch_bounds__(kThreads) gate_bwd_kernel(__grid_constant__ Params const p) {
   int const slots = p.num_v_heads * p.width;
-  for_each_cell(p, slots, [&](int64_t tile, Cell const& c) {
-    SlotConstants const k = slot_constants(p, c.j);
+  int const j = static_cast<int>(blockIdx.x * 32 + threadIdx.x % 32);
+  if (j >= slots) return;  // the kernel has no barrier or warp collective
+  SlotConstants const k = slot_constants(p, j);
+  int64_t const tiles = num_tiles(p.num_tokens);
+  for (int64_t tile = int64_t{blockIdx.y} * kWarps + threadIdx.x / 32; tile < tiles;
+       tile += int64_t{gridDim.y} * kWarps) {
+    int64_t const t0 = tile * kTileTokens;
+    int64_t const t1 = t0 + kTileTokens < p.num_tokens ? t0 + kTileTokens : p.num_tokens;
     float sum_dx = 0.f, sum_term = 0.f;
-    for (int64_t t = c.t0; t < c.t1; ++t) {
-      int64_t const e = t * slots + c.j;
-      float const x = load_small(p.g_raw, p.g_dtype, e) + k.bias;
-      float const dg = p.dg[e];
-      float dx, term;
-      if (p.has_lower_bound) {
-        float const s = sigmoid(k.a * x);
-        float const dz = dg * p.lower_bound * s * (1.f - s);
-        dx = k.a * dz;
-        term = dz * k.a * x;
-      } else {
-        dx = -k.a * sigmoid(x) * dg;
-        term = -k.a * softplus(x) * dg;
+    for (int64_t t = t0; t < t1; t += kUnroll) {
+      float x[kUnroll] = {}, dg[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t + u < t1) {
+          int64_t const e = (t + u) * slots + j;
+          x[u] = load_small(p.g_raw, p.g_dtype, e) + k.bias;
+          dg[u] = p.dg[e];
+        }
       }
-      if (p.dg_raw != nullptr) store_small(p.dg_raw, p.g_dtype, e, dx);
-      sum_dx += dx;
-      sum_term += term;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (t + u >= t1) break;
+        float dx, term;
+        if (p.has_lower_bound) {
+          float const s = sigmoid(k.a * x[u]);
+          float const dz = dg[u] * p.lower_bound * s * (1.f - s);
+          dx = k.a * dz;
+          term = dz * k.a * x[u];
+        } else {
+          dx = -k.a * sigmoid(x[u]) * dg[u];
+          term = -k.a * softplus(x[u]) * dg[u];
+        }
+        if (p.dg_raw != nullptr) store_small(p.dg_raw, p.g_dtype, (t + u) * slots + j, dx);
+        sum_dx += dx;
+        sum_term += term;
+      }
     }
     if (p.partials != nullptr) {
-      p.partials[(tile * 2) * slots + c.j] = sum_dx;
-      p.partials[(tile * 2 + 1) * slots + c.j] = sum_term;
+      p.partials[(tile * 2) * slots + j] = sum_dx;
+      p.partials[(tile * 2 + 1) * slots + j] = sum_term;
     }
-  });
+  }
 }
 
-// ddt_bias from the tiles' sums, one thread per slot j adding the tiles in order; its sum of the
-// A_log terms goes to partials[1, j] (tile 0's, which only this thread reads) for
-// gate_head_kernel. Grid: slots / kThreads.
+// The warps' sums of gate_reduce_kernel, per warp and lane.
+struct ReduceShared {
+  float dx[kWarps][32];
+  float term[kWarps][32];
+};
+
+// ddt_bias from the tiles' sums for slots 32 x .. 32 x + 31 of block x: warp w adds tiles w,
+// w + kWarps, ... in order, then warp 0 the warps' sums in order. The slot's sum of the A_log
+// terms goes to partials[1, j] (tile 0's, which only this block reads, and only before the
+// barrier) for gate_head_kernel. Grid: reduce_blocks(HV W).
 __global__ void __launch_bounds__(kThreads) gate_reduce_kernel(__grid_constant__ Params const p) {
+  extern __shared__ __align__(16) char smem_raw[];
+  ReduceShared& sums = *reinterpret_cast<ReduceShared*>(smem_raw);
   int const slots = p.num_v_heads * p.width;
-  int const j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (j >= slots) return;
+  int const lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  int const j = static_cast<int>(blockIdx.x * 32) + lane;
   int64_t const tiles = num_tiles(p.num_tokens);
   float sum_dx = 0.f, sum_term = 0.f;
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    sum_dx += p.partials[(tile * 2) * slots + j];
-    sum_term += p.partials[(tile * 2 + 1) * slots + j];
+  if (j < slots) {
+    for (int64_t tile = warp; tile < tiles; tile += int64_t{kWarps} * kUnroll) {
+      float dx[kUnroll] = {}, term[kUnroll] = {};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        int64_t const i = tile + int64_t{u} * kWarps;
+        if (i < tiles) {
+          dx[u] = p.partials[(i * 2) * slots + j];
+          term[u] = p.partials[(i * 2 + 1) * slots + j];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        sum_dx += dx[u];
+        sum_term += term[u];
+      }
+    }
   }
-  if (p.ddt_bias != nullptr) store_small(p.ddt_bias, p.dt_bias_dtype, j, sum_dx);
-  p.partials[slots + j] = sum_term;
+  sums.dx[warp][lane] = sum_dx;
+  sums.term[warp][lane] = sum_term;
+  __syncthreads();
+  if (warp != 0 || j >= slots) return;
+  float total_dx = 0.f, total_term = 0.f;
+  for (int w = 0; w < kWarps; ++w) {
+    total_dx += sums.dx[w][lane];
+    total_term += sums.term[w][lane];
+  }
+  if (p.ddt_bias != nullptr) store_small(p.ddt_bias, p.dt_bias_dtype, j, total_dx);
+  p.partials[slots + j] = total_term;
 }
 
-// dA_log[hv], one thread per value head adding its W slots' sums in order. Grid: HV / kThreads.
+// dA_log[hv], one thread per value head adding its W slots' sums in order. Grid: blocks(HV).
 __global__ void __launch_bounds__(kThreads) gate_head_kernel(__grid_constant__ Params const p) {
   int const hv = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (hv >= p.num_v_heads) return;
@@ -154,29 +217,28 @@ __global__ void __launch_bounds__(kThreads) gate_head_kernel(__grid_constant__ P
   store_small(p.dA_log, p.A_log_dtype, hv, total);
 }
 
-// dbeta_raw. Grid as beta_fwd_kernel's.
-__global__ void __launch_bounds__(kThreads) beta_bwd_kernel(__grid_constant__ Params const p) {
-  for_each_cell(p, p.num_v_heads, [&](int64_t, Cell const& c) {
-    for (int64_t t = c.t0; t < c.t1; ++t) {
-      int64_t const e = t * p.num_v_heads + c.j;
-      float const s = sigmoid(load_small(p.beta_raw, p.beta_dtype, e));
-      store_small(p.dbeta_raw, p.beta_dtype, e, p.beta_c * s * (1.f - s) * p.dbeta[e]);
-    }
-  });
-}
-
 // Blocks of kThreads for n threads.
 inline unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// The grid of the elementwise kernels for rows of `slots` elements: the tiles beyond 65,535 are
-// taken by the same blocks in turn.
+// The elementwise kernels' grid for n elements (beyond 2^24 blocks the blocks stride).
+inline unsigned flat_grid(int64_t n) {
+  int64_t const b = (n + int64_t{kThreads} * kUnroll - 1) / (int64_t{kThreads} * kUnroll);
+  return static_cast<unsigned>(b < (int64_t{1} << 24) ? b : int64_t{1} << 24);
+}
+
+// gate_bwd_kernel's grid for rows of `slots` elements: x over groups of 32 slots, y over groups
+// of kWarps tiles (beyond 65,535 the blocks stride).
 struct Grid {
   unsigned x, y;
 };
-inline Grid elementwise_grid(int slots, int64_t num_tokens) {
-  int64_t const tiles = num_tiles(num_tokens);
-  return {blocks(slots), static_cast<unsigned>(tiles < 65535 ? tiles : 65535)};
+inline Grid tile_grid(int slots, int64_t num_tokens) {
+  int64_t const groups = (num_tiles(num_tokens) + kWarps - 1) / kWarps;
+  return {static_cast<unsigned>((slots + 31) / 32),
+          static_cast<unsigned>(groups < 65535 ? groups : 65535)};
 }
+
+// gate_reduce_kernel's grid: a block per 32 slots.
+inline unsigned reduce_blocks(int slots) { return static_cast<unsigned>((slots + 31) / 32); }
 
 // What the backward runs.
 inline bool wants_gate_bwd(Params const& p) {
