@@ -609,10 +609,84 @@ def test_argument_errors_name_the_argument():
     with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, K, V\] = \[2, 2, 8, 8\]"):
         kcp.chunk_gated_delta_rule_kcp(*args, ctx, initial_state=torch.zeros(3, 2, 8, 8,
                                                                               dtype=q.dtype))
+    with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, V, K\] = \[2, 2, 8, 8\]"
+                       r".* got \[3, 2, 8, 8\]"):
+        kcp.chunk_gated_delta_rule_kcp(*args, ctx, state_v_first=True,
+                                       initial_state=torch.zeros(3, 2, 8, 8, dtype=q.dtype))
+    with pytest.raises(ValueError, match="initial_state must be on q's device \\(cpu\\), got meta"):
+        kcp.chunk_gated_delta_rule_kcp(*args, ctx, initial_state=torch.zeros(
+            2, 2, 8, 8, dtype=q.dtype, device="meta"))
+    with pytest.raises(ValueError, match="initial_state must be a torch.Tensor or None, got list"):
+        kcp.chunk_gated_delta_rule_kcp(*args, ctx, initial_state=[0.0], state_v_first=True)
     with pytest.raises(ValueError, match="x_local must be a packed tensor"):
         kcp.unshard(torch.zeros(1, 3), ctx)
     with pytest.raises(TypeError, match="ctx must be a cake.kcp.Context"):
         kcp.chunk_gated_delta_rule_kcp(*args, None)
+    with pytest.raises(ValueError, match="sequence of ints, got 10.7 among its values"):
+        kcp.build_context([0, 10.7, 20])
+    with pytest.raises(ValueError, match="world_size must be an integer >= 1, got True"):
+        kcp.build_context(cu, world_size=True)
+    with pytest.raises(ValueError, match="rank must be an integer in .* got False"):
+        kcp.build_context(cu, world_size=2, rank=False)
+
+
+def test_initial_state_on_another_device_raises_on_every_rank():
+    """Found on one rank (its initial_state elsewhere than its q), reported to both."""
+    cu = [0, 100, 250]
+    t, _ = make_case(1, kda=False, cu=cu, HV=2, initial_state=True)
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex)
+        local = [kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN]
+        h0 = t["initial_state"].detach()
+        return kcp.chunk_gated_delta_rule_kcp(*local, ctx, initial_state=h0.to("meta")
+                                              if ex.rank == 0 else h0)
+
+    outcomes = _all_raise(2, body)
+    assert "q's device" in str(outcomes[0]) and "rank(s) [0] rejected" in str(outcomes[1])
+
+
+def _call_on_another_context(ex, t, cu_a, cu_b):
+    """Both ranks build contexts of two batches, call on the first, then rank 1 calls on the
+    second while rank 0 calls on the first again (their forward records differ in size)."""
+    ctx_a = kcp.build_context(cu_a, exchange=ex, layout="zigzag_per_document")
+    ctx_b = kcp.build_context(cu_b, exchange=ex, layout="zigzag_per_document")
+    kcp.chunk_gated_delta_rule_kcp(*[kcp.shard(t[n].detach(), ctx_a) for n in PER_TOKEN], ctx_a)
+    ctx = ctx_b if ex.rank == 1 else ctx_a
+    return kcp.chunk_gated_delta_rule_kcp(*[kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN],
+                                          ctx)
+
+
+def test_every_call_check_catches_a_call_on_another_context(monkeypatch):
+    """With CAKE_KCP_CHECK_EVERY_CALL=1 every call agrees on the host first, so two ranks on
+    different contexts (records of different sizes) raise ValueError on both; without it, the
+    exchange's collective of unequal sizes is what fails."""
+    cu_a, cu_b = [0, 100, 250], [0, 250]
+    t, _ = make_case(1, kda=False, cu=cu_a, HV=2)
+    slots = [kcp.build_context(cu, world_size=2, layout="zigzag_per_document")
+             .exchange_bytes(2, 8, 8).forward_slots for cu in (cu_a, cu_b)]
+    assert slots[0] != slots[1]
+    body = lambda ex: _call_on_another_context(ex, t, cu_a, cu_b)  # noqa: E731
+    outcomes = kcp.VirtualWorld(2, timeout=20.0).run(body, return_exceptions=True, timeout=40.0)
+    assert any("all_gather: every rank must send the same shape" in str(e) for e in outcomes)
+    monkeypatch.setenv("CAKE_KCP_CHECK_EVERY_CALL", "1")
+    outcomes = _all_raise(2, body)
+    assert all("disagree on context" in str(e) and "forward_slots" in str(e) for e in outcomes)
+
+
+def test_unshard_checks_the_context():
+    """Two ranks unsharding with contexts of one pack in different layouts raise on both."""
+    cu = [0, 100, 250]
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+        other = kcp.build_context(cu, exchange=ex, layout="contiguous")
+        x = torch.arange(250.0).view(1, 250, 1)
+        local = kcp.shard(x, ctx)
+        return kcp.unshard(local, other if ex.rank == 0 else ctx)
+
+    outcomes = _all_raise(2, body)
+    assert all("unshard: the ranks disagree on context" in str(e) for e in outcomes)
 
 
 def test_planning_binding():

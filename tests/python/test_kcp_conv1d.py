@@ -154,11 +154,14 @@ def test_mismatched_calls_raise_on_every_rank(what):
 
     def body(ex):
         other = ex.rank == 1
-        ctx = kcp.build_context([0, 31, 64] if other and what == "context" else cu, exchange=ex)
+        # Two contexts of the pack, built by every rank (segments changes nothing of the conv's
+        # halos but the context's fingerprint): rank 1 calls with the second.
+        ctx = kcp.build_context(cu, exchange=ex)
+        second = kcp.build_context(cu, exchange=ex, segments=2)
+        if other and what == "context":
+            ctx = second
         t = make(0, cu, 5 if other and what == "width" else 4, extras=False)
-        x = kcp.shard(t["x"], ctx) if not (other and what == "context") else None
-        if x is None:
-            x = torch.zeros(1, ctx.num_tokens, D, dtype=torch.float64)
+        x = kcp.shard(t["x"], ctx)
         if other and what == "tokens":
             x = x[:, 1:]
         bias = torch.zeros(D, dtype=torch.float64) if other and what == "bias" else None
@@ -168,6 +171,9 @@ def test_mismatched_calls_raise_on_every_rank(what):
     outcomes = kcp.VirtualWorld(3, timeout=20.0).run(body, return_exceptions=True, timeout=40.0)
     for r, out in enumerate(outcomes):
         assert isinstance(out, ValueError), f"rank {r}: expected ValueError, got {out!r}"
+    if what == "context":
+        assert all("causal_conv1d_kcp: the ranks disagree on context" in str(e)
+                   for e in outcomes)
 
 
 @pytest.mark.parametrize("what", ["activation", "rejected"])

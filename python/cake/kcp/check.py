@@ -13,8 +13,16 @@ tensors at the end of the call's forward, on CUDA tensors at the next ``build_co
 exchange or at ``cake.kcp.check_calls``. A rank that rejected its own arguments raises at once;
 the others learn it at that point, and a collective they run before it (the op's backward, the
 next layer) waits for the rank that raised, until the process group's timeout.
+
+What no check without a host read can catch: a call whose collectives differ in size between
+ranks after its sizes were agreed (a rank calling on another batch's context, or under no_grad
+where the others are not): the collective itself then fails (gloo aborts the process) or waits
+(NCCL, until the timeout). ``CAKE_KCP_CHECK_EVERY_CALL=1`` in every rank's environment agrees
+every call on the host before its collectives (one small all-gather and a host read per call, so
+no CUDA graph capture): such a call then raises ValueError on every rank.
 """
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -75,12 +83,18 @@ def state_of(exchange: Exchange) -> CallState:
     return exchange._kcp_calls
 
 
+def every_call() -> bool:
+    """Whether every call is agreed on the host (CAKE_KCP_CHECK_EVERY_CALL set, and not 0)."""
+    return os.environ.get("CAKE_KCP_CHECK_EVERY_CALL", "0") not in ("", "0")
+
+
 def agree_sizes(exchange: Exchange, what: str, sizes: tuple, fields: dict, error: Optional[str],
                 float_fields: Sequence[str]) -> None:
-    """The host agreement of a call whose sizes this exchange has not agreed before (raises
-    ValueError on every rank, as agree does); nothing where they were agreed."""
+    """The host agreement of a call whose sizes this exchange has not agreed before, or of every
+    call with every_call() (raises ValueError on every rank, as agree does); nothing where they
+    were agreed."""
     state = state_of(exchange)
-    if sizes in state.agreed:
+    if sizes in state.agreed and not every_call():
         return
     agree(exchange, what, fields, error, float_fields=float_fields)
     state.agreed.add(sizes)

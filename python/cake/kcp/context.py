@@ -7,6 +7,7 @@ docs/design/context-parallel.md describes layouts, fragments, summaries and the 
 """
 
 import hashlib
+import operator
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -143,10 +144,23 @@ def _as_int_list(cu_seqlens_global) -> list[int]:
                              f"{cu_seqlens_global.dtype} of shape {tuple(cu_seqlens_global.shape)}")
         return [int(x) for x in cu_seqlens_global.tolist()]
     try:
-        return [int(x) for x in cu_seqlens_global]
+        values = list(cu_seqlens_global)
     except TypeError:
         raise ValueError("cu_seqlens_global must be a 1-D integer tensor or a sequence of ints, "
                          f"got {type(cu_seqlens_global).__name__}") from None
+    bad = [x for x in values if isinstance(x, bool) or not _is_integer(x)]
+    if bad:
+        raise ValueError("cu_seqlens_global must be a 1-D integer tensor or a sequence of ints, "
+                         f"got {bad[0]!r} among its values")
+    return [operator.index(x) for x in values]
+
+
+def _is_integer(x) -> bool:
+    try:
+        operator.index(x)
+    except TypeError:
+        return False
+    return True
 
 
 class Context:
@@ -349,17 +363,18 @@ def _resolve_world(group, world_size, rank, exchange) -> tuple[Optional[Exchange
             exchange = DistributedExchange.of(None)
     if exchange is not None:
         source = "group" if group is not None else "exchange"
-        if world_size is not None and world_size != exchange.world_size:
+        if world_size is not None and (isinstance(world_size, bool)
+                                       or world_size != exchange.world_size):
             errors.append(f"world_size: expected {exchange.world_size} (from {source}), got "
                           f"{world_size}")
-        if rank is not None and rank != exchange.rank:
+        if rank is not None and (isinstance(rank, bool) or rank != exchange.rank):
             errors.append(f"rank: expected {exchange.rank} (from {source}), got {rank}")
         return exchange, exchange.world_size, exchange.rank, errors
     world_size = 1 if world_size is None else world_size
     rank = 0 if rank is None else rank
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
-    if not isinstance(rank, int) or not 0 <= rank < world_size:
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
     return (SingleExchange() if world_size == 1 else None), world_size, rank, errors
 
@@ -470,7 +485,8 @@ class _Unshard(torch.autograd.Function):
     def forward(fctx, x_local: Tensor, ctx: Context, error: Optional[str]) -> Tensor:
         exchange = ctx.require_exchange("unshard")
         trailing = list(x_local.shape[2:])
-        fields = {"ndim": x_local.dim(), "dtype": _dtype_code(x_local.dtype)}
+        fields = {"context": ctx.fingerprint, "ndim": x_local.dim(),
+                  "dtype": _dtype_code(x_local.dtype)}
         fields.update({f"size[{d}]": trailing[d - 2] if d < x_local.dim() else -1
                        for d in range(2, 8)})
         if x_local.dim() > 8:
@@ -498,7 +514,10 @@ class _Unshard(torch.autograd.Function):
 def unshard(x_local: Tensor, ctx: Context) -> Tensor:
     """The global packed tensor [1, T, ...] from every rank's [1, T_local, ...] (an all-gather
     through ctx's exchange; every rank must call it). The gradient of the result flows back to this
-    rank's tokens (each rank is assumed to compute the same loss from the global tensor)."""
+    rank's tokens (each rank is assumed to compute the same loss from the global tensor). Each
+    call first agrees the context and x_local's dtype and trailing sizes on the host (one small
+    all-gather and a host read: ranks that differ raise ValueError on every rank), so unlike the
+    ops it cannot be captured in a CUDA graph."""
     error = _packed_error(x_local, "x_local", ctx.num_tokens,
                           f"rank {ctx.rank}'s local token count")
     return _Unshard.apply(x_local, ctx, error)

@@ -50,6 +50,7 @@ class _Options:
     use_beta_sigmoid: bool
     allow_neg_eigval: bool
     output_final_state: bool
+    state_v_first: bool
     needs_grad: bool
 
     def op_options(self) -> tuple:
@@ -77,10 +78,15 @@ def _input_error(ctx: Context, opts: _Options, q, k, v, g, beta, h0) -> Optional
             return (f"{name} must be [1, T_local, ...] with T_local = {T} ({shard}), got "
                     f"{tuple(x.shape)}")
     if h0 is not None:
-        expected = (ctx.num_documents, HV, K, V)
-        if tuple(h0.shape) != expected:
-            return (f"initial_state must be [N, HV, K, V] = {list(expected)} (one state per "
-                    f"global document of the context), got {list(h0.shape)}")
+        if h0.device != q.device:
+            return f"initial_state must be on q's device ({q.device}), got {h0.device}"
+        # h0 is [N, HV, K, V] here; the message shows the caller's layout.
+        expected, got, dims = (ctx.num_documents, HV, K, V), tuple(h0.shape), "K, V"
+        if got != expected and opts.state_v_first:
+            expected, got, dims = (ctx.num_documents, HV, V, K), got[:-2] + got[:-3:-1], "V, K"
+        if got != expected:
+            return (f"initial_state must be [N, HV, {dims}] = {list(expected)} (one state per "
+                    f"global document of the context), got {list(got)}")
     return None
 
 
@@ -334,7 +340,11 @@ def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_
     if parsed.return_intermediate_states:
         errors.append("return_intermediate_states is not supported by cake.kcp")
     scale = single.default_scale(q) if parsed.scale is None else parsed.scale
-    if parsed.state_v_first and initial_state is not None:
+    if initial_state is not None and not isinstance(initial_state, Tensor):
+        errors.append(f"initial_state must be a torch.Tensor or None, got "
+                      f"{type(initial_state).__name__}")
+        initial_state = None
+    if parsed.state_v_first and initial_state is not None and initial_state.dim() >= 2:
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
     q, k, v, g, beta, initial_state = (
         x.contiguous() if isinstance(x, Tensor) else x
@@ -351,7 +361,7 @@ def _run(op: Op, q, k, v, g, beta, ctx, initial_state, A_log, dt_bias, not_from_
     needs_grad = torch.is_grad_enabled() and any(
         isinstance(x, Tensor) and x.requires_grad for x in tensors)
     opts = _Options(name, parsed.variant, float(scale), *parsed.flags(),
-                    parsed.output_final_state, needs_grad)
+                    parsed.output_final_state, parsed.state_v_first, needs_grad)
     error = "; ".join(errors) if errors else None
     o, final_state = _KCPFunction.apply(ctx, opts, error, *tensors)
     if not parsed.output_final_state:
