@@ -133,9 +133,8 @@ def causal_conv1d(
     initial_state: Optional[Tensor] = None,
     output_final_state: bool = False,
     activation: Optional[str] = None,
-    cu_seqlens: Optional[Tensor] = None,
-    *,
     backend: Optional[str] = None,
+    cu_seqlens: Optional[Tensor] = None,
     cu_seqlens_cpu: Optional[Tensor] = None,
     chunk_indices: Optional[Tensor] = None,
     cp_context=None,
@@ -153,8 +152,10 @@ def causal_conv1d(
         output_final_state: also return ``[N, D, W]``, each document's last W tokens (for a
             document shorter than W, the initial state's tail in front of them).
         activation: None, ``"silu"`` or ``"swish"`` (the same function).
+        backend: FLA's choice of its own kernels ("triton", "cuda", "mix"), accepted; cake's
+            run either way.
         cu_seqlens: ``[N + 1]`` int32/int64 packed documents (B = 1); else N = B.
-        backend, cu_seqlens_cpu, chunk_indices: FLA's hints, accepted and unused.
+        cu_seqlens_cpu, chunk_indices: FLA's hints, accepted and unused.
         cp_context: FLA's context parallelism: ``cake.kcp.causal_conv1d_kcp`` instead.
 
     Returns:

@@ -98,7 +98,7 @@ def test_gradcheck(W):
     inputs = tuple(t.values())
 
     def f(x, weight, bias, residual, initial_state):
-        return cake.causal_conv1d(x, weight, bias, residual, initial_state, True, "silu", cu)
+        return cake.causal_conv1d(x, weight, bias, residual, initial_state, True, "silu", None, cu)
 
     assert torch.autograd.gradcheck(f, inputs)
 

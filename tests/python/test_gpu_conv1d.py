@@ -64,7 +64,8 @@ def reference(inputs, dy, dht):
     x = {k: v.cpu().double().requires_grad_() if v.is_floating_point() else v.cpu()
          for k, v in inputs.items()}
     y, ht = cake.causal_conv1d(x["x"], x["weight"], x["bias"], x["residual"],
-                               x["initial_state"], True, "silu", x["cu_seqlens"])
+                               x["initial_state"], True, "silu", None,
+                               x["cu_seqlens"])
     grads = torch.autograd.grad((y * dy.cpu().double()).sum() + (ht * dht.cpu().double()).sum(),
                                 (x["x"], x["weight"], x["bias"], x["initial_state"]))
     return dict(y=y.detach(), final_state=ht.detach(), **dict(zip(
@@ -117,7 +118,8 @@ def test_cuda_graph_replay_equals_eager():
     with torch.cuda.stream(stream):
         for _ in range(2):  # warm-up outside the capture
             y, ht = cake.causal_conv1d(x, w, inputs["bias"], inputs["residual"],
-                                       inputs["initial_state"], True, "silu", inputs["cu_seqlens"])
+                                       inputs["initial_state"], True, "silu", None,
+                                       inputs["cu_seqlens"])
             torch.autograd.backward([y, ht], [dy, dht])
     torch.cuda.current_stream().wait_stream(stream)
     x.grad = w.grad = None
@@ -125,7 +127,7 @@ def test_cuda_graph_replay_equals_eager():
     with torch.cuda.graph(graph):
         static["y"], static["ht"] = cake.causal_conv1d(
             x, w, inputs["bias"], inputs["residual"], inputs["initial_state"], True, "silu",
-            inputs["cu_seqlens"])
+            None, inputs["cu_seqlens"])
         torch.autograd.backward([static["y"], static["ht"]], [dy, dht])  # as run() does
     graph.replay()
     torch.cuda.synchronize()

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import reference
+from conftest import assert_rel
 from cake.layers import GatedDeltaNet, KimiDeltaAttention, ShortConvolution, causal_conv1d
 
 D = 32
@@ -178,6 +179,12 @@ def test_padded_batch_equals_packed_documents(name):
                    cu_seqlens=torch.tensor([0, 5, 14, 15]))[0]
     assert torch.equal(padded[mask == 0], torch.zeros_like(padded[mask == 0]))
     assert torch.equal(padded[mask == 1], packed[0])
+    # A mask with past columns in front (as FLA takes it): its last T columns count.
+    wider = torch.cat([torch.ones(3, 4, dtype=torch.long), mask], 1)
+    assert torch.equal(layer(x, attention_mask=wider)[0], padded)
+    with pytest.raises(ValueError, match=r"attention_mask must be \[batch_size, seq_len\] = "
+                                         r"\[3, >= 9\]"):
+        layer(x, attention_mask=mask[:, 1:])
 
 
 @pytest.mark.parametrize("name", ["gdn", "kda"])
@@ -247,6 +254,35 @@ def test_parameters_are_flas(name):
         assert torch.equal(ours.state_dict()[n], t), n
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_a_seed_gives_flas_initial_weights(name):
+    """Parameters are created in FLA's order from the same draws."""
+    cls, config = CONFIGS[name]
+    fla_cls = fla_layers()[cls]
+    torch.manual_seed(7)
+    ours = cls(**config)
+    torch.manual_seed(7)
+    theirs = fla_cls(**config)
+    for n, t in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[n], t), n
+
+
+def test_short_convolution_signatures_are_flas():
+    import inspect
+    fla = pytest.importorskip("fla.modules", reason="flash-linear-attention is not installed")
+    from fla.modules.causal_conv1d.ops import causal_conv1d as fla_conv1d
+    for ours, theirs in ((ShortConvolution.__init__, fla.ShortConvolution.__init__),
+                         (ShortConvolution.forward, fla.ShortConvolution.forward)):
+        ours, theirs = inspect.signature(ours).parameters, inspect.signature(theirs).parameters
+        named = [n for n, p in theirs.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        assert list(ours)[:len(named)] == named
+        for n in named:
+            assert ours[n].default == theirs[n].default, n
+    theirs = [n for n, p in inspect.signature(fla_conv1d).parameters.items()
+              if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert list(inspect.signature(causal_conv1d).parameters) == theirs
+
+
 @pytest.mark.parametrize("cls", [GatedDeltaNet, KimiDeltaAttention])
 def test_default_arguments_are_flas(cls):
     import inspect
@@ -263,6 +299,29 @@ def test_default_arguments_are_flas(cls):
 # ---------------------------------------------------------------------------------------------
 # The short convolution on its own
 # ---------------------------------------------------------------------------------------------
+
+def test_conv_decoding_steps_update_the_cache_in_place():
+    """As FLA's: without autograd, one token per sequence is a step that updates cache; the steps
+    give the whole sequence's outputs and final state."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 7, 6, generator=gen, dtype=torch.float64)
+    conv = ShortConvolution(6, 4, bias=True).double()
+    with torch.no_grad():
+        whole, final = conv(x, output_final_state=True)
+        cache = torch.zeros(2, 6, 4, dtype=torch.float64)
+        steps = []
+        for t in range(7):
+            y, returned = conv(x[:, t:t + 1], cache=cache)
+            assert returned is None
+            steps.append(y)
+        assert_rel(torch.cat(steps, 1), whole, 1e-12)
+        assert_rel(cache, final, 1e-12)
+        packed = torch.tensor([0, 1, 2])  # two one-token documents: a step too
+        y, returned = conv(x[:1, :2], cache=cache, cu_seqlens=packed, output_final_state=True)
+        assert returned is cache
+    with pytest.raises(ValueError, match="mask and cu_seqlens cannot be given together"):
+        conv(x[:1], mask=torch.ones(1, 7), cu_seqlens=torch.tensor([0, 7]))
+
 
 def test_conv_equals_conv1d_per_document():
     gen = torch.Generator().manual_seed(3)

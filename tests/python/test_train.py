@@ -31,9 +31,21 @@ def test_tiny_cpu_run_learns_and_writes_its_outputs(tmp_path):
     losses = [s["loss"] for s in run["steps"]]
     assert len(losses) == 30 and all(torch.isfinite(torch.tensor(losses)))
     assert run["loss_last"] < run["loss_first"] - 0.5  # from ~5.5 (a uniform guess over bytes)
+    assert run["learned"] and run["fixed_loss_after"] < run["fixed_loss_before"] - 0.5
+    assert "fixed batch" in result.stdout
     assert run["tokens"] == 30 * 512 and run["tokens_per_second"] > 0
     assert run["peak_memory_bytes"] > 0
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_that_learns_nothing_fails(tmp_path):
+    """Learning rate 0: the fixed batch's loss does not move, so the job exits 1 whatever the
+    training batches' losses did."""
+    result = run_train(tmp_path, "--device", "cpu", *TINY[:-4], "--steps", "6", "--lr", "0")
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "did not fall by more than 0.05" in result.stderr
+    (run,) = json.loads((tmp_path / "log.json").read_text())["runs"]
+    assert not run["learned"] and run["fixed_loss_after"] == run["fixed_loss_before"]
 
 
 def test_batches_pack_documents_with_next_byte_targets():

@@ -189,5 +189,5 @@ def causal_conv1d_kcp(x_local: Tensor, weight: Tensor, bias: Optional[Tensor] = 
             y = y + residual
         return y, None
     y, _ = causal_conv1d(x_local, weight, bias, residual, halo, False, activation,
-                         ctx.cu_seqlens_on(x_local.device))
+                         cu_seqlens=ctx.cu_seqlens_on(x_local.device))
     return y, None

@@ -59,10 +59,14 @@ class DeltaLayer(nn.Module):
         self.q_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
         self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
         self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
-        if use_short_conv:
-            self.q_conv1d = ShortConvolution(self.key_dim, conv_size, bias=conv_bias)
-            self.k_conv1d = ShortConvolution(self.key_dim, conv_size, bias=conv_bias)
-            self.v_conv1d = ShortConvolution(self.value_dim, conv_size, bias=conv_bias)
+
+    def _add_short_convs(self) -> None:
+        """The q/k/v short convolutions; each subclass adds them where FLA's layer does, so that
+        a seed gives both the same initial weights."""
+        if self.use_short_conv:
+            self.q_conv1d = ShortConvolution(self.key_dim, self.conv_size, bias=self.conv_bias)
+            self.k_conv1d = ShortConvolution(self.key_dim, self.conv_size, bias=self.conv_bias)
+            self.v_conv1d = ShortConvolution(self.value_dim, self.conv_size, bias=self.conv_bias)
 
     def _short_conv_qkv(self, x: Tensor, cu_seqlens: Optional[Tensor], cp_context):
         """q, k [B, T, H, K] and v [B, T, HV, V]: projected, convolved per document, SiLU."""

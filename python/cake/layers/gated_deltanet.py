@@ -68,6 +68,7 @@ class GatedDeltaNet(DeltaLayer):
         self.A_log._no_weight_decay = True
         self.dt_bias = nn.Parameter(inverse_softplus_of_random_dt(HV))
         self.dt_bias._no_weight_decay = True
+        self._add_short_convs()
         if use_gate:
             self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
             self.o_norm = FusedRMSNormGated(self.head_v_dim, eps=norm_eps,

@@ -51,6 +51,7 @@ class KimiDeltaAttention(DeltaLayer):
         super().__init__(hidden_size, expand_v, head_dim, num_heads, num_v_heads, mode,
                          use_short_conv, allow_neg_eigval, conv_size, conv_bias, layer_idx,
                          norm_eps)
+        self._add_short_convs()
         self.safe_gate, self.lower_bound = safe_gate, lower_bound
         self.gate_dim = self.num_v_heads * self.head_k_dim
         # Low rank (through V) projections of the decay and of the output gate.

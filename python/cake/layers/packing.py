@@ -21,9 +21,14 @@ def unpad(x: Tensor, attention_mask: Optional[Tensor],
     """
     if cu_seqlens is not None or attention_mask is None:
         return x, None, cu_seqlens
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be [batch_size, seq_len] of 0 (padding) and 1, got "
-                         f"shape {list(attention_mask.shape)}")
+    batch_size, seq_len = x.shape[:2]
+    if (attention_mask.dim() != 2 or attention_mask.shape[0] != batch_size
+            or attention_mask.shape[1] < seq_len):
+        raise ValueError(f"attention_mask must be [batch_size, seq_len] = [{batch_size}, "
+                         f">= {seq_len}] of 0 (padding) and 1, got shape "
+                         f"{list(attention_mask.shape)}")
+    # A longer mask (past tokens' columns first, as FLA takes it): the last seq_len columns.
+    attention_mask = attention_mask[:, -seq_len:]
     keep = attention_mask.bool().flatten()
     indices = keep.nonzero().squeeze(-1)
     lengths = attention_mask.bool().sum(-1, dtype=torch.int32)

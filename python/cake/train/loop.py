@@ -14,6 +14,11 @@ from .progress import Progress
 
 # Steps left out of the speed figure: the first ones include allocation and autotuning.
 WARMUP_STEPS_NOT_TIMED = 3
+# The fixed batch's loss must fall by this much (nats per byte) for a run to count as learning:
+# untrained (lr 0) it does not move; the default runs take it down by more than 2.
+LEARNED_MARGIN = 0.05
+# The fixed batch comes from the corpus shuffled by the run's seed plus this.
+EVAL_SEED_OFFSET = 1_000_003
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,31 @@ def peak_memory_bytes(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def parameter_groups(model: torch.nn.Module) -> list[dict]:
+    """AdamW's groups: weight decay on the matrices, none on vectors (norms, biases) or on what
+    the layers mark ``_no_weight_decay`` (A_log, dt_bias), as FLA's models are trained."""
+    decay, keep = [], []
+    for p in model.parameters():
+        no_decay = p.dim() < 2 or getattr(p, "_no_weight_decay", False)
+        (keep if no_decay else decay).append(p)
+    return [{"params": decay, "weight_decay": 0.01}, {"params": keep, "weight_decay": 0.0}]
+
+
+def fixed_batch_loss(model: LanguageModel, batch, device: torch.device) -> float:
+    """The model's loss on one batch, without gradients (as in training: bf16 autocast on
+    CUDA)."""
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16,
+                                         enabled=device.type == "cuda"):
+        return model.loss(batch.inputs, batch.targets, batch.cu_seqlens).item()
+
+
 def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
     """Trains model in place; returns the run's record (see cli.EPILOG for its fields)."""
     device = config.device
     model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                  weight_decay=0.01)
+    optimizer = torch.optim.AdamW(parameter_groups(model), lr=config.lr, betas=(0.9, 0.95))
+    fixed = next(batches(config.tokens_per_step, config.seed + EVAL_SEED_OFFSET)).to(device)
+    fixed_before = fixed_batch_loss(model, fixed, device)
     data = batches(config.tokens_per_step, config.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -73,6 +97,7 @@ def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
     steady = (timed * config.tokens_per_step / (seconds[-1] - seconds[WARMUP_STEPS_NOT_TIMED - 1])
               if timed > 0 else len(seconds) * config.tokens_per_step / seconds[-1])
     window = max(1, min(10, len(losses) // 4))
+    fixed_after = fixed_batch_loss(model, fixed, device)
     return {
         "label": label,
         "steps": [{"step": i + 1, "loss": loss, "seconds": s}
@@ -80,6 +105,9 @@ def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
         "loss_first": sum(losses[:window]) / window,
         "loss_last": sum(losses[-window:]) / window,
         "loss_window": window,
+        "fixed_loss_before": fixed_before,
+        "fixed_loss_after": fixed_after,
+        "learned": math.isfinite(fixed_after) and fixed_after < fixed_before - LEARNED_MARGIN,
         "tokens": len(losses) * config.tokens_per_step,
         "wall_seconds": seconds[-1],
         "tokens_per_second": steady,
