@@ -204,7 +204,7 @@ def main(argv=None):
     parser.add_argument("--worlds", nargs="+", type=int, default=[2, 4, 8])
     parser.add_argument("--layouts", nargs="+", default=None)
     parser.add_argument("--segments", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--ops", nargs="+", default=["fwd", "fwd+bwd"])
+    parser.add_argument("--ops", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
     parser.add_argument("--variant", choices=["gdn", "kda"], default="gdn")
     parser.add_argument("--heads", nargs=2, type=int, default=None, metavar=("H", "HV"))
     parser.add_argument("--groups", type=int, default=3)

@@ -6,10 +6,12 @@
 # train/log.json, train/loss.png, gpu_tests.log, crash_bt.txt, accuracy.jsonl, bench.jsonl,
 # autotune.tar.gz (the device tool returns at most 8).
 # The "tests" stage runs all of tests/python in one pytest process, as users do (at most
-# CAKE_PYTEST_TIMEOUT, 600 s by default), and prints "GPU tests: passed", "FAILED", "CRASHED
+# CAKE_PYTEST_TIMEOUT seconds, by default what is left of 540 s since the script started), and
+# prints "GPU tests: passed", "FAILED", "CRASHED
 # (signal N)" or "TIMED OUT"; after a crash it
 # reruns the crashing test under cuda-gdb for a native backtrace (crash_bt.txt). Any of these but
-# "passed" makes the exit status 1, after the other stages have run.
+# "passed" makes the exit status 1, after the other stages have run; so does any other stage
+# that fails, and a stage name that is not one of those below (exit status 2, before the build).
 # CAKE_ACCURACY_OPS the ops of the accuracy stage (bench/accuracy.py --op; default "gdn", e.g.
 # "gdn kda"), CAKE_ACCURACY_CASES a subset of their cases (--cases), CAKE_ACCURACY_SEEDS the draws
 # per case (--seeds; errors pooled over them).
@@ -29,6 +31,13 @@
 # there when tools/stage_device.sh has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+known=" check demo train tests profile stalls sources accuracy bench kda_bench kcp1_bench kcp_check kcp_bench "
+for stage in ${CAKE_STAGES:-}; do
+  if [[ $known != *" $stage "* ]]; then
+    echo "device_check: unknown stage '$stage' in CAKE_STAGES (known:$known)"
+    exit 2
+  fi
+done
 export PYTHONUNBUFFERED=1 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
@@ -50,7 +59,9 @@ pack_autotune() {
      | tar --null -czf "$OUT/autotune.tar.gz" -T - 2>/dev/null) || true
   if [ -n "$(find "$HOME/.tilelang/cache" -type f -newer /tmp/tilelang_cache_stamp 2>/dev/null \
              | head -1)" ]; then
-    (cd "$HOME/.tilelang/cache" && tar -cf - . | xz -6 -T0 > "$OUT/tilelang.tar.xz") || true
+    # Packed under a temporary name, so that a call killed while packing returns no torn pack.
+    (cd "$HOME/.tilelang/cache" && tar -cf - . | xz -6 -T0 > "$OUT/tilelang.tar.xz.part" \
+       && mv "$OUT/tilelang.tar.xz.part" "$OUT/tilelang.tar.xz") || rm -f "$OUT/tilelang.tar.xz.part"
     if [ "$(stat -c %s "$OUT/tilelang.tar.xz" 2>/dev/null || echo 0)" -gt $((16 * 1024 * 1024)) ]; then
       echo "TileLang's kernel cache is over 16 MiB packed; not returned" && rm -f "$OUT/tilelang.tar.xz"
     fi
@@ -83,9 +94,13 @@ if [ -d .devpkg/cake ]; then
 else
   # The build uses the carried nanobind and scikit-build-core (the versions of
   # tools/requirements-dev.txt), not whatever the machine's image holds.
+  # A warm machine keeps /tmp from the call before: pip --target does not replace a package that
+  # is there, so the old module would run under this commit's name.
   export PYTHONPATH=/tmp/site
+  rm -rf /tmp/cake
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/cake \
     -Ccmake.define.CAKE_CUDA=ON -Cbuild-dir=build/device . 2>&1 | tail -30
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "device_check: building cake with pip failed"; exit 1; }
   export PYTHONPATH=/tmp/cake:/tmp/site
   check=build/device/cake_cuda_check
 fi
@@ -102,6 +117,7 @@ else
 fi
 
 stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
+stage_failed=""
 
 if [[ $stages == *" check "* ]]; then
   # The C++ GPU check (all accuracy cases, saved == recompute, workload A timings); the run
@@ -114,7 +130,7 @@ fi
 
 if [[ $stages == *" demo "* ]]; then
   # The main job, short: 30 steps of its GPU model (log.json and loss.png under $OUT/train).
-  python3 -m cake.train --steps 30 --out "$OUT/train" 2>&1
+  python3 -m cake.train --steps 30 --out "$OUT/train" 2>&1 || stage_failed+=" demo"
 fi
 if [[ $stages == *" train "* ]]; then
   # The main job in full, side by side with FLA's layers where they import (fla.layers needs
@@ -122,18 +138,19 @@ if [[ $stages == *" train "* ]]; then
   if python3 -c "import fla.layers" 2>/dev/null; then compare=(--compare fla); else
     echo "train: fla.layers does not import here: training with cake's layers only"; compare=()
   fi
-  python3 -m cake.train "${compare[@]}" --out "$OUT/train" 2>&1
+  python3 -m cake.train "${compare[@]}" --out "$OUT/train" 2>&1 || stage_failed+=" train"
 fi
-stage_failed=""
 if [[ $stages == *" tests "* ]]; then
   # The whole of tests/python in ONE pytest process, as users run it (a crash of the process, e.g.
   # a segmentation fault when cake raises for CUDA tensors, shows here; one process per test hid
   # one). On a timeout SIGABRT makes faulthandler print where it hangs; 30 s later SIGKILL.
   start=$SECONDS
   # CAKE_PYTEST_K (a pytest -k expression, e.g. "kda or kcp") splits the tests over calls when
-  # the call is short; CAKE_PYTEST_TIMEOUT (default 600 s) ends pytest inside the call's own limit
-  # when a build runs first, so that its log and the slowest tests' durations come back.
-  limit=${CAKE_PYTEST_TIMEOUT:-600}
+  # the call is short; CAKE_PYTEST_TIMEOUT (default: what is left of 540 s since the start) ends
+  # pytest inside the call's own limit of 600 s, so that its log, the slowest tests' durations,
+  # the cache packs and the later stages come back.
+  left=$((540 - SECONDS))
+  limit=${CAKE_PYTEST_TIMEOUT:-$((left > 60 ? left : 60))}
   timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -q -rs --durations=20 \
     tests/python ${CAKE_PYTEST_K:+-k "$CAKE_PYTEST_K"} > "$OUT/gpu_tests.log" 2>&1
   rc=$?
@@ -200,7 +217,7 @@ if [[ $stages == *" sources "* ]]; then
   # the side roles' dk stores (docs/perf-notes.md).
   ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-walk_a_fwd|walk_a_bwd})" \
     --launch-count 3 --section SourceCounters --section WarpStateStats --import-source yes \
-    -o /tmp/sources "$check" --once > "$OUT/ncu_sources.txt" 2>&1
+    -f -o /tmp/sources "$check" --once > "$OUT/ncu_sources.txt" 2>&1
   ncu -i /tmp/sources.ncu-rep --page source --csv --print-source sass > /tmp/sources_sass.csv
   xz -6 -c /tmp/sources_sass.csv > "$OUT/sources_sass.csv.xz"
   python3 tools/stall_sources.py /tmp/sources_sass.csv --top 20 | tee "$OUT/stall_sources.txt"
@@ -208,14 +225,16 @@ fi
 if [[ $stages == *" accuracy "* ]]; then
   for op in ${CAKE_ACCURACY_OPS:-gdn}; do
     python3 bench/accuracy.py --op "$op" --out "$OUT/accuracy.jsonl" \
-      ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} ${CAKE_ACCURACY_SEEDS:+--seeds $CAKE_ACCURACY_SEEDS} 2>&1
+      ${CAKE_ACCURACY_CASES:+--cases $CAKE_ACCURACY_CASES} ${CAKE_ACCURACY_SEEDS:+--seeds $CAKE_ACCURACY_SEEDS} 2>&1 \
+      || stage_failed+=" accuracy($op)"
   done
 fi
 if [[ $stages == *" bench "* ]]; then
-  python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1
+  python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 || stage_failed+=" bench"
 fi
 if [[ $stages == *" kda_bench "* ]]; then
-  python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1
+  python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1 \
+    || stage_failed+=" kda_bench"
 fi
 if [[ $stages == *" kcp1_bench "* ]]; then
   python3 bench/bench_kcp_one_gpu.py --out "$OUT/kcp1_bench.jsonl" ${CAKE_KCP1_BENCH_ARGS:-} 2>&1 \

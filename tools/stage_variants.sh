@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "commit first"; exit 1; }
 back=$(git rev-parse --abbrev-ref HEAD)
+# On a detached HEAD, the commit itself (else each patch would apply on top of the last one).
+[ "$back" != HEAD ] || back=$(git rev-parse HEAD)
 trap 'git checkout -q "$back"' EXIT  # also when stopped midway (a failed build, a closed pipe)
 mkdir -p .devpkg/variants
 for ref in "$@"; do

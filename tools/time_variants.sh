@@ -17,6 +17,13 @@ mkdir -p /tmp/variants
 # for at most 10 minutes. Measured on 2026-11-29: 4 variants with both checks each and ROUNDS=1
 # finished within 290 s (under `timeout 290`); before the full check was added, 9 variants (stage
 # checks, then 1.5 of the 2 rounds) filled a call.
+# ended NAME WHAT STATUS: says so where a run did not end well (a hang cut by its timeout, a
+# crash), whose PASS lines would otherwise just be missing.
+ended() {
+  if [ "$3" = 124 ]; then echo "== $1: $2 TIMED OUT"
+  elif [ "$3" -gt 128 ]; then echo "== $1: $2 CRASHED (signal $(($3 - 128)))"
+  elif [ "$3" != 0 ]; then echo "== $1: $2 exited with status $3"; fi
+}
 names=()
 for f in .devpkg/variants/*.xz; do
   n=$(basename "$f" .xz)
@@ -31,10 +38,12 @@ for n in "${names[@]}"; do
   if [ "${FULL_CHECK:-1}" != 0 ]; then
     echo "== $n: check (forward and op cases) and the backward's stage check"
     timeout 180 "/tmp/variants/$n" --no-time 2>&1 | grep -E "PASS|FAIL|ERROR|failed"
+    ended "$n" "check" "${PIPESTATUS[0]}"
   else
     echo "== $n: the backward's stage check"
   fi
   timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "PASS|FAIL|ERROR"
+  ended "$n" "stage check" "${PIPESTATUS[0]}"
 done
 reversed=()
 for ((i = ${#names[@]} - 1; i >= 0; --i)); do reversed+=("${names[i]}"); done
