@@ -47,9 +47,14 @@ void check_options(cakeOptions_t const* options) {
     CAKE_CHECK(options->variant == cakeKda, cakeInvalidArgument,
                "lower_bound applies to chunk_kda only, got lower_bound=", options->lower_bound,
                " for chunk_gated_delta_rule");
-    CAKE_CHECK(std::isfinite(options->lower_bound) && options->lower_bound < 0,
-               cakeInvalidArgument, "lower_bound must be a finite negative number, got ",
-               options->lower_bound);
+    CAKE_CHECK(std::isfinite(options->lower_bound) && options->lower_bound < 0, cakeInvalidArgument,
+               "lower_bound must be a finite negative number, got ", options->lower_bound);
+    // The bound is a form of the in-op gate; without it g is taken as given, so a bound there
+    // would be ignored without a word.
+    CAKE_CHECK(options->use_gate_in_kernel, cakeInvalidArgument,
+               "lower_bound is a form of the in-op gate: it needs use_gate_in_kernel, got "
+               "lower_bound=",
+               options->lower_bound, " without it");
   }
 }
 
@@ -95,8 +100,11 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
   check_present("beta", in.beta);
   check_shape("beta", in.beta, {d.batch, d.seq_len, d.num_v_heads}, "[B, T, HV]");
 
-  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q}, {"k", &in.k},
-                         {"v", &in.v}, {"g", &in.g}, {"beta", &in.beta}}) {
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"q", &in.q},
+                         {"k", &in.k},
+                         {"v", &in.v},
+                         {"g", &in.g},
+                         {"beta", &in.beta}}) {
     check_float(name, *t);
   }
   CAKE_CHECK(in.k.dtype == in.q.dtype && in.v.dtype == in.q.dtype, cakeInvalidArgument,
@@ -136,9 +144,13 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
   }
 
   // Every tensor on q's device.
-  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"k", &in.k}, {"v", &in.v},
-                         {"g", &in.g}, {"beta", &in.beta}, {"initial_state", &in.initial_state},
-                         {"cu_seqlens", &in.cu_seqlens}, {"A_log", &in.A_log},
+  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"k", &in.k},
+                         {"v", &in.v},
+                         {"g", &in.g},
+                         {"beta", &in.beta},
+                         {"initial_state", &in.initial_state},
+                         {"cu_seqlens", &in.cu_seqlens},
+                         {"A_log", &in.A_log},
                          {"dt_bias", &in.dt_bias}}) {
     if (present(*t)) check_same_device(name, *t, "q", in.q);
   }
@@ -157,16 +169,16 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
 Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args) {
   check_options(options);
   CAKE_CHECK(args != nullptr, cakeInvalidArgument, "args must not be NULL");
-  Dims const d = check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta,
-                                         args->initial_state, args->cu_seqlens, args->A_log,
-                                         args->dt_bias});
+  Dims const d =
+      check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta, args->initial_state,
+                              args->cu_seqlens, args->A_log, args->dt_bias});
   check_present("o", args->o);
   check_output("o", args->o, {d.batch, d.seq_len, d.num_v_heads, d.head_dim_v}, "[B, T, HV, V]",
                "q", args->q);
   if (present(args->final_state)) {
     check_output("final_state", args->final_state,
-                 {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]",
-                 "q", args->q);
+                 {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v}, "[N, HV, K, V]", "q",
+                 args->q);
   }
   return d;
 }
@@ -174,9 +186,9 @@ Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* arg
 Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args) {
   check_options(options);
   CAKE_CHECK(args != nullptr, cakeInvalidArgument, "args must not be NULL");
-  Dims const d = check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta,
-                                         args->initial_state, args->cu_seqlens, args->A_log,
-                                         args->dt_bias});
+  Dims const d =
+      check_inputs(*options, {args->q, args->k, args->v, args->g, args->beta, args->initial_state,
+                              args->cu_seqlens, args->A_log, args->dt_bias});
   std::vector<int64_t> const qk = {d.batch, d.seq_len, d.num_qk_heads, d.head_dim_k};
   std::vector<int64_t> const vo = {d.batch, d.seq_len, d.num_v_heads, d.head_dim_v};
   std::vector<int64_t> const state = {d.num_seqs, d.num_v_heads, d.head_dim_k, d.head_dim_v};
@@ -198,8 +210,8 @@ Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* a
   check_optional_output("dbeta", args->dbeta, true, "", row, "[B, T, HV] (as beta)", "q", q);
   check_optional_output("dh0", args->dh0, present(args->initial_state), "an initial_state", state,
                         "[N, HV, K, V] (as initial_state)", "q", q);
-  check_optional_output("dA_log", args->dA_log, present(args->A_log), "A_log",
-                        {d.num_v_heads}, "[HV] (as A_log)", "q", q);
+  check_optional_output("dA_log", args->dA_log, present(args->A_log), "A_log", {d.num_v_heads},
+                        "[HV] (as A_log)", "q", q);
   check_optional_output("ddt_bias", args->ddt_bias, present(args->dt_bias), "dt_bias",
                         {numel(args->dt_bias)}, "(as dt_bias)", "q", q);
   return d;
@@ -212,12 +224,12 @@ void validate_saved(cakeOptions_t const& options, void const* saved, size_t save
   if (options.save_for_backward == 0) {
     CAKE_CHECK(saved == nullptr, cakeInvalidArgument,
                "saved must be NULL in recompute mode (options.save_for_backward = 0), got a "
-               "buffer of ", saved_bytes, " bytes");
+               "buffer of ",
+               saved_bytes, " bytes");
     return;
   }
-  CAKE_CHECK(saved_bytes >= expected_bytes, cakeInsufficientWorkspace,
-             "saved: expected at least ", expected_bytes,
-             " bytes (cakeForwardSavedSize) with options.save_for_backward = ",
+  CAKE_CHECK(saved_bytes >= expected_bytes, cakeInsufficientWorkspace, "saved: expected at least ",
+             expected_bytes, " bytes (cakeForwardSavedSize) with options.save_for_backward = ",
              options.save_for_backward, ", got ", saved_bytes);
 }
 

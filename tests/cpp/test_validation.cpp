@@ -194,6 +194,11 @@ TEST(Validation, LowerBound) {
   kda.options.has_lower_bound = 1;
   kda.options.lower_bound = 0.5;
   expect_input_error(kda, cakeInvalidArgument, {"lower_bound must be a finite negative", "0.5"});
+  Problem ungated(true);
+  ungated.options.has_lower_bound = 1;
+  ungated.options.lower_bound = -2.0;
+  expect_input_error(ungated, cakeInvalidArgument,
+                     {"lower_bound is a form of the in-op gate", "use_gate_in_kernel", "-2"});
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -656,8 +661,8 @@ TEST(Validation, SavedSetOnCudaTensors) {
   // The forward's scratch (each region 256-byte aligned, plus 256 bytes of slack for any base):
   // q and k normalised, G, A and beta in recompute mode; nothing but the slack in saved mode, whose
   // saved set moves to `saved`. The backward's scratch loses the recompute.
-  EXPECT_EQ(fws_recompute, up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) +
-                               bt * hv * 4 + 256);
+  EXPECT_EQ(fws_recompute,
+            up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4 + 256);
   EXPECT_EQ(fws, 256u);
   EXPECT_LT(bws, bws_recompute);
 
@@ -678,6 +683,19 @@ TEST(Validation, SavedSetOnCudaTensors) {
   void* misaligned = static_cast<char*>(aligned) + 16;
   expect_error(cakeForward(&c.options, &c.fwd, misaligned, saved, scratch.data(), fws, nullptr),
                cakeInvalidArgument, {"saved must be 256-byte aligned"});
+  // A NULL workspace that claims bytes: every buffer carved from it would be null.
+  expect_error(cakeForward(&c.options, &c.fwd, aligned, saved, nullptr, fws, nullptr),
+               cakeInvalidArgument,
+               {"workspace is NULL but workspace_bytes = " + std::to_string(fws)});
+  // States 4 bytes off an 8-byte boundary: the walks move them two floats at a time.
+  std::vector<float> states(CudaShapes::HV * 128 * 128 + 1);
+  bool const even = reinterpret_cast<uintptr_t>(states.data()) % 8 == 0;
+  cakeForwardArgs_t odd_h0 = c.fwd;
+  odd_h0.initial_state =
+      view(states.data() + (even ? 1 : 0), cakeFloat32, {1, CudaShapes::HV, 128, 128});
+  odd_h0.initial_state.device_type = cakeCUDA;
+  expect_error(cakeForward(&c.options, &odd_h0, aligned, saved, scratch.data(), fws, nullptr),
+               cakeNotSupported, {"initial_state must be 8-byte aligned"});
 
   // Inverse mode: the saved set is kkt_solve's outputs (G, A, beta); the forward's scratch holds
   // q and k normalised (its kkt_solve and walk read them) and the slack. The backward's scratch

@@ -2,11 +2,12 @@
 // launch.cu computes, run by emu::launch, so that the emulated tests call the stages as the GPU
 // check and the op (src/ops/cuda/gdn_cuda.cpp, compiled into the emulated tests) do. Also each
 // kernel's dynamic shared memory (its `extern __shared__ char smem_raw[]`), one block at a time.
-#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
-
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
+#include "emu/runtime.hpp"  // first: the CUDA builtins the kernels use, on the CPU
 #include "kernels/common/tensor_map_encode.hpp"
 #include "kernels/conv1d_bwd/kernel.cuh"
 #include "kernels/conv1d_bwd/launch.hpp"
@@ -43,9 +44,24 @@ unsigned row_blocks(int64_t rows, int threads) {
 // The CUDA runtime's error strings, for the op's error path (no CUDA runtime is linked).
 extern "C" char const* cudaGetErrorName(cudaError_t) { return "cudaError (emulated)"; }
 extern "C" char const* cudaGetErrorString(cudaError_t) { return "emulated launch"; }
-// The op's clearing of the h-walk's flags (gdn_cuda.cpp), on the CPU.
+// The op's clearing of the h-walk's flags and its states of a call without tokens
+// (src/ops/cuda/stages.hpp), on the CPU.
 extern "C" cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
   std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+// One emulated device, 0: the ops' device guard (src/ops/cuda/device_guard.hpp) finds it current.
+extern "C" cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+extern "C" cudaError_t cudaGetLastError() { return cudaSuccess; }
+extern "C" cudaError_t cudaMemcpyAsync(void* to, void const* from, size_t bytes, cudaMemcpyKind,
+                                       cudaStream_t) {
+  std::memcpy(to, from, bytes);
   return cudaSuccess;
 }
 
@@ -167,16 +183,31 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }
 }  // namespace cake::kernels::conv1d_bwd
 
-// tensor_map_encode.hpp's functions, in the emulator's encoding
+// tensor_map_encode.hpp's functions, in the emulator's encoding, refusing what the driver's
+// cuTensorMapEncodeTiled refuses (so that a call the GPU would fail fails here too): a dimension
+// of 0 or over 2^32 elements, a base not 16-byte aligned, a stride not a multiple of 16 bytes.
 namespace cake::kernels {
+namespace {
+bool driver_accepts(void const* base, std::initializer_list<uint64_t> dims,
+                    std::initializer_list<uint64_t> strides) {
+  for (uint64_t d : dims)
+    if (d == 0 || d > (uint64_t{1} << 32)) return false;
+  for (uint64_t s : strides)
+    if (s % 16 != 0) return false;
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0;
+}
+}  // namespace
 cudaError_t encode_tile_map(TensorMap& map, void const* base, int64_t tokens, int heads, int cols) {
   TileMapShape const m = tile_map_shape(tokens, heads, cols);
+  if (!driver_accepts(base, {m.dims[0], m.dims[1]}, {m.stride})) return cudaErrorInvalidValue;
   encode_tensor_map_3d(map, base, 2, {m.dims[0], m.dims[1], 1}, {m.stride, m.stride * m.dims[1]},
                        {m.box[0], m.box[1], 1}, true);
   return cudaSuccess;
 }
 cudaError_t encode_h_map(TensorMap& map, void const* h, int64_t num_slots, int HV) {
   HMapShape const m = h_map_shape(num_slots, HV);
+  if (!driver_accepts(h, {m.dims[0], m.dims[1], m.dims[2]}, {m.strides[0], m.strides[1]}))
+    return cudaErrorInvalidValue;
   encode_tensor_map_3d(map, h, 2, {m.dims[0], m.dims[1], m.dims[2]}, {m.strides[0], m.strides[1]},
                        {m.box[0], m.box[1], m.box[2]}, true);
   return cudaSuccess;
@@ -197,14 +228,18 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   bool const channel = Decay::kGatedKkt;
   int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
   roles::RolesParams rp{p, {}, {}, {}, {}, {}, {}, {}};
-  encode_tile_map(rp.q_map, channel ? p.qg : p.q, pr.num_tokens, qk_heads, kHeadDim);
-  encode_tile_map(rp.k_map, channel ? p.kg : p.k, pr.num_tokens, qk_heads, kHeadDim);
-  encode_tile_map(rp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim);
-  encode_tile_map(rp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
-  if (channel) encode_tile_map(rp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim);
-  if (channel && p.o != nullptr)
-    encode_tile_map(rp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk);
-  if (p.h != nullptr) encode_h_map(rp.h_map, p.h, pr.num_slots, pr.num_v_heads);
+  for (cudaError_t err :
+       {encode_tile_map(rp.q_map, channel ? p.qg : p.q, pr.num_tokens, qk_heads, kHeadDim),
+        encode_tile_map(rp.k_map, channel ? p.kg : p.k, pr.num_tokens, qk_heads, kHeadDim),
+        encode_tile_map(rp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        encode_tile_map(rp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk),
+        channel ? encode_tile_map(rp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim)
+                : cudaSuccess,
+        channel && p.o != nullptr
+            ? encode_tile_map(rp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
+            : cudaSuccess,
+        p.h != nullptr ? encode_h_map(rp.h_map, p.h, pr.num_slots, pr.num_v_heads) : cudaSuccess})
+    if (err != cudaSuccess) return err;
   Dim3 const grid{u(int64_t{pr.num_seqs} * pr.num_v_heads)};
   if (p.o != nullptr)
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
@@ -228,16 +263,18 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   bool const channel = Decay::kGatedKkt;
   int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
   KernelParams kp{p, {}, {}, {}, {}, {}, {}, {}, {}};
-  encode_tile_map(kp.q_map, p.q, pr.num_tokens, qk_heads, kHeadDim);
-  encode_tile_map(kp.k_map, p.k, pr.num_tokens, qk_heads, kHeadDim);
-  encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim);
-  encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim);
-  encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk);
-  encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads);
-  if (channel) {
-    encode_tile_map(kp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim);
-    encode_tile_map(kp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk);
-  }
+  for (cudaError_t err :
+       {encode_tile_map(kp.q_map, p.q, pr.num_tokens, qk_heads, kHeadDim),
+        encode_tile_map(kp.k_map, p.k, pr.num_tokens, qk_heads, kHeadDim),
+        encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk),
+        encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads),
+        channel ? encode_tile_map(kp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim)
+                : cudaSuccess,
+        channel ? encode_tile_map(kp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
+                : cudaSuccess})
+    if (err != cudaSuccess) return err;
   emu::launch(Dim3{u(int64_t{pr.num_seqs} * pr.num_v_heads)}, Dim3{kThreads}, smem_raw,
               [&] { walk_a_bwd_kernel<Decay>(kp); });
   return cudaSuccess;

@@ -314,6 +314,23 @@ TEST(EmulatedOp, EmptyDocumentsMatchTheFp64Reference) {
   check_modes(Case{"docs 0,65,0,1,200 GVA 1/2", {0, 65, 0, 1, 200}}, false);
 }
 
+// Documents of no token (T = 0, N = 2): no stage runs (the driver refuses a TMA map of zero
+// tokens, and the emulator now does too), each final state is its initial state and each dh0 its
+// dht, bitwise, in every mode, GDN and KDA.
+TEST(EmulatedOp, NoTokensPassTheStatesThrough) {
+  Problem const pr = fresh_problem(Case{"docs 0,0 GVA 1/2", {0, 0}});
+  for (bool kda : {false, true}) {
+    ChannelGate gate;
+    gate.kda = kda;
+    for (int mode : {0, 1, 2}) {
+      OpRun const run = run_op(pr, mode, true, false, gate);
+      EXPECT_TRUE(bitwise_equal(run.ht, pr.h0_32)) << "ht, kda " << kda << ", mode " << mode;
+      EXPECT_TRUE(bitwise_equal(run.grads.dh0, pr.dht32))
+          << "dh0, kda " << kda << ", mode " << mode;
+    }
+  }
+}
+
 // With the L2 norm the forward's q̂, k̂ stay in its workspace except in saved mode, so the
 // recompute and inverse backwards rerun qk_norm into theirs.
 TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {

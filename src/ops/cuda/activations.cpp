@@ -13,6 +13,7 @@
 #include "core/tensor.hpp"
 #include "kernels/gate/launch.hpp"
 #include "ops/activations_cuda.hpp"
+#include "ops/cuda/device_guard.hpp"
 #include "ops/cuda/stages.hpp"
 #include "ops/gdn_cuda.hpp"
 #include "ops/kda_cuda.hpp"
@@ -209,12 +210,13 @@ size_t cuda_forward_workspace_bytes(cakeOptions_t const& options, cakeForwardArg
 
 void cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
                   void* workspace, size_t workspace_bytes, void* stream) {
+  cuda::DeviceGuard const device(args.q.device_id);
   Op const op = op_of(options);
   if (!activates(options))
     return op.forward(options, args, saved, workspace, workspace_bytes, stream);
   auto p = gate_params(options, args);
   ForwardLayout const l = forward_layout(op, options, args, p, workspace);
-  check_workspace(l.bytes, workspace_bytes);
+  check_workspace(workspace, l.bytes, workspace_bytes);
   p.g = l.a.g;
   p.beta = l.a.beta;
   check_cuda(kernels::gate::launch_forward(p, static_cast<cudaStream_t>(stream)),
@@ -230,12 +232,13 @@ size_t cuda_backward_workspace_bytes(cakeOptions_t const& options, cakeBackwardA
 
 void cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args, void const* saved,
                    void* workspace, size_t workspace_bytes, void* stream) {
+  cuda::DeviceGuard const device(args.q.device_id);
   Op const op = op_of(options);
   if (!activates(options))
     return op.backward(options, args, saved, workspace, workspace_bytes, stream);
   auto p = gate_params(options, args);
   BackwardLayout const l = backward_layout(op, options, args, p, workspace);
-  check_workspace(l.bytes, workspace_bytes);
+  check_workspace(workspace, l.bytes, workspace_bytes);
   auto const s = static_cast<cudaStream_t>(stream);
   p.g = l.a.g;
   p.beta = l.a.beta;

@@ -12,6 +12,7 @@
 #include "core/tensor.hpp"
 #include "kernels/conv1d_bwd/launch.hpp"
 #include "kernels/conv1d_fwd/launch.hpp"
+#include "ops/cuda/device_guard.hpp"
 
 namespace cake::ops {
 
@@ -60,6 +61,7 @@ size_t conv1d_cuda_backward_workspace_bytes(cakeConv1dBackwardArgs_t const& a,
 
 void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d, void*, size_t,
                          void* stream) {
+  cuda::DeviceGuard const device(a.x.device_id);
   kernels::conv1d_fwd::Params p;
   p.num_tokens = d.batch * d.seq_len;
   p.seq_len = d.seq_len;
@@ -89,6 +91,13 @@ void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d, 
 
 void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d, void* workspace,
                           size_t, void* stream) {
+  cuda::DeviceGuard const device(a.x.device_id);
+  // The partial sums are fp32 stores at offsets of 16-byte multiples from the base.
+  CAKE_CHECK(workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
+             cakeInvalidArgument,
+             "workspace must be 16-byte aligned for the conv's CUDA kernels, "
+             "got address ",
+             workspace);
   kernels::conv1d_bwd::Workspace const ws = backward_workspace(a, d);
   kernels::conv1d_bwd::Params p;
   p.num_tokens = d.batch * d.seq_len;

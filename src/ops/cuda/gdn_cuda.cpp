@@ -94,10 +94,12 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("k", args.k, 16);
   check_aligned("v", args.v, 16);
   check_aligned("o", args.o, 4);
+  check_states_aligned(args.initial_state, args.final_state, "initial_state", "final_state");
   auto const b = bind_buffers(carve_gdn_buffers, options, p, Pass::kForward, saved, workspace,
                               workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
+  if (pass_states_without_tokens(p, args.initial_state, args.final_state, stream)) return;
 
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
@@ -130,12 +132,14 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dq", args.dq, 4);
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
+  check_states_aligned(args.dht, args.dh0, "dht", "dh0");
   // The carve hands out mutable pointers; in saved and inverse modes the backward only passes the
   // saved arena's regions to kernel inputs (const parameters).
   auto const b = bind_buffers(carve_gdn_buffers, options, p, Pass::kBackward,
                               const_cast<void*>(saved), workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
+  if (pass_states_without_tokens(p, args.dht, args.dh0, stream)) return;
 
   bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
@@ -171,7 +175,6 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dh0 = ptr<float>(args.dh0);
   wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
   check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
-  if (p.num_tokens == 0) return;
 
   reduce_qk_grads(p, l2, args, b.dq_hv, b.dk_hv, p.group_size(), stream);
 }

@@ -97,10 +97,12 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("v", args.v, 16);
   check_aligned("g", args.g, 16);
   check_aligned("o", args.o, 4);
+  check_states_aligned(args.initial_state, args.final_state, "initial_state", "final_state");
   auto const b = bind_buffers(carve_kda_buffers, options, p, Pass::kForward, saved, workspace,
                               workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
+  if (pass_states_without_tokens(p, args.initial_state, args.final_state, stream)) return;
 
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
@@ -130,11 +132,13 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dq", args.dq, 4);
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
+  check_states_aligned(args.dht, args.dh0, "dht", "dh0");
   // In saved mode the backward passes the saved arena's regions to kernel inputs only.
   auto const b = bind_buffers(carve_kda_buffers, options, p, Pass::kBackward,
                               const_cast<void*>(saved), workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
+  if (pass_states_without_tokens(p, args.dht, args.dh0, stream)) return;
 
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
@@ -170,7 +174,6 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dgamma = b.dgamma;
   wp.dbeta_walk = b.dbeta_walk;
   check_cuda(kernels::walk_a_bwd::launch<ChannelDecay>(wp, stream), "walk_a_bwd launch");
-  if (p.num_tokens == 0) return;
 
   kernels::intra_bwd::Params ip;
   ip.problem = p;

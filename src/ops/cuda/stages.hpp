@@ -79,10 +79,38 @@ auto count_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pr
   return carve(p, options.use_qk_l2norm != 0, pass, save_mode(options), nullptr, nullptr);
 }
 
-// The caller's workspace holds the bytes the size query asked for.
-inline void check_workspace(size_t needed, size_t got) {
+// The caller's workspace holds the bytes the size query asked for (a null pointer holds none,
+// whatever size comes with it: a null base would make every carved buffer null).
+inline void check_workspace(void const* workspace, size_t needed, size_t got) {
+  CAKE_CHECK(workspace != nullptr || got == 0, cakeInvalidArgument,
+             "workspace is NULL but workspace_bytes = ", got);
   CAKE_CHECK(got >= needed, cakeInsufficientWorkspace, "workspace: expected at least ", needed,
              " bytes, got ", got);
+}
+
+// The walks read and write the fp32 states (initial_state, final_state, dht, dh0) two floats at
+// a time.
+inline void check_states_aligned(cakeTensor_t const& a, cakeTensor_t const& b, char const* a_name,
+                                 char const* b_name) {
+  check_aligned(a_name, a, 8);
+  check_aligned(b_name, b, 8);
+}
+
+// A call whose documents hold no token (T = 0, N >= 1): no stage runs (a TMA map of zero tokens
+// cannot be encoded, and there is nothing to walk); each document's state passes unchanged, so
+// `to` (final_state in the forward, dh0 in the backward) is `from` (initial_state, dht), or zeros
+// without it. Returns whether the call had no token.
+inline bool pass_states_without_tokens(kernels::Problem const& p, cakeTensor_t const& from,
+                                       cakeTensor_t const& to, cudaStream_t stream) {
+  if (p.num_tokens != 0) return false;
+  if (to.data == nullptr) return true;
+  size_t const bytes = sizeof(float) * static_cast<size_t>(p.num_seqs) * p.num_v_heads *
+                       kernels::kHeadDim * kernels::kHeadDim;
+  check_cuda(from.data != nullptr
+                 ? cudaMemcpyAsync(to.data, from.data, bytes, cudaMemcpyDeviceToDevice, stream)
+                 : cudaMemsetAsync(to.data, 0, bytes, stream),
+             "the states of a call without tokens");
+  return true;
 }
 
 // The buffers of one call, carved from the caller's saved buffer (its size checked by
@@ -93,7 +121,7 @@ template <class Carve>
 auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Problem const& p,
                   Pass pass, void* saved, void* workspace, size_t workspace_bytes) {
   auto const count = count_buffers(carve, options, p, pass);
-  check_workspace(count.workspace_bytes, workspace_bytes);
+  check_workspace(workspace, count.workspace_bytes, workspace_bytes);
   CAKE_CHECK(count.saved_bytes == 0 || reinterpret_cast<uintptr_t>(saved) % kSavedAlign == 0,
              cakeInvalidArgument, "saved must be ", kSavedAlign,
              "-byte aligned (the saved set's layout does not depend on its address), got address ",
