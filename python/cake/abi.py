@@ -11,6 +11,9 @@ import functools
 import json
 import types
 
+from torch import Tensor
+from torch.utils.dlpack import to_dlpack
+
 from . import _C
 
 INVALID_ARGUMENT, NOT_SUPPORTED, INSUFFICIENT_WORKSPACE, CUDA_ERROR, INTERNAL_ERROR, \
@@ -29,10 +32,19 @@ def error(code: int, message: str) -> Exception:
     return RuntimeError(f"cake internal error (please report it): {message}")
 
 
+def _exported(x):
+    """A tensor as a DLPack capsule of its data, other arguments as they are. Through the capsule
+    the binding neither synchronises nor switches streams, whatever the torch version's
+    ``__dlpack__`` does by default (some make the legacy default stream wait on every export,
+    which breaks CUDA-graph capture); the kernels run on the stream the call names."""
+    return to_dlpack(x.detach()) if isinstance(x, Tensor) else x
+
+
 def _raising(raw):
     @functools.wraps(raw)
     def call(*args, **kwargs):
-        code, message, value = raw(*args, **kwargs)
+        code, message, value = raw(*map(_exported, args),
+                                   **{k: _exported(v) for k, v in kwargs.items()})
         if code:
             raise error(code, message)
         return value
@@ -54,14 +66,14 @@ conv1d_backward_workspace_size = _raising(_C.conv1d_backward_workspace_size)
 def support_error(*args, device_type: int):
     """The exception that device_type's implementation would raise for this forward call (the
     forward's arguments, as forward_saved_size takes them), or None where it would run it."""
-    code, message, _ = _C.check_support(*args, device_type)
+    code, message, _ = _C.check_support(*map(_exported, args), device_type)
     return error(code, message) if code else None
 
 
 def conv1d_support_error(*args, device_type: int):
     """As support_error, for the conv's forward arguments (as conv1d_forward_workspace_size takes
     them)."""
-    code, message, _ = _C.conv1d_check_support(*args, device_type)
+    code, message, _ = _C.conv1d_check_support(*map(_exported, args), device_type)
     return error(code, message) if code else None
 
 

@@ -146,6 +146,8 @@ def chunk_kda(
     cu_seqlens: Optional[Tensor] = None,
     cu_seqlens_cpu: Optional[Tensor] = None,
     cp_context=None,
+    use_graph: bool = False,
+    max_num_seqs: Optional[int] = None,
     *,
     A_log: Optional[Tensor] = None,
     dt_bias: Optional[Tensor] = None,
@@ -176,6 +178,11 @@ def chunk_kda(
             or with ``cu_seqlens`` B = 1 and NT the chunks of all documents in order.
         chunk_size: 32 or 64 accepted; cake computes at 64, which gives the same result (the
             intermediate states are taken every ``chunk_size`` tokens).
+        use_graph, max_num_seqs: FLA's preparation for CUDA-graph capture, accepted: cake's call
+            needs none (its sizes follow from the shapes and it reads the offsets on the device,
+            so a captured call replays with new ``cu_seqlens`` contents of the same shape, empty
+            tail documents as padding). With ``use_graph``, a given ``max_num_seqs`` must be the
+            number of documents in ``cu_seqlens``, as FLA requires.
     {cuda} On CUDA, g is ``[B, T, HV, K]``: float32, or a raw float32, bfloat16 or float16 gate
     with ``use_gate_in_kernel``.
 
@@ -184,6 +191,11 @@ def chunk_kda(
         ``return_intermediate_states``.
     """
     _no_cp_context(cp_context)
+    if use_graph and max_num_seqs is not None and isinstance(cu_seqlens, Tensor) \
+            and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] - 1 != max_num_seqs:
+        raise ValueError(f"max_num_seqs must be the number of documents in cu_seqlens (pad it "
+                         f"with empty documents to max_num_seqs + 1 entries), got "
+                         f"{cu_seqlens.shape[0] - 1} documents and max_num_seqs = {max_num_seqs}")
     options = dict(scale=scale, output_final_state=output_final_state,
                    use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
                    use_gate_in_kernel=use_gate_in_kernel,

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import abi
-from .ops import CudaSupportWarning
+from .ops import CudaSupportWarning, first_order_only
 
 # cakeActivation_t of the names flash-linear-attention accepts.
 ACTIVATIONS = {None: 0, "silu": 1, "swish": 1}
@@ -115,6 +115,7 @@ def _backward_rule(ctx, dy, dfinal_state):
 
 
 _forward.register_autograd(_backward_rule, setup_context=_setup_context)
+_backward.register_autograd(first_order_only)
 
 
 def _warn_if_cuda_refuses(args: tuple) -> None:
@@ -191,9 +192,9 @@ def causal_conv1d(
         x = x.flatten(2)
         if residual is not None and residual.shape == shape:
             residual = residual.flatten(2)
-    x, weight, bias, residual, initial_state = (
+    x, weight, bias, residual, initial_state, cu_seqlens = (
         t.contiguous() if isinstance(t, Tensor) else t
-        for t in (x, weight, bias, residual, initial_state))
+        for t in (x, weight, bias, residual, initial_state, cu_seqlens))
     code = ACTIVATIONS[activation]
     y, final_state = _forward(x, weight, bias, residual, initial_state, cu_seqlens, code,
                               bool(output_final_state))

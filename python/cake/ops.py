@@ -113,21 +113,28 @@ def _forward(
     return o, final_state, saved
 
 
-def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor],
-                           use_qk_l2norm: bool, save_for_backward: int) -> int:
-    """What abi.forward_saved_size returns for a valid call, from shapes and devices alone.
+def _saves(device: torch.device) -> bool:
+    """Whether a forward on device keeps a saved set: only the CUDA paths do (the CPU reference
+    recomputes)."""
+    return device.type == "cuda"
 
-    Only the CUDA paths save anything (the CPU reference recomputes). The size is a function of
-    the shapes: under torch.compile with dynamic shapes, reading them here specialises on their
-    values (int()).
-    """
-    if not save_for_backward or q.device.type != "cuda":
+
+def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optional[Tensor],
+                           use_qk_l2norm: bool, save_for_backward: int):
+    """What abi.forward_saved_size returns for a valid call, from shapes and devices alone: an
+    int for concrete shapes; where torch.compile traces symbolic ones, a new unbacked size, so
+    that the graph does not specialise on T, B or N (nothing in it reads the saved set's size:
+    the backward takes the set whole)."""
+    if not save_for_backward or not _saves(q.device):
         return 0
     if q.dim() != 4 or v.dim() != 4:
         return 0  # the real call raises the C++ validation's error
+    sizes = [*q.shape, *v.shape, *(() if cu_seqlens is None else (cu_seqlens.numel(),))]
+    if not all(isinstance(n, int) for n in sizes):
+        return torch.library.get_ctx().new_dynamic_size()
     return abi.cuda_saved_size_of_shapes(
-        variant, [int(n) for n in q.shape], [int(n) for n in v.shape],
-        None if cu_seqlens is None else int(cu_seqlens.numel()), use_qk_l2norm, save_for_backward)
+        variant, list(q.shape), list(v.shape),
+        None if cu_seqlens is None else cu_seqlens.numel(), use_qk_l2norm, save_for_backward)
 
 
 @_forward.register_fake
@@ -206,6 +213,16 @@ def _backward_rule(ctx, dout, dfinal_state, dsaved):
 _forward.register_autograd(_backward_rule, setup_context=_setup_context)
 
 
+def first_order_only(ctx, *grads):
+    """The autograd of cake's backward ops: differentiating a gradient says clearly that it is
+    not supported (else torch's message would ask for an autograd formula)."""
+    raise RuntimeError("cake's ops give first-order gradients only: differentiating their "
+                       "gradients (double backward, e.g. a gradient penalty) is not supported")
+
+
+_backward.register_autograd(first_order_only)
+
+
 def default_scale(q: Tensor) -> float:
     """K^-1/2; an invalid q gets a placeholder so that the C++ validation names q's problem."""
     return q.shape[-1] ** -0.5 if q.dim() == 4 and q.shape[-1] > 0 else 1.0
@@ -270,9 +287,9 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
         initial_state = initial_state.transpose(-1, -2)  # [N, HV, V, K] -> [N, HV, K, V]
     # As flash-linear-attention does, any strides in: the kernels read dense rows, so views (a
     # slice of a fused projection, a transposed state) are copied once here, with autograd.
-    q, k, v, g, beta, initial_state, A_log, dt_bias = (
+    q, k, v, g, beta, initial_state, A_log, dt_bias, cu_seqlens = (
         t.contiguous() if isinstance(t, Tensor) else t
-        for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
+        for t in (q, k, v, g, beta, initial_state, A_log, dt_bias, cu_seqlens))
     # Saving pays only when a backward will run: not under no_grad, nor without a grad input.
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))

@@ -706,6 +706,47 @@ def test_compile_aot_eager(kda):
     assert_same_results(fn(*leaves(t)), compiled(*leaves(t)), t, t, 1104)
 
 
+def test_double_backward_is_refused_clearly():
+    t, opts = make_case(1106, kda=False, cu=[0, 5, 12])
+    q = t["q"].detach().requires_grad_()
+    o, _ = call_cake(False, dict(t, q=q), opts)
+    (dq,) = torch.autograd.grad(o.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="first-order gradients only"):
+        dq.sum().backward()
+    x = torch.randn(1, 9, 4, dtype=torch.float64, requires_grad=True)
+    y, _ = cake.causal_conv1d(x, torch.randn(4, 3, dtype=torch.float64), activation="silu")
+    (dx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="first-order gradients only"):
+        dx.sum().backward()
+
+
+def test_compile_dynamic_lengths_share_one_graph(monkeypatch):
+    """With dynamic shapes, where the CUDA path keeps a saved set (simulated here on the CPU),
+    its size in the fake is a symbol of its own: three sequence lengths, one graph."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    monkeypatch.setattr(cake.ops, "_saves", lambda device: True)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+
+    def step(q, k, v, g, beta):
+        o, _ = cake.chunk_gated_delta_rule(q, k, v, g, beta, save_for_backward="inverse")
+        return o.sum()
+
+    compiled = torch.compile(step, backend=counter, dynamic=True, fullgraph=True)
+    gen = torch.Generator().manual_seed(1105)
+    for T in (64, 96, 160):
+        # K = V = 128, the CUDA kernels' head dims, so that a concrete size query would answer
+        q, k, v = (torch.randn(1, T, 1, 128, dtype=torch.float64, generator=gen) / 11
+                   for _ in range(3))
+        g = -torch.rand(1, T, 1, dtype=torch.float64, generator=gen)
+        beta = torch.rand(1, T, 1, dtype=torch.float64, generator=gen)
+        leaves = [x.requires_grad_() for x in (q, k, v, g, beta)]
+        compiled(*leaves).backward()
+        assert all(x.grad is not None for x in leaves)
+    assert counter.frame_count == 1
+    torch._dynamo.reset()
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory layouts of the inputs: broadcast (stride 0), offsets into larger buffers
 # ---------------------------------------------------------------------------------------------

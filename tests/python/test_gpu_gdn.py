@@ -216,6 +216,85 @@ def test_int64_offsets_equal_int32_offsets():
         assert torch.equal(t, as_int64[name]), f"{name} differs with int64 offsets"
 
 
+def test_strided_offsets_equal_contiguous_offsets():
+    """A cu_seqlens view with a stride (every other entry of a larger tensor) is taken as its
+    contiguous copy."""
+    inputs, dout, dht = make_inputs([300, 65, 1], 2, 4, seed=23)
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    wide = torch.zeros(2 * x["cu_seqlens"].numel(), dtype=torch.int32, device="cuda")
+    wide[::2] = x["cu_seqlens"]
+    outs = [cake.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"],
+                                        initial_state=x["initial_state"], output_final_state=True,
+                                        cu_seqlens=cu)
+            for cu in (x["cu_seqlens"], wide[::2])]
+    assert not wide[::2].is_contiguous()
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
+
+
+@pytest.mark.parametrize("op", ["gdn", "kda"])
+def test_no_tokens_pass_the_states_through(op):
+    """Documents of no token (T = 0, N = 2): the final state is the initial one, dh0 is dht."""
+    HV, D = 2, 128
+    fn = cake.chunk_kda if op == "kda" else cake.chunk_gated_delta_rule
+    q, k, v = (torch.zeros(1, 0, HV, D, dtype=torch.bfloat16, device="cuda", requires_grad=True)
+               for _ in range(3))
+    g = torch.zeros((1, 0, HV, D) if op == "kda" else (1, 0, HV), device="cuda",
+                    requires_grad=True)
+    beta = torch.zeros(1, 0, HV, device="cuda", requires_grad=True)
+    h0 = torch.randn(2, HV, D, D, device="cuda", requires_grad=True)
+    cu = torch.tensor([0, 0, 0], dtype=torch.int32, device="cuda")
+    o, ht = fn(q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu)
+    assert o.shape == (1, 0, HV, D) and torch.equal(ht, h0)
+    dht = torch.randn_like(ht)
+    ht.backward(dht)
+    assert torch.equal(h0.grad, dht)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_tensors_on_another_device_than_the_current_one():
+    """Inputs on cuda:1 while cuda:0 is current run on cuda:1 (the op makes their device
+    current), as the same call with cuda:1 current."""
+    inputs, dout, dht = make_inputs([300, 65], 2, 4, seed=29)
+    results = []
+    for current in (1, 0):
+        with torch.cuda.device(current):
+            x = {n: None if t is None else t.to("cuda:1") for n, t in inputs.items()}
+            o, ht = cake.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"],
+                                                initial_state=x["initial_state"],
+                                                output_final_state=True,
+                                                cu_seqlens=x["cu_seqlens"])
+            torch.cuda.synchronize(1)
+            results.append((o, ht))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+def test_graph_replays_new_offsets_of_the_same_shape():
+    """A captured call replays with new cu_seqlens contents (same shape; an empty tail document as
+    padding, as FLA's use_graph asks) and gives the eager results for those offsets."""
+    inputs, dout, dht = make_inputs([700, 300, 0], 2, 4, seed=31)
+    x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
+    cu = x["cu_seqlens"].clone()
+
+    def forward():
+        return cake.chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"],
+                                           initial_state=x["initial_state"],
+                                           output_final_state=True, cu_seqlens=cu)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        forward()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = forward()
+    cu.copy_(torch.tensor([0, 250, 1000, 1000], dtype=cu.dtype, device="cuda"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = forward()
+    assert all(torch.equal(a, b) for a, b in zip(captured, eager))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_graph_capture_replays_eager_results(mode):
     inputs, dout, dht = make_inputs([700, 300], 2, 4, seed=13)

@@ -451,6 +451,31 @@ def test_chunk_gdn_alias():
     assert cake.chunk_gdn is cake.chunk_gated_delta_rule
 
 
+def test_named_parameters_are_flas():
+    """FLA's named parameters, in FLA's positional order, then cake's keyword-only ones."""
+    import inspect
+    fla_gdn = pytest.importorskip("fla.ops.gated_delta_rule").chunk_gated_delta_rule
+    fla_kda = pytest.importorskip("fla.ops.kda").chunk_kda
+    for ours, theirs in ((cake.chunk_gated_delta_rule, fla_gdn), (cake.chunk_kda, fla_kda)):
+        named = [n for n, p in inspect.signature(theirs).parameters.items()
+                 if p.kind == p.POSITIONAL_OR_KEYWORD]
+        mine = inspect.signature(ours).parameters
+        positional = [n for n, p in mine.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+        assert positional == named, ours.__name__
+        for n in named:
+            assert mine[n].default == inspect.signature(theirs).parameters[n].default, n
+
+
+def test_kda_use_graph_accepted_with_fla_rule():
+    t = inputs(True)
+    cu = torch.tensor([0, 3, 8, 8])  # an empty tail document, as FLA's graphs pad
+    want = call(True, t, cu_seqlens=cu)
+    got = call(True, t, cu_seqlens=cu, use_graph=True, max_num_seqs=3)
+    assert torch.equal(want[0], got[0])
+    raises(True, t, r"max_num_seqs must be the number of documents in cu_seqlens .* got 3 "
+           r"documents and max_num_seqs = 4", cu_seqlens=cu, use_graph=True, max_num_seqs=4)
+
+
 @pytest.mark.parametrize("kda", VARIANTS)
 def test_cp_context(kda):
     raises(kda, inputs(kda), r"cp_context", exc=NotImplementedError, cp_context=object())
