@@ -6,7 +6,8 @@
 # Without W: one run for each of W = 2, 4, 8 that the GPUs hold. Without GPUs, on the CPU (gloo,
 # float64, the FP64 reference; what tests/python/test_kcp_launcher.py runs):
 #   bash tools/kcp_multi_gpu.sh 2 --backend gloo --device cpu
-# KCP_PYTHON: the interpreter that holds torch and cake (default python3). KCP_TIMEOUT: seconds a
+# KCP_PYTHON: the interpreter that holds torch and cake (default: the set-up's .venv where it
+# exists, else python3). KCP_TIMEOUT: seconds a
 # run may take before it is killed (default 360), a guard around torchrun itself (its start, the
 # rendezvous); kcp_check.py's own watchdog (--timeout, 300 s) fires first and prints the stacks.
 # Exit status 0 when every run passed.
@@ -15,7 +16,9 @@ cd "$(dirname "$0")/.."
 # NVLink multicast stays off on the shared multi-GPU machines (a program using it can put the
 # host's GPUs out of service); kcp_check.py sets the same again for its own processes.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python=${KCP_PYTHON:-python3}
+default_python=python3
+[ -x .venv/bin/python ] && default_python=.venv/bin/python
+python=${KCP_PYTHON:-$default_python}
 
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then
   sizes=("$1")

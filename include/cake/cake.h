@@ -86,8 +86,8 @@ typedef struct {
    *      forward's stages in its workspace; the least memory held between the two calls.
    *   1, saved mode: cakeForward also writes the "saved set" (cakeForwardSavedSize bytes) and
    *      cakeBackward reads it instead of recomputing those stages (a faster backward, more
-   *      memory held; on CUDA the forward runs those stages itself, so forward + backward take
-   *      about as long as in recompute mode).
+   *      memory held; GDN on the H200 at a pack of 262,144 tokens and 48 value heads: forward +
+   *      backward 38.5 ms against 44.7 in recompute mode, measured 2026-11-30).
    *   2, inverse mode: the saved set holds only the chunk inverses and what comes with them (GDN
    *      on CUDA: A in bf16, the gate cumsum G and beta in fp32; about what FLA keeps between its
    *      forward and backward), so cakeBackward recomputes the rest but not those.
@@ -137,9 +137,13 @@ cakeResult_t cakeForwardSavedSize(const cakeOptions_t* options, const cakeForwar
  * saved holds at least the cakeForwardSavedSize bytes (NULL with saved_bytes = 0 when that is 0,
  * as on the CPU) and is 256-byte aligned (cudaMalloc's and torch's allocations are), so that the
  * saved set does not depend on its address and may be moved as a whole; in recompute mode saved is
- * NULL with saved_bytes = 0. The workspace holds at least the queried bytes. A saved set or
- * workspace smaller than its query fails with cakeInsufficientWorkspace. stream is a cudaStream_t
- * for CUDA tensors and ignored for CPU tensors. */
+ * NULL with saved_bytes = 0. The workspace holds at least the queried bytes (any address; NULL
+ * only with workspace_bytes = 0). A saved set or workspace smaller than its query fails with
+ * cakeInsufficientWorkspace. stream is a cudaStream_t for CUDA tensors and ignored for CPU
+ * tensors. On CUDA the kernels' vector accesses need aligned bases, checked before any launch
+ * (cakeNotSupported otherwise): q, k, v and dout 16 bytes (KDA's g too); the states
+ * (initial_state, final_state, dht, dh0) 8 bytes; o, dq, dk, dv 4 bytes. The tensors' device is made current for
+ * the call and the caller's restored after it. */
 cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args, void* saved,
                          size_t saved_bytes, void* workspace, size_t workspace_bytes,
                          void* stream);
@@ -208,9 +212,10 @@ typedef struct {
 cakeResult_t cakeConv1dForwardWorkspaceSize(const cakeConv1dForwardArgs_t* args, size_t* bytes);
 cakeResult_t cakeConv1dBackwardWorkspaceSize(const cakeConv1dBackwardArgs_t* args, size_t* bytes);
 
-/* The workspace holds at least the queried bytes (else cakeInsufficientWorkspace); stream is a
- * cudaStream_t for CUDA tensors. On CUDA: no host synchronisation (CUDA-graph capturable), and
- * dweight and dbias are reduced in a fixed order (bitwise reproducible). */
+/* The workspace holds at least the queried bytes (else cakeInsufficientWorkspace) and, on CUDA,
+ * is 16-byte aligned (else cakeInvalidArgument); stream is a cudaStream_t for CUDA tensors. On
+ * CUDA: no host synchronisation (CUDA-graph capturable), and dweight and dbias are reduced in a
+ * fixed order (bitwise reproducible). */
 cakeResult_t cakeConv1dForward(const cakeConv1dForwardArgs_t* args, void* workspace,
                                size_t workspace_bytes, void* stream);
 cakeResult_t cakeConv1dBackward(const cakeConv1dBackwardArgs_t* args, void* workspace,

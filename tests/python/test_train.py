@@ -48,6 +48,18 @@ def test_a_run_that_learns_nothing_fails(tmp_path):
     assert not run["learned"] and run["fixed_loss_after"] == run["fixed_loss_before"]
 
 
+def test_a_run_without_matplotlib_writes_its_log(tmp_path):
+    """cake needs only torch: without matplotlib the job trains, writes log.json and says why
+    there is no loss.png."""
+    code = ("import sys; sys.modules['matplotlib'] = None; from cake.train import cli; "
+            f"cli.main({['--device', 'cpu', *TINY, '--out', str(tmp_path)]!r})")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "no loss.png: matplotlib is not installed" in result.stdout
+    assert (tmp_path / "log.json").exists() and not (tmp_path / "loss.png").exists()
+
+
 def test_batches_pack_documents_with_next_byte_targets():
     first, second = corpus.batches(700, seed=3), corpus.batches(700, seed=3)
     for _ in range(5):

@@ -212,14 +212,16 @@ def main(argv=None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     log_path, plot_path = args.out / "log.json", args.out / "loss.png"
     write_log(log_path, settings, runs)
-    write_plot(plot_path, f"{settings['model']['parameters']:,}-parameter byte LM, "
-                          f"{','.join(args.layers)}, on {settings['device']}", runs)
+    plotted = write_plot(plot_path, f"{settings['model']['parameters']:,}-parameter byte LM, "
+                                    f"{','.join(args.layers)}, on {settings['device']}", runs)
     for run in runs:
         print(describe(run, settings))
     if len(runs) == 2:
         ratio = runs[0]["tokens_per_second"] / runs[1]["tokens_per_second"]
         print(f"speed: cake's training step at {ratio:.2f}x FLA's (tokens/s)")
-    print(f"wrote {plot_path}\nwrote {log_path}")
+    print(f"wrote {plot_path}" if plotted else
+          "no loss.png: matplotlib is not installed (pip install matplotlib, or cake[train])")
+    print(f"wrote {log_path}")
     failed = [r["label"] for r in runs
               if not all(math.isfinite(s["loss"]) for s in r["steps"]) or not r["learned"]]
     if failed:

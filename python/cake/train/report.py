@@ -9,10 +9,14 @@ def write_log(path: pathlib.Path, settings: dict, runs: list[dict]) -> None:
     path.write_text(json.dumps({"settings": settings, "runs": runs}, indent=1) + "\n")
 
 
-def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> None:
+def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> bool:
     """Loss against tokens seen per run: every step (faint) and a running mean, with the run's
-    tokens/s in the legend."""
-    import matplotlib
+    tokens/s in the legend. False (nothing written) where matplotlib is not installed: cake
+    itself needs only torch."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
     matplotlib.use("Agg")  # files only, no display
     from matplotlib import pyplot as plt
 
@@ -36,3 +40,4 @@ def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> None:
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+    return True
