@@ -19,7 +19,9 @@ ranks after its sizes were agreed (a rank calling on another batch's context, or
 where the others are not): the collective itself then fails (gloo aborts the process) or waits
 (NCCL, until the timeout). ``CAKE_KCP_CHECK_EVERY_CALL=1`` in every rank's environment agrees
 every call on the host before its collectives (one small all-gather and a host read per call, so
-no CUDA graph capture): such a call then raises ValueError on every rank.
+no CUDA graph capture): such a call then raises ValueError on every rank. A call given what is not
+a tensor (q, k, v, g, beta, x_local, weight) raises TypeError on that rank before any collective,
+as a Python error would: the message it would send has no sizes to take.
 """
 
 import os
