@@ -319,6 +319,9 @@ def test_conv_decoding_steps_update_the_cache_in_place():
         packed = torch.tensor([0, 1, 2])  # two one-token documents: a step too
         y, returned = conv(x[:1, :2], cache=cache, cu_seqlens=packed, output_final_state=True)
         assert returned is cache
+        kept = cache.clone()  # a call of several tokens is no step: cache is its initial state
+        conv(x[:, :3], cache=cache, output_final_state=True)
+        assert torch.equal(cache, kept)
     with pytest.raises(ValueError, match="mask and cu_seqlens cannot be given together"):
         conv(x[:1], mask=torch.ones(1, 7), cu_seqlens=torch.tensor([0, 7]))
 

@@ -60,6 +60,30 @@ def test_a_run_without_matplotlib_writes_its_log(tmp_path):
     assert (tmp_path / "log.json").exists() and not (tmp_path / "loss.png").exists()
 
 
+def test_weight_decay_on_matrices_only():
+    from cake.layers import GatedDeltaNet
+    from cake.train.loop import parameter_groups
+    layer = GatedDeltaNet(hidden_size=16, head_dim=8, num_heads=1, expand_v=1)
+    decay, keep = parameter_groups(layer)
+    assert decay["weight_decay"] > 0 and keep["weight_decay"] == 0
+    assert all(p.dim() >= 2 for p in decay["params"])
+    assert any(p is layer.A_log for p in keep["params"])
+    assert any(p is layer.dt_bias for p in keep["params"])
+    assert len(decay["params"]) + len(keep["params"]) == len(list(layer.parameters()))
+
+
+def test_learning_needs_more_than_the_margin(monkeypatch):
+    """A fixed-batch loss that falls by less than LEARNED_MARGIN is no learning."""
+    from cake.train import loop
+    falls = iter([5.0, 5.0 - loop.LEARNED_MARGIN / 2])
+    monkeypatch.setattr(loop, "fixed_batch_loss", lambda *args: next(falls))
+    model = cli.LanguageModel(cli.ModelConfig(layers=("gdn",), d_model=16, num_heads=1,
+                                              num_v_heads=1, head_dim=8))
+    config = loop.TrainConfig(steps=1, tokens_per_step=64, lr=0.0, seed=0,
+                              device=torch.device("cpu"))
+    assert not loop.train(model, config, "cake")["learned"]
+
+
 def test_batches_pack_documents_with_next_byte_targets():
     first, second = corpus.batches(700, seed=3), corpus.batches(700, seed=3)
     for _ in range(5):

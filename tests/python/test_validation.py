@@ -466,6 +466,26 @@ def test_named_parameters_are_flas():
             assert mine[n].default == inspect.signature(theirs).parameters[n].default, n
 
 
+def test_gate_forms_without_the_in_op_gate_are_ignored():
+    """As FLA: safe_gate and lower_bound shape the in-op gate only; without it g is taken as
+    given and the call equals the plain one."""
+    t = inputs(True)
+    plain = call(True, t)[0]
+    for extra in (dict(safe_gate=True), dict(lower_bound=-1.0),
+                  dict(safe_gate=True, lower_bound=-3.0)):
+        assert torch.equal(call(True, t, **extra)[0], plain), extra
+
+
+def test_transpose_state_layout_false_is_the_default_layout():
+    t = inputs(False, K=4, V=6)
+    h0 = torch.randn(1, HV, 4, 6, dtype=F64)
+    want = call(False, t, initial_state=h0, output_final_state=True)
+    with pytest.warns(DeprecationWarning):
+        got = call(False, t, initial_state=h0, output_final_state=True,
+                   transpose_state_layout=False)
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+
+
 def test_kda_use_graph_accepted_with_fla_rule():
     t = inputs(True)
     cu = torch.tensor([0, 3, 8, 8])  # an empty tail document, as FLA's graphs pad
@@ -474,6 +494,8 @@ def test_kda_use_graph_accepted_with_fla_rule():
     assert torch.equal(want[0], got[0])
     raises(True, t, r"max_num_seqs must be the number of documents in cu_seqlens .* got 3 "
            r"documents and max_num_seqs = 4", cu_seqlens=cu, use_graph=True, max_num_seqs=4)
+    # without use_graph FLA reads max_num_seqs nowhere
+    assert torch.equal(call(True, t, cu_seqlens=cu, max_num_seqs=99)[0], want[0])
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
