@@ -25,7 +25,9 @@
 #include "kernels/qk_norm/launch.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/walk_a_bwd/maps.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
+#include "kernels/walk_a_fwd/maps.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
 
 using cake::emu::Dim3;
@@ -225,21 +227,8 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   if (p.walk_done != nullptr && p.o != nullptr) return cudaErrorInvalidValue;
   if (p.o == nullptr && p.h == nullptr) return cudaErrorInvalidValue;
   Problem const& pr = p.problem;
-  bool const channel = Decay::kGatedKkt;
-  int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
   roles::RolesParams rp{p, {}, {}, {}, {}, {}, {}, {}};
-  for (cudaError_t err :
-       {encode_tile_map(rp.q_map, channel ? p.qg : p.q, pr.num_tokens, qk_heads, kHeadDim),
-        encode_tile_map(rp.k_map, channel ? p.kg : p.k, pr.num_tokens, qk_heads, kHeadDim),
-        encode_tile_map(rp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
-        encode_tile_map(rp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk),
-        channel ? encode_tile_map(rp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim)
-                : cudaSuccess,
-        channel && p.o != nullptr
-            ? encode_tile_map(rp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
-            : cudaSuccess,
-        p.h != nullptr ? encode_h_map(rp.h_map, p.h, pr.num_slots, pr.num_v_heads) : cudaSuccess})
-    if (err != cudaSuccess) return err;
+  if (cudaError_t const err = encode_maps<Decay>(rp); err != cudaSuccess) return err;
   Dim3 const grid{u(int64_t{pr.num_seqs} * pr.num_v_heads)};
   if (p.o != nullptr)
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
@@ -260,21 +249,8 @@ template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
   if (Decay::kGatedKkt && p.eo_split) return cudaErrorInvalidValue;
-  bool const channel = Decay::kGatedKkt;
-  int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
   KernelParams kp{p, {}, {}, {}, {}, {}, {}, {}, {}};
-  for (cudaError_t err :
-       {encode_tile_map(kp.q_map, p.q, pr.num_tokens, qk_heads, kHeadDim),
-        encode_tile_map(kp.k_map, p.k, pr.num_tokens, qk_heads, kHeadDim),
-        encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
-        encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim),
-        encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk),
-        encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads),
-        channel ? encode_tile_map(kp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim)
-                : cudaSuccess,
-        channel ? encode_tile_map(kp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
-                : cudaSuccess})
-    if (err != cudaSuccess) return err;
+  if (cudaError_t const err = encode_maps<Decay>(kp); err != cudaSuccess) return err;
   emu::launch(Dim3{u(int64_t{pr.num_seqs} * pr.num_v_heads)}, Dim3{kThreads}, smem_raw,
               [&] { walk_a_bwd_kernel<Decay>(kp); });
   return cudaSuccess;

@@ -57,11 +57,14 @@ def parameter_groups(model: torch.nn.Module) -> list[dict]:
     return [{"params": decay, "weight_decay": 0.01}, {"params": keep, "weight_decay": 0.0}]
 
 
+def autocast(device: torch.device):
+    """The training step's precision: bf16 autocast on CUDA, none on the CPU (FP64 reference)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
 def fixed_batch_loss(model: LanguageModel, batch, device: torch.device) -> float:
-    """The model's loss on one batch, without gradients (as in training: bf16 autocast on
-    CUDA)."""
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16,
-                                         enabled=device.type == "cuda"):
+    """The model's loss on one batch, without gradients, at the training step's precision."""
+    with torch.no_grad(), autocast(device):
         return model.loss(batch.inputs, batch.targets, batch.cu_seqlens).item()
 
 
@@ -82,7 +85,7 @@ def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
         batch = next(data).to(device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with autocast(device):
             loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

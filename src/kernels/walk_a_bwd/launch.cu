@@ -1,31 +1,15 @@
-#include "kernels/common/tensor_map_encode.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
+#include "kernels/walk_a_bwd/maps.hpp"
 
 namespace cake::kernels::walk_a_bwd {
 
 template <class Decay>
 cudaError_t launch(Params const& params, cudaStream_t stream) {
-  Problem const& pr = params.problem;
   // ChannelDecay keeps kbar where eO's low part would go (kernel.cuh)
   if (Decay::kGatedKkt && params.eo_split) return cudaErrorInvalidValue;
-  if (!tma_coordinates_fit(pr.num_tokens, pr.num_slots, pr.num_v_heads))
-    return cudaErrorInvalidValue;
   KernelParams kp{params, {}, {}, {}, {}, {}, {}, {}, {}};
-  bool const channel = Decay::kGatedKkt;  // qg, kg [BT, HV, 128] in Q's and K's places
-  int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
-  for (cudaError_t e :
-       {encode_tile_map(kp.q_map, params.q, pr.num_tokens, qk_heads, kHeadDim),
-        encode_tile_map(kp.k_map, params.k, pr.num_tokens, qk_heads, kHeadDim),
-        channel ? encode_tile_map(kp.kbar_map, params.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim)
-                : cudaSuccess,
-        channel ? encode_tile_map(kp.aqk_map, params.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
-                : cudaSuccess,
-        encode_tile_map(kp.v_map, params.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
-        encode_tile_map(kp.dout_map, params.dout, pr.num_tokens, pr.num_v_heads, kHeadDim),
-        encode_tile_map(kp.a_map, params.a, pr.num_tokens, pr.num_v_heads, kChunk),
-        encode_h_map(kp.h_map, params.h, pr.num_slots, pr.num_v_heads)})
-    if (e != cudaSuccess) return e;
+  if (cudaError_t const err = encode_maps<Decay>(kp); err != cudaSuccess) return err;
   int const smem = sizeof(SharedStorage<Decay>);
   cudaError_t err = cudaFuncSetAttribute(walk_a_bwd_kernel<Decay>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

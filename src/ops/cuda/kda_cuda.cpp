@@ -97,7 +97,8 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("v", args.v, 16);
   check_aligned("g", args.g, 16);
   check_aligned("o", args.o, 4);
-  check_states_aligned(args.initial_state, args.final_state, "initial_state", "final_state");
+  check_aligned("initial_state", args.initial_state, 8);
+  check_aligned("final_state", args.final_state, 8);
   auto const b = bind_buffers(carve_kda_buffers, options, p, Pass::kForward, saved, workspace,
                               workspace_bytes);
   if (empty(p)) return;
@@ -132,7 +133,8 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dq", args.dq, 4);
   check_aligned("dk", args.dk, 4);
   check_aligned("dv", args.dv, 4);
-  check_states_aligned(args.dht, args.dh0, "dht", "dh0");
+  check_aligned("dht", args.dht, 8);
+  check_aligned("dh0", args.dh0, 8);
   // In saved mode the backward passes the saved arena's regions to kernel inputs only.
   auto const b = bind_buffers(carve_kda_buffers, options, p, Pass::kBackward,
                               const_cast<void*>(saved), workspace, workspace_bytes);

@@ -57,8 +57,9 @@ inline kernels::Problem make_problem(cakeOptions_t const& options, cakeTensor_t 
   return p;
 }
 
-// The kernels read q, k, v, dout in 16-byte vectors (cp.async) and write o, dq, dk, dv in bf16
-// pairs, so those base addresses must be aligned (a contiguous view at an odd offset is not).
+// The kernels read q, k, v, dout in 16-byte vectors (cp.async), write o, dq, dk, dv in bf16 pairs
+// and move the fp32 states (initial_state, final_state, dht, dh0) two floats at a time, so those
+// base addresses must be aligned (a contiguous view at an odd offset is not).
 inline void check_aligned(char const* name, cakeTensor_t const& t, uintptr_t bytes) {
   CAKE_CHECK(t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % bytes == 0,
              cakeNotSupported, name, " must be ", bytes,
@@ -86,14 +87,6 @@ inline void check_workspace(void const* workspace, size_t needed, size_t got) {
              "workspace is NULL but workspace_bytes = ", got);
   CAKE_CHECK(got >= needed, cakeInsufficientWorkspace, "workspace: expected at least ", needed,
              " bytes, got ", got);
-}
-
-// The walks read and write the fp32 states (initial_state, final_state, dht, dh0) two floats at
-// a time.
-inline void check_states_aligned(cakeTensor_t const& a, cakeTensor_t const& b, char const* a_name,
-                                 char const* b_name) {
-  check_aligned(a_name, a, 8);
-  check_aligned(b_name, b, 8);
 }
 
 // A call whose documents hold no token (T = 0, N >= 1): no stage runs (a TMA map of zero tokens

@@ -1,0 +1,39 @@
+// The TMA maps of a forward-walk launch, encoded from its Params into RolesParams: the one
+// sequence that launch.cu and the CPU emulator's launch (tests/emu/launch_emu.cpp, whose
+// encode_tile_map / encode_h_map follow the driver's rules) both run, so that they encode alike.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/common/tensor_map.hpp"
+#include "kernels/common/tensor_map_encode.hpp"
+#include "kernels/walk_a_fwd/roles.cuh"
+
+namespace cake::kernels::walk_a_fwd {
+
+// The maps the instantiation reads (ChannelDecay: qg, kg [BT, HV, 128] in Q's and K's places,
+// kbar, and with o the gated Q K^T); the first failure, or cudaSuccess.
+template <class Decay>
+cudaError_t encode_maps(roles::RolesParams& rp) {
+  Params const& p = rp.p;
+  Problem const& pr = p.problem;
+  if (!tma_coordinates_fit(pr.num_tokens, pr.num_slots, pr.num_v_heads))
+    return cudaErrorInvalidValue;
+  bool const channel = Decay::kGatedKkt;
+  int const qk_heads = channel ? pr.num_v_heads : pr.num_qk_heads;
+  for (cudaError_t err :
+       {encode_tile_map(rp.q_map, channel ? p.qg : p.q, pr.num_tokens, qk_heads, kHeadDim),
+        encode_tile_map(rp.k_map, channel ? p.kg : p.k, pr.num_tokens, qk_heads, kHeadDim),
+        encode_tile_map(rp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        channel ? encode_tile_map(rp.kbar_map, p.kbar, pr.num_tokens, pr.num_v_heads, kHeadDim)
+                : cudaSuccess,
+        channel && p.o != nullptr
+            ? encode_tile_map(rp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
+            : cudaSuccess,
+        encode_tile_map(rp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk),
+        p.h != nullptr ? encode_h_map(rp.h_map, p.h, pr.num_slots, pr.num_v_heads) : cudaSuccess})
+    if (err != cudaSuccess) return err;
+  return cudaSuccess;
+}
+
+}  // namespace cake::kernels::walk_a_fwd
