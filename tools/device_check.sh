@@ -17,21 +17,22 @@
 # per case (--seeds; errors pooled over them).
 # CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "train" runs
 # python -m cake.train in full with --compare fla (the demo stage runs 30 steps of it); "check" runs
-# the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on failure; "profile" adds Nsight Compute on one forward +
-# backward of workload M (tools/profile_gdn.py); "stalls" the walks' (or
-# CAKE_STALL_KERNELS') stall reasons at workload A
+# the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on
+# failure; "profile" adds Nsight Compute on one forward + backward of workload M
+# (tools/profile_gdn.py); "stalls" the walks' (or CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check); "sources" where their warps wait, per instruction
 # (tools/stall_sources.py); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
-# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "kcp1_bench" context parallelism on one GPU, each
-# rank's share replayed alone (bench/bench_kcp_one_gpu.py, with CAKE_KCP1_BENCH_ARGS, into
-# kcp1_bench.jsonl); on a machine of several GPUs, "kcp_check" cake.kcp
-# across them (tools/kcp_multi_gpu.sh: W = 2, 4, 8 as the GPUs allow, or CAKE_KCP_W; NCCL) into
-# kcp_check.log, and "kcp_bench" the KCP benchmark (bench/bench_kcp.py under torchrun at W =
-# CAKE_KCP_W, default every GPU, with CAKE_KCP_BENCH_ARGS) into kcp_bench.jsonl. Without a build
-# there when tools/stage_device.sh has filled .devpkg here (carry it).
+# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "conv1d_bench" the causal conv1d benchmark
+# (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl); "kcp1_bench"
+# context parallelism on one GPU, each rank's share replayed alone (bench/bench_kcp_one_gpu.py,
+# with CAKE_KCP1_BENCH_ARGS, into kcp1_bench.jsonl); on a machine of several GPUs, "kcp_check"
+# cake.kcp across them (tools/kcp_multi_gpu.sh: W = 2, 4, 8 as the GPUs allow, or CAKE_KCP_W;
+# NCCL) into kcp_check.log, and "kcp_bench" the KCP benchmark (bench/bench_kcp.py under torchrun
+# at W = CAKE_KCP_W, default every GPU, with CAKE_KCP_BENCH_ARGS) into kcp_bench.jsonl. Without a
+# build there when tools/stage_device.sh has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-known=" check demo train tests profile stalls sources accuracy bench kda_bench kcp1_bench kcp_check kcp_bench "
+known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench kcp1_bench kcp_check kcp_bench "
 for stage in ${CAKE_STAGES:-}; do
   if [[ $known != *" $stage "* ]]; then
     echo "device_check: unknown stage '$stage' in CAKE_STAGES (known:$known)"
@@ -235,6 +236,10 @@ fi
 if [[ $stages == *" kda_bench "* ]]; then
   python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1 \
     || stage_failed+=" kda_bench"
+fi
+if [[ $stages == *" conv1d_bench "* ]]; then
+  python3 bench/bench_conv1d.py --out "$OUT/conv1d_bench.jsonl" ${CAKE_CONV1D_BENCH_ARGS:-} 2>&1 \
+    || stage_failed+=" conv1d_bench"
 fi
 if [[ $stages == *" kcp1_bench "* ]]; then
   python3 bench/bench_kcp_one_gpu.py --out "$OUT/kcp1_bench.jsonl" ${CAKE_KCP1_BENCH_ARGS:-} 2>&1 \
