@@ -30,3 +30,48 @@ def test_cpu_smoke_run_replays_every_rank_exactly(tmp_path):
             assert line["exchange_bytes"]["forward_receive"] == (line["W"] - 1) * forward
         if line["op"] == "fwd":
             assert line["exchange_bytes"]["backward_send"] == 0
+
+
+def test_measure_visits_the_arms_in_palindromic_order():
+    """bench_gdn's measure (which this harness times with): one untimed call per arm, then per
+    group the arms forward and back (a, b, c, c, b, a), iters timed calls per visit; each
+    group's median per arm."""
+    calls, visits = [], []
+    steps = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    times = (float(n * n) for n in range(1, 1000))
+
+    def timer(run, l2):  # a recording timer: which arm, and the n-th call takes n^2 ms
+        run()
+        visits.append(calls[-1])
+        return next(times)
+
+    per_group = bench_kcp_one_gpu.measure(steps, groups=2, iters=2, l2=None, time=timer)
+    assert calls[:3] == ["a", "b", "c"]  # the untimed calls, before any timed one
+    group = [name for name in "abccba" for _ in range(2)]
+    assert visits == group + group
+    # group 1: a timed by calls 1, 2, 11, 12 -> 1, 4, 121, 144 ms, median 62.5 (mean 67.5)
+    assert per_group == {"a": [62.5, 362.5], "b": [48.5, 348.5], "c": [42.5, 342.5]}
+
+
+def test_a_cells_drift_is_the_largest_change_of_an_arm(monkeypatch):
+    """drift: the largest relative change of an arm's median from the first group to the last
+    (measure's per-group medians faked: the single-GPU arm 50 % slower at the end, a local walk
+    20 % faster); the cell's other figures come from the same medians."""
+    fake = {"rank0": [2.0, 2.0], "rank1": [4.0, 4.0], "local0": [1.0, 0.8], "local1": [3.0, 3.0],
+            "single": [4.0, 6.0], "control": [2.2, 2.2]}
+
+    def measure(arms, groups, iters, l2, time):
+        assert set(arms) == set(fake) and groups == 2
+        for run in arms.values():
+            run()
+        return {name: fake[name] for name in arms}
+
+    monkeypatch.setattr(bench_kcp_one_gpu, "measure", measure)
+    (line,) = bench_kcp_one_gpu.main(
+        ["--device", "cpu", "--packs", "P5", "--worlds", "2", "--layouts", "zigzag",
+         "--segments", "0", "--ops", "fwd", "--groups", "2", "--iters", "1"])
+    assert line["drift"] == 0.5
+    assert line["rank_ms"] == [2.0, 4.0] and line["local_ms"] == [0.9, 3.0]
+    assert line["slowest_rank_ms"] == 4.0 and line["single_ms"] == 5.0
+    assert line["efficiency"] == 5.0 / (2 * 4.0) and line["overhead_ms"] == [2.0 - 0.9, 1.0]
+    assert line["control_ratio"] == 2.2 / 2.0

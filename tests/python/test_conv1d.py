@@ -2,6 +2,8 @@
 float64 composition (F.conv1d per document on the document's tokens behind its initial state),
 gradients through both autograds, gradcheck, and every validation error."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -121,9 +123,31 @@ def test_trailing_dims_are_flattened_as_fla_does():
     torch.testing.assert_close(y4.reshape(1, 10, 6), y3, rtol=0, atol=0)
 
 
+def test_residual_of_xs_trailing_dims_is_flattened_with_x():
+    # a residual in x's [B, T, ...] shape is added token by token, as with [B, T, D]
+    t, cu = make(5, [4, 6], 6, 3)
+    x4 = t["x"].detach().reshape(1, 10, 2, 3)
+    residual4 = t["residual"].detach().reshape(1, 10, 2, 3)
+    y4, _ = cake.causal_conv1d(x4, t["weight"], residual=residual4, cu_seqlens=cu)
+    y3, _ = cake.causal_conv1d(t["x"], t["weight"], residual=t["residual"], cu_seqlens=cu)
+    assert y4.shape == x4.shape
+    torch.testing.assert_close(y4.reshape(1, 10, 6), y3, rtol=0, atol=0)
+
+
+def test_no_final_state_unless_asked():
+    t, cu = make(9, [3, 5], 4, 4)
+    assert cake.causal_conv1d(t["x"], t["weight"], cu_seqlens=cu)[1] is None
+    assert cake.causal_conv1d(**t, cu_seqlens=cu, output_final_state=False)[1] is None
+
+
 def test_cpu_warns_where_cuda_would_refuse():
     t, cu = make(6, [4], 4, 5, dtype=torch.float32)
     with pytest.warns(cake.CudaSupportWarning, match=r"widths W = 2..4"):
+        cake.causal_conv1d(**t, cu_seqlens=cu)
+    # float64 (gradcheck's dtype) is the reference's own: no warning, whatever CUDA would say
+    t, cu = make(6, [4], 4, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         cake.causal_conv1d(**t, cu_seqlens=cu)
 
 

@@ -251,6 +251,32 @@ def test_no_grad_forward_matches():
     assert_rel(sum(r[1] for r in ranks), ht.detach(), TOL, "final_state")
 
 
+def test_a_no_grad_call_then_a_grad_call_on_one_context():
+    """A context keeps one call plan per kind of call: the plan of a no_grad call prepares no
+    adjoint work, so a later call with gradients on the same context must build its own (the
+    gradients are the single-rank ones)."""
+    t, opts = mild(*make_case(8, kda=False, cu=PACKS["long"], initial_state=True))
+    o, ht, do, dht, want = _single_rank(False, t, opts, 8)
+
+    def body(ex):
+        ctx = kcp.build_context(t["cu_seqlens"], exchange=ex, layout="zigzag", segments=2)
+        h0 = t["initial_state"].detach()
+        with torch.no_grad():
+            kcp.chunk_gated_delta_rule_kcp(*(kcp.shard(t[n].detach(), ctx) for n in PER_TOKEN),
+                                           ctx, initial_state=h0, **opts)
+        local = {n: kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN}
+        h0 = h0.clone().requires_grad_()
+        o_local, final = kcp.chunk_gated_delta_rule_kcp(*local.values(), ctx, initial_state=h0,
+                                                        **opts)
+        ((o_local * kcp.shard(do, ctx)).sum() + (final * dht).sum()).backward()
+        return ctx, {n: x.grad for n, x in local.items()}, h0.grad
+
+    ranks = kcp.VirtualWorld(3, timeout=TIMEOUT).run(body)
+    for n in PER_TOKEN:
+        assert_rel(_assemble([(r[0], r[1][n]) for r in ranks], t[n]), want[n], TOL, f"d{n}")
+    assert_rel(sum(r[2] for r in ranks), want["initial_state"], TOL, "dinitial_state")
+
+
 def test_design_example_fragments():
     """The worked example of docs/design/context-parallel.md: lengths [5, 12, 3], W = 2."""
     cu = torch.tensor([0, 5, 17, 20], dtype=torch.int32)
@@ -397,19 +423,33 @@ def test_bad_cu_seqlens_on_one_rank_raises_on_every_rank():
 
 
 @pytest.mark.parametrize("what", ["head_dim_v", "q_tokens", "l2norm", "initial_state", "kda",
-                                  "scale", "grad"])
+                                  "scale", "grad", "num_heads", "dtype", "lower_bound",
+                                  "dt_bias"])
 def test_mismatched_calls_raise_on_every_rank(what):
     cu = [0, 100, 250]
     t, _ = make_case(1, kda=False, cu=cu, HV=2, initial_state=True)
-    t_v16, _ = make_case(1, kda=False, cu=cu, HV=2, V=16)
-    t_kda, _ = make_case(1, kda=True, cu=cu, HV=2)
+    # what rank 1 calls with where its inputs differ (num_heads: H = 2 at the same HV, K, V;
+    # dtype: float32, whose records are float32 too)
+    odd_inputs = {"head_dim_v": make_case(1, kda=False, cu=cu, HV=2, V=16)[0],
+                  "kda": make_case(1, kda=True, cu=cu, HV=2)[0],
+                  "num_heads": make_case(1, kda=False, cu=cu, H=2, HV=2)[0],
+                  "dtype": make_case(1, kda=False, cu=cu, HV=2, dtype=torch.float32)[0]}
+    # both ranks' inputs where only an option differs: KDA's bounded gate, GDN's in-op gate
+    gated = {"lower_bound": make_case(1, kda=True, cu=cu, HV=2, gate=True)[0],
+             "dt_bias": make_case(1, kda=False, cu=cu, HV=2, gate=True, dt_bias=True)[0]}
 
     def body(ex):
         ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
         odd = ex.rank == 1
-        src = t_v16 if odd and what == "head_dim_v" else t_kda if odd and what == "kda" else t
+        src = odd_inputs[what] if odd and what in odd_inputs else gated.get(what, t)
         local = [kcp.shard(src[n].detach(), ctx) for n in PER_TOKEN]
         kwargs = {}
+        if what in gated:
+            kwargs.update(use_gate_in_kernel=True, A_log=src["A_log"].detach())
+        if what == "lower_bound":
+            kwargs["lower_bound"] = -2.0 if odd else -1.0
+        if what == "dt_bias" and odd:
+            kwargs["dt_bias"] = src["dt_bias"].detach()
         if what == "q_tokens" and odd:
             local[0] = local[0][:, 1:]
         if what == "l2norm" and odd:
@@ -420,7 +460,8 @@ def test_mismatched_calls_raise_on_every_rank(what):
             kwargs["scale"] = 0.5
         if what == "grad" and odd:
             local[2].requires_grad_()
-        fn = kcp.chunk_kda_kcp if what == "kda" and odd else kcp.chunk_gated_delta_rule_kcp
+        kda = (what == "kda" and odd) or what == "lower_bound"
+        fn = kcp.chunk_kda_kcp if kda else kcp.chunk_gated_delta_rule_kcp
         return fn(*local, ctx, **kwargs)
 
     outcomes = _all_raise(2, body)
@@ -429,7 +470,9 @@ def test_mismatched_calls_raise_on_every_rank(what):
         assert "rank(s) [1] rejected" in str(outcomes[0])
     else:
         field = {"head_dim_v": "head_dim_v", "l2norm": "flags", "initial_state": "flags",
-                 "kda": "variant", "scale": "scale", "grad": "needs_grad"}[what]
+                 "kda": "variant", "scale": "scale", "grad": "needs_grad",
+                 "num_heads": "num_heads", "dtype": "dtype", "lower_bound": "lower_bound",
+                 "dt_bias": "flags"}[what]
         assert all(f"disagree on {field}" in str(e) or f"; {field}" in str(e) for e in outcomes)
 
 
@@ -568,6 +611,47 @@ def test_pending_verdicts_stay_one_per_kind_of_call(monkeypatch):
     _all_raise(2, body, match="disagree on scale (rank 0: ")
 
 
+def test_a_rejected_cpu_call_leaves_nothing_pending():
+    """On CPU tensors a rejection is read at once on every rank: the rejecting rank keeps no
+    verdict of its own, so both ranks' next build_context and call go through (a verdict kept
+    there would raise on that rank alone, the other left waiting in its collective)."""
+    cu = [0, 100, 250]
+    t, _ = make_case(2, kda=False, cu=cu, HV=2, gate=True)
+
+    def body(ex):
+        ctx, local = _zigzag_shard(ex, t, cu)
+        A_log = t["A_log"].detach()
+        # the first call agrees its sizes on the host; the second is checked with its records
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True, A_log=A_log)
+        with pytest.raises(ValueError, match="A_log" if ex.rank else r"rank\(s\) \[1\] rejected"):
+            kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True,
+                                           A_log=A_log[:1] if ex.rank == 1 else A_log)
+        ctx, local = _zigzag_shard(ex, t, cu)
+        o, _ = kcp.chunk_gated_delta_rule_kcp(*local, ctx, use_gate_in_kernel=True, A_log=A_log)
+        return bool(o.isfinite().all())
+
+    assert kcp.VirtualWorld(2, timeout=20.0).run(body, timeout=40.0) == [True, True]
+
+
+def test_check_calls_clears_what_it_raised(monkeypatch):
+    """A verdict is read once: after check_calls raised for a disagreement, the next
+    check_calls (with no call between) passes on every rank."""
+    monkeypatch.setattr(kcp.check, "_reads_now", lambda headers: False)
+    cu = [0, 100, 250]
+    t, _ = make_case(1, kda=False, cu=cu, HV=2)
+
+    def body(ex):
+        ctx, local = _zigzag_shard(ex, t, cu)
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx)  # agrees the sizes on the host
+        kcp.chunk_gated_delta_rule_kcp(*local, ctx, scale=0.5 if ex.rank else None)
+        with pytest.raises(ValueError, match="disagree on scale"):
+            kcp.check_calls(ctx)
+        kcp.check_calls(ctx)
+        return True
+
+    assert kcp.VirtualWorld(2, timeout=20.0).run(body, timeout=40.0) == [True, True]
+
+
 def test_argument_errors_name_the_argument():
     cu = [0, 100, 250]
     with pytest.raises(ValueError, match="layout must be one of .* got 'zig'"):
@@ -630,6 +714,71 @@ def test_argument_errors_name_the_argument():
         kcp.build_context(cu, world_size=2, rank=False)
 
 
+def test_shard_takes_one_packed_row():
+    planning = kcp.build_context([0, 100, 250], world_size=2, rank=1)
+    with pytest.raises(ValueError, match=r"x must be a packed tensor \[1, 250, \.\.\.\].* got "
+                                         r"\(2, 250, 3\)"):
+        kcp.shard(torch.zeros(2, 250, 3), planning)
+
+
+def test_an_exchange_reporting_a_wrong_rank_raises_on_every_rank():
+    """Rank r's table must be what position r of the exchange receives: an exchange whose ranks
+    are swapped is refused on both."""
+
+    class Swapped(kcp.Exchange):
+        def __init__(self, inner):
+            self.inner, self.world_size = inner, inner.world_size
+            self.rank = inner.world_size - 1 - inner.rank
+
+        def all_gather(self, tensor):
+            return self.inner.all_gather(tensor)
+
+    _all_raise(2, lambda ex: kcp.build_context([0, 100, 250], exchange=Swapped(ex)),
+               match="rank r must sit at position r of the exchange, got ranks [1, 0]")
+
+
+def test_the_largest_segment_count_is_accepted():
+    cu = [0, 2 * 1024 * 64]
+    ctx = kcp.build_context(cu, segments=kcp.context.MAX_SEGMENTS)
+    assert kcp.context.MAX_SEGMENTS == 16 and ctx.segments_for(1) == 16
+
+
+def test_booleans_are_not_integers():
+    """True == 1 and False == 0 in Python: num_sms=True, or world_size=True and rank=False next
+    to an exchange of one rank, are refused all the same."""
+    cu = [0, 100, 250]
+    with pytest.raises(ValueError, match="num_sms must be an integer >= 1, got True"):
+        kcp.build_context(cu, num_sms=True)
+    with pytest.raises(ValueError, match=r"world_size: expected 1 \(from exchange\), got True"):
+        kcp.build_context(cu, exchange=kcp.SingleExchange(), world_size=True)
+    with pytest.raises(ValueError, match=r"rank: expected 0 \(from exchange\), got False"):
+        kcp.build_context(cu, exchange=kcp.SingleExchange(), rank=False)
+
+
+def test_state_v_first_shape_error_shows_the_callers_layout():
+    # K != V: the expected and the given shapes are shown as [N, HV, V, K], as the caller passes
+    cu = [0, 100, 250]
+    t, _ = make_case(0, kda=False, cu=cu, HV=2, K=8, V=16)
+    ctx = kcp.build_context(cu)
+    args = [t[n].detach() for n in PER_TOKEN]
+    with pytest.raises(ValueError, match=r"initial_state must be \[N, HV, V, K\] = \[2, 2, 16, 8\]"
+                       r".* got \[3, 2, 16, 8\]"):
+        kcp.chunk_gated_delta_rule_kcp(*args, ctx, state_v_first=True,
+                                       initial_state=torch.zeros(3, 2, 16, 8, dtype=torch.float64))
+
+
+def test_kcp_refuses_intermediate_states():
+    # allowed by chunk_kda under inference_mode, not by its context-parallel form
+    cu = [0, 100, 250]
+    t, _ = make_case(0, kda=True, cu=cu, HV=2)
+    ctx = kcp.build_context(cu)
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match="return_intermediate_states is not supported by "
+                                             "cake.kcp"):
+            kcp.chunk_kda_kcp(*(t[n].detach() for n in PER_TOKEN), ctx,
+                              return_intermediate_states=True)
+
+
 def test_initial_state_on_another_device_raises_on_every_rank():
     """Found on one rank (its initial_state elsewhere than its q), reported to both."""
     cu = [0, 100, 250]
@@ -687,6 +836,23 @@ def test_unshard_checks_the_context():
 
     outcomes = _all_raise(2, body)
     assert all("unshard: the ranks disagree on context" in str(e) for e in outcomes)
+
+
+@pytest.mark.parametrize("what", ["dtype", "size[2]"])
+def test_unshard_checks_dtype_and_trailing_sizes(what):
+    """Ranks unsharding tensors of another dtype (float32 against bfloat16) or of other
+    trailing sizes raise on both, naming what differs (not the all-gather's own failure)."""
+    cu = [0, 100, 250]
+
+    def body(ex):
+        ctx = kcp.build_context(cu, exchange=ex, layout="zigzag")
+        x = torch.zeros(1, ctx.num_tokens, 2, 2)
+        if ex.rank == 1:
+            x = x.to(torch.bfloat16) if what == "dtype" else x[..., :1, :]
+        return kcp.unshard(x, ctx)
+
+    outcomes = _all_raise(2, body)
+    assert all(f"unshard: the ranks disagree on {what}" in str(e) for e in outcomes)
 
 
 def test_planning_binding():

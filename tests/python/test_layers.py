@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 import reference
 from conftest import assert_rel
-from cake.layers import GatedDeltaNet, KimiDeltaAttention, ShortConvolution, causal_conv1d
+from cake.layers import (FusedRMSNormGated, GatedDeltaNet, KimiDeltaAttention, RMSNorm,
+                         ShortConvolution, causal_conv1d)
 
 D = 32
 # Layer configurations: FLA's constructor arguments, small enough for the FP64 reference.
@@ -219,6 +220,8 @@ def test_inference_cache_is_refused():
     layer = make_layer("gdn")
     with pytest.raises(NotImplementedError, match="no inference cache"):
         layer(hidden(4), use_cache=True)
+    with pytest.raises(NotImplementedError, match="no inference cache"):  # a cache, no flag
+        layer(hidden(4), past_key_values=object())
 
 
 def test_invalid_constructor_arguments():
@@ -228,6 +231,31 @@ def test_invalid_constructor_arguments():
         KimiDeltaAttention(hidden_size=D, head_dim=8, num_heads=2, mode="parallel")
     with pytest.raises(ValueError, match="save_for_backward"):
         GatedDeltaNet(hidden_size=D, head_dim=8, num_heads=2, save_for_backward="all")
+    with pytest.raises(ValueError, match=r"head_dim \* expand_v must be an integer, got 8 \* 1.3"):
+        KimiDeltaAttention(hidden_size=D, head_dim=8, num_heads=2, expand_v=1.3)
+
+
+def test_kda_safe_gate_reaches_the_op():
+    # safe_gate promises g >= lower_bound >= -5: the op checks the bound, so the layer must pass
+    # the flag along
+    layer = KimiDeltaAttention(hidden_size=D, head_dim=8, num_heads=2, safe_gate=True,
+                               lower_bound=-6.0).double()
+    with pytest.raises(ValueError, match=r"lower_bound must be in the safe range \[-5, 0\), "
+                                         r"got -6"):
+        layer(hidden(5))
+
+
+def test_host_offsets_are_dropped_with_a_mask():
+    """A mask's documents are packed on the device: cu_seqlens_cpu (which describes other
+    offsets) does not reach the op, and the call equals the one without it."""
+    layer = make_layer("gdn")
+    x = hidden(9, B=3)
+    mask = torch.zeros(3, 9, dtype=torch.long)
+    for b, n in enumerate([5, 9, 1]):
+        mask[b, :n] = 1
+    want = layer(x, attention_mask=mask)[0]
+    got = layer(x, attention_mask=mask, cu_seqlens_cpu=torch.tensor([0, 9, 18, 27]))[0]
+    assert torch.equal(got, want)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,6 +354,27 @@ def test_conv_decoding_steps_update_the_cache_in_place():
         conv(x[:1], mask=torch.ones(1, 7), cu_seqlens=torch.tensor([0, 7]))
 
 
+def test_conv_mask_zeroes_the_padded_inputs():
+    # as FLA's: the mask multiplies x before the convolution (padding reads as zero tokens)
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 7, 6, generator=gen, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1]])
+    conv = ShortConvolution(6, 4, bias=True).double()
+    y, final = conv(x, mask=mask, output_final_state=True)
+    want, want_final = conv(x * mask[..., None], output_final_state=True)
+    assert torch.equal(y, want) and torch.equal(final, want_final)
+    assert not torch.equal(y, conv(x)[0])
+
+
+def test_conv_activation_names_are_flas():
+    for activation in (None, "silu", "swish"):
+        ShortConvolution(6, 4, activation=activation)
+    with pytest.raises(ValueError, match=r"activation must be None, 'silu' or 'swish', got 'relu'"):
+        ShortConvolution(6, 4, activation="relu")
+    with pytest.raises(ValueError, match=r"backend must be 'triton' or 'cuda', got 'mix'"):
+        ShortConvolution(6, 4, backend="mix")
+
+
 def test_conv_equals_conv1d_per_document():
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(1, 29, 6, generator=gen, dtype=torch.float64)
@@ -355,6 +404,31 @@ def test_conv_initial_state_continues_the_documents():
     assert torch.allclose(torch.cat([first[:, :9], second[:, :2], first[:, 9:], second[:, 2:]], 1),
                           whole, rtol=0, atol=1e-12)
     assert torch.equal(final, whole_final)
+
+
+# ---------------------------------------------------------------------------------------------
+# The output norms on their own
+# ---------------------------------------------------------------------------------------------
+
+def test_bf16_output_norms_are_the_float32_computation_rounded():
+    """As FLA's: a bfloat16 input (and gate, and weight) is normalised in float32 and rounded to
+    bfloat16 once, at the end."""
+    gen = torch.Generator().manual_seed(8)
+    x, g = (torch.randn(3, 5, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    weight = torch.empty(16).uniform_(0.5, 1.5, generator=gen).to(torch.bfloat16)
+    x32 = x.float()
+    normalised = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + 1e-5) * weight.float()
+    plain = RMSNorm(16).to(torch.bfloat16)
+    plain.weight.data.copy_(weight)
+    assert torch.equal(plain(x), normalised.to(torch.bfloat16))
+    for activation, act in (("swish", F.silu), ("sigmoid", torch.sigmoid)):
+        gated = FusedRMSNormGated(16, activation=activation).to(torch.bfloat16)
+        gated.weight.data.copy_(weight)
+        got = gated(x, g)
+        assert got.dtype == torch.bfloat16
+        assert torch.equal(got, (normalised * act(g.float())).to(torch.bfloat16)), activation
+    with pytest.raises(ValueError, match=r"activation must be one of .*, got 'relu'"):
+        FusedRMSNormGated(16, activation="relu")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,6 +568,8 @@ def test_context_parallel_layer_argument_errors():
         layer(x, cp_context=ctx, cu_seqlens=cu)
     with pytest.raises(ValueError, match=r"\(nor cu_seqlens_cpu\)"):
         layer(x, cp_context=ctx, cu_seqlens_cpu=cu)
+    with pytest.raises(ValueError, match="pass neither attention_mask nor cu_seqlens"):
+        layer(x, cp_context=ctx, attention_mask=torch.ones(1, 30, dtype=torch.long))
     with pytest.raises(ValueError, match=r"hidden_states must be this rank's shard \[1, T_local = "
                                          r"30, hidden_size\]"):
         layer(x[:, :29], cp_context=ctx)

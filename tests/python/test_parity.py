@@ -107,6 +107,21 @@ def test_cpu_warns_where_cuda_would_refuse():
         cake.chunk_kda(q, k, v, g[..., None].expand(1, 16, 1, 8).double(), beta.double())
 
 
+def test_cpu_warns_unless_q_g_and_beta_are_all_float64():
+    # The float64 exemption needs every one of q, g and beta in float64 (gradcheck's calls): a
+    # call with one of them in another dtype is a call CUDA would refuse, and warns.
+    q, k, v, g, beta = gdn_inputs(128, torch.bfloat16)
+    with pytest.warns(cake.CudaSupportWarning, match=r"g must be float32 .*got float64"):
+        cake.chunk_gated_delta_rule(q, k, v, g.double(), beta)
+    with pytest.warns(cake.CudaSupportWarning, match=r"beta must be .*got float64"):
+        cake.chunk_gated_delta_rule(q, k, v, g, beta.double())
+    q, k, v = q.double(), k.double(), v.double()
+    with pytest.warns(cake.CudaSupportWarning, match=r"q must be bfloat16 .*got float64"):
+        cake.chunk_gated_delta_rule(q, k, v, g, beta.double())
+    with pytest.warns(cake.CudaSupportWarning, match=r"q must be bfloat16 .*got float64"):
+        cake.chunk_gated_delta_rule(q, k, v, g.double(), beta)
+
+
 def test_build_info():
     info = cake.build_info()
     assert info["version"] == cake.__version__

@@ -4,6 +4,8 @@ picks P > 1 runs through cake.kcp on one rank. On the CPU the kernels' condition
 gradients as the plain op (relative 1e-12), with every option passed through; where the route is
 not taken; and the checks of cu_seqlens_cpu."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -164,3 +166,56 @@ def test_segments_take_kdas_bounded_gate(routed):
     t, opts = make_case(23, kda=True, cu=LONG, H=1, HV=2, K=8, V=8, initial_state=True,
                         gate=True, dt_bias=True, lower_bound=-5.0)
     _compare(True, t, opts, 23, routed, expect_route=True)
+
+
+def test_deprecated_layout_name_warns_once_on_the_route(routed):
+    # the route receives the options as parsed (state_v_first, no transpose_state_layout): one
+    # DeprecationWarning for the call, and cake.kcp takes the route rather than refusing both
+    # names together
+    t, opts = make_case(29, kda=False, cu=LONG, H=1, HV=2, K=8, V=16, initial_state=True)
+    h0 = t["initial_state"].detach().transpose(-1, -2).contiguous()  # [N, HV, V, K]
+    want = call_cake(False, dict(t, initial_state=h0), dict(opts, state_v_first=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = call_cake(False, dict(t, initial_state=h0),
+                        dict(opts, transpose_state_layout=True,
+                             cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert routed == ["chunk_gated_delta_rule"]
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert_rel(got[0], want[0], TOL, "o")
+    assert_rel(got[1], want[1], TOL, "final_state")
+
+
+def test_host_offsets_may_hold_empty_documents():
+    # equal neighbours are an empty document, which cu_seqlens allows too (only a decrease is
+    # refused)
+    t, opts = make_case(31, kda=False, cu=[0, 40, 40, 90, 90], H=1, HV=2, K=8, V=8)
+    o, _ = call_cake(False, t, opts)
+    o2, _ = call_cake(False, t, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert torch.equal(o, o2)
+
+
+def test_a_cu_seqlens_the_plain_op_refuses_is_refused_on_the_route(routed):
+    # int16 cu_seqlens: cake.kcp would read the host offsets and run; the plain op refuses the
+    # dtype, so the call with cu_seqlens_cpu must too, with the plain op's message
+    t, opts = make_case(37, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    t["cu_seqlens"] = t["cu_seqlens"].to(torch.int16)
+    with pytest.raises(ValueError) as plain:
+        call_cake(False, t, opts)
+    with pytest.raises(ValueError) as with_host:
+        call_cake(False, t, dict(opts, cu_seqlens_cpu=t["cu_seqlens"].clone()))
+    assert "cu_seqlens has an unsupported dtype int16" in str(plain.value)
+    assert str(with_host.value) == str(plain.value) and routed == []
+
+
+def test_the_context_cache_keeps_the_last_eight_packings(routed):
+    # a training loop cycling through a few packings plans each once; a ninth evicts the oldest
+    t, _ = make_case(41, kda=False, cu=LONG, H=1, HV=2, K=8, V=8)
+    parsed = cake.options.parse(cake.options.GATED_DELTA_RULE, num_v_heads=2, head_dim_k=8)[0]
+    packings = [[0, 4000 + 10 * i, 7500] for i in range(9)]
+    for cu in packings:
+        cu = torch.tensor(cu)
+        assert segments.context_for(parsed, t["q"], t["v"], cu, cu.clone(), None) is not None
+    assert len(segments._CONTEXTS) == segments._KEPT_CONTEXTS == 8
+    kept = [key[0] for key in segments._CONTEXTS]
+    assert kept == [tuple(cu) for cu in packings[1:]]

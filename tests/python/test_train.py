@@ -97,6 +97,62 @@ def test_batches_pack_documents_with_next_byte_targets():
             assert torch.equal(batch.inputs[0, start + 1:end], batch.targets[0, start:end - 1])
 
 
+def test_batches_of_any_size():
+    # the parts of a batch add up to its tokens when they do not divide evenly (701 = 4 x 175
+    # + 1), and a batch smaller than the streams reads fewer files
+    for tokens in (701, 3):
+        batch = next(corpus.batches(tokens, seed=0))
+        assert batch.inputs.shape == batch.targets.shape == (1, tokens)
+        assert batch.cu_seqlens[0] == 0 and batch.cu_seqlens[-1] == tokens
+
+
+def test_the_seed_shuffles_the_files():
+    assert not torch.equal(next(corpus.batches(256, seed=3)).inputs,
+                           next(corpus.batches(256, seed=4)).inputs)
+
+
+def test_the_corpus_is_the_standard_library_without_installed_packages(tmp_path, monkeypatch):
+    (tmp_path / "site-packages" / "pkg").mkdir(parents=True)
+    (tmp_path / "dist-packages").mkdir()
+    (tmp_path / "email").mkdir()
+    for name in ("os.py", "email/parser.py", "site-packages/pkg/mod.py",
+                 "dist-packages/other.py", "email/README.txt"):
+        (tmp_path / name).write_text("x = 1\n")
+    monkeypatch.setattr(corpus.sysconfig, "get_paths", lambda: {"stdlib": str(tmp_path)})
+    assert corpus.source_files() == [tmp_path / "email" / "parser.py", tmp_path / "os.py"]
+
+
+def test_learning_rate_warms_up_then_decays_to_a_tenth():
+    from cake.train import loop
+    config = loop.TrainConfig(steps=100, tokens_per_step=64, lr=1.0, seed=0,
+                              device=torch.device("cpu"))
+    assert loop.learning_rate(0, config) == pytest.approx(0.1)  # warm-up: 10 steps
+    assert loop.learning_rate(9, config) == pytest.approx(1.0)
+    assert loop.learning_rate(10, config) == pytest.approx(1.0)  # the cosine's start
+    # the last step: cos(pi * 89 / 90), just above the floor of 10%
+    assert loop.learning_rate(99, config) == pytest.approx(0.1 + 0.45 * (1 - 0.99939083))
+    assert 0.1 < loop.learning_rate(99, config) < 0.101
+
+
+def test_the_fixed_batch_is_not_a_training_batch(monkeypatch):
+    """The learning check reads a batch the run never trains on (the corpus at another seed)."""
+    from cake.train import loop
+    fixed, trained = [], []
+    monkeypatch.setattr(loop, "fixed_batch_loss",
+                        lambda model, batch, device: fixed.append(batch.inputs) or 5.0)
+    model = cli.LanguageModel(cli.ModelConfig(layers=("gdn",), d_model=16, num_heads=1,
+                                              num_v_heads=1, head_dim=8))
+    loss = model.loss
+    monkeypatch.setattr(model, "loss", lambda inputs, *rest: trained.append(inputs)
+                        or loss(inputs, *rest))
+    config = loop.TrainConfig(steps=2, tokens_per_step=64, lr=0.0, seed=0,
+                              device=torch.device("cpu"))
+    loop.train(model, config, "cake")
+    assert len(fixed) == 2 and torch.equal(fixed[0], fixed[1])  # before and after training
+    assert len(trained) == 2
+    assert all(not torch.equal(fixed[0], x) for x in trained)
+
+
 def test_help_explains_every_option(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.parse_args(["--help"])

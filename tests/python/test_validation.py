@@ -179,15 +179,20 @@ def test_float32_g_and_beta_with_bf16_qkv_accepted(kda):
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kda", VARIANTS)
-@pytest.mark.parametrize("name", ["k", "g", "initial_state"])
+@pytest.mark.parametrize("name", ["k", "g", "initial_state", "A_log", "dt_bias", "cu_seqlens"])
 def test_meta_tensor_among_cpu_tensors(kda, name):
+    # Every optional tensor too: the gate parameters (read with use_gate_in_kernel) and
+    # cu_seqlens would otherwise send the call to the shape-only fake implementation.
     t = inputs(kda)
-    kwargs = {"initial_state": torch.zeros(1, HV, K, V, dtype=F64)}
-    if name == "initial_state":
+    kwargs = {"initial_state": torch.zeros(2, HV, K, V, dtype=F64),
+              "A_log": torch.zeros(HV, dtype=F64),
+              "dt_bias": torch.zeros(HV * K if kda else HV, dtype=F64),
+              "cu_seqlens": torch.tensor([0, 3, 8]), "use_gate_in_kernel": True}
+    if name in kwargs:
         kwargs[name] = kwargs[name].to("meta")
     else:
         t[name] = t[name].to("meta")
-    raises(kda, t, rf"{name}.*device.*meta", **kwargs)
+    raises(kda, t, rf"^{name} must be on q's device \(cpu\), got meta", **kwargs)
 
 
 def test_meta_q_among_cpu_tensors():
@@ -406,6 +411,9 @@ def test_chunk_size_16():
 @pytest.mark.parametrize("head_first", [True, False])
 def test_head_first_removed(kda, head_first):
     raises(kda, inputs(kda), r"head_first", head_first=head_first)
+    # among several errors the first found is raised: head_first's, checked before chunk_size
+    raises(kda, inputs(kda), r"^head_first has been removed", head_first=head_first,
+           chunk_size=128)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
@@ -439,10 +447,11 @@ def test_transpose_state_layout_is_state_v_first(kda):
     t = inputs(kda)
     h0 = torch.randn(1, HV, V, K, dtype=F64)
     want = call(kda, t, initial_state=h0, output_final_state=True, state_v_first=True)
-    with pytest.warns(DeprecationWarning, match="transpose_state_layout is deprecated"):
+    with pytest.warns(DeprecationWarning, match="transpose_state_layout is deprecated") as w:
         got = call(kda, t, initial_state=h0, output_final_state=True,
                    transpose_state_layout=True)
     assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+    assert w[0].filename == __file__  # the warning points at the caller's line, not into cake
     raises(kda, t, r"cannot pass both state_v_first and the deprecated transpose_state_layout",
            initial_state=h0, state_v_first=True, transpose_state_layout=True)
 
