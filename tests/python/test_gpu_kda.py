@@ -139,18 +139,22 @@ def test_buffers_are_exact(mode):
 
 @pytest.mark.parametrize("variant", ["gdn", "kda"])
 @pytest.mark.parametrize("lower_bound", [None, -3.0], ids=["softplus", "lower_bound"])
-@pytest.mark.parametrize("raw_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound, raw_dtype):
+@pytest.mark.parametrize("raw_dtype, docs, H, HV", [
+    (torch.float32, [65, 300, 1], 2, 4), (torch.bfloat16, [65, 300, 1], 2, 4),
+    (torch.float16, [65, 300, 1], 2, 4), (torch.bfloat16, [9000, 2], 1, 3)],
+    ids=["fp32", "bf16", "fp16", "bf16-long"])
+def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound, raw_dtype, docs, H, HV):
     """use_gate_in_kernel (A_log, dt_bias; KDA also with lower_bound) and
     use_beta_sigmoid_in_kernel with allow_neg_eigval on CUDA (the op's gate kernels,
     src/kernels/gate, with the raw g and beta in raw_dtype as a layer's projections give them)
     against the same call on the CPU reference (FP64): o, the final state and every gradient,
-    dA_log and ddt_bias included, within the gate; and two CUDA runs bitwise equal."""
+    dA_log and ddt_bias included, within the gate; and two CUDA runs bitwise equal. The long
+    document has more 256-token tiles than one round of the sums' reduction takes (32), with an
+    odd HV (the FP64 reference takes ~10 s of it on two cores)."""
     kda = variant == "kda"
     if lower_bound is not None and not kda:
         pytest.skip("lower_bound is KDA's")
     gen = torch.Generator().manual_seed(31)
-    docs, H, HV = [65, 300, 1], 2, 4
     T, N = sum(docs), len(docs)
     x = dict(q=torch.randn(1, T, H, K, generator=gen), k=torch.randn(1, T, H, K, generator=gen),
              v=torch.randn(1, T, HV, V, generator=gen),
