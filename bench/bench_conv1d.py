@@ -40,7 +40,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_gdn import chosen_arms, flush_l2, git_commit, peak_bytes  # noqa: E402
+from bench_gdn import chosen_arms, flush_l2, git_commit, peak_bytes, steps_that_run  # noqa: E402
 from bench_gdn import measure as measure_calls  # noqa: E402
 
 OPS = ("fwd", "bwd", "fwd+bwd")
@@ -203,11 +203,25 @@ def main(argv=None):
                 leaves = [t.requires_grad_() for t in inputs]
                 for op in args.ops:
                     steps = {n: Step(a[0], op, leaves, cu, seq_idx, dy) for n, a in arms.items()}
+
+                    def skip(arm, error, pack=pack, dim=dim, width=width, op=op):
+                        print(f"{pack} D={dim:5d} W={width} {op:7s} {arm} skipped: {error!r}",
+                              flush=True)
+                        if out:
+                            out.write(json.dumps(dict(meta, pack=pack, tokens=tokens, dim=dim,
+                                                      width=width, op=op, arm=arm, ms=None,
+                                                      skipped=repr(error))) + "\n")
+                            out.flush()
+
+                    steps = steps_that_run(steps, leaves, skip)
                     # Peaks after the timing: FLA's first calls autotune, and Triton's
-                    # autotuner allocates its own flush buffer through torch's allocator.
+                    # autotuner allocates its own flush buffer through torch's allocator. The
+                    # backward's peak starts after its forward (prepare), as its time does.
                     per_group = measure(steps, args.groups, args.iters, l2)
-                    peaks = {n: peak_bytes(lambda s=s: (s.prepare(), s.run()))
-                             for n, s in steps.items()}
+                    peaks = {}
+                    for n, s in steps.items():
+                        s.prepare()
+                        peaks[n] = peak_bytes(s.run)
                     cake_ms = statistics.median(per_group["cake"])
                     roofline_ms = op_bytes(op, tokens, dim) / copy
                     for name, medians in per_group.items():

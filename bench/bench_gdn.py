@@ -161,6 +161,26 @@ def peak_bytes(run):
     return torch.cuda.max_memory_allocated() - base
 
 
+def steps_that_run(steps, leaves, report):
+    """The steps whose first, untimed call succeeds. A baseline arm that fails there (a version
+    refusing the shape, a compile error) is left out and reported, report(name, error), so that
+    one baseline cannot end a run whose device time is scarce; cake's arms are not guarded: their
+    failure is the run's."""
+    kept = {}
+    for name, step in steps.items():
+        if not name.startswith("cake"):
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - whatever the baseline raises, it skips
+                report(name, e)
+                continue
+            finally:
+                for t in leaves:
+                    t.grad = None
+        kept[name] = step
+    return kept
+
+
 def flush_l2(buffer):
     buffer.zero_()
 

@@ -172,7 +172,7 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         local_ms=local_ms, overhead_ms=[a - b for a, b in zip(rank_ms, local_ms)],
         single_ms=ms["single"], efficiency=ms["single"] / (W * slowest),
         control_ratio=ms["control"] / ms["rank0"],
-        drift=max((m[-1] - m[0]) / m[0] for m in per_group.values()),
+        drift=max(((m[-1] - m[0]) / m[0] for m in per_group.values()), key=abs),
         peak_extra_gib=[peak_bytes(s) / 2**30 if device.type == "cuda" else None
                         for s in steps.values()],
         exchange_bytes=dict(forward_send=sizes.forward_send,

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gdn import (PROFILED_ARMS, chosen_arms, git_commit, make_step,  # noqa: E402
-                       measure, peak_bytes, with_host_offsets)
+                       measure, peak_bytes, steps_that_run, with_host_offsets)
 from kernel_times import kernel_times  # noqa: E402
 from kernel_times import summary as kernel_summary  # noqa: E402
 
@@ -166,6 +166,8 @@ def check_cudnn(arms, leaves, cu, do, ops):
                 del theirs
             except torch.cuda.OutOfMemoryError:  # three result sets at once (H100 at P4_H64)
                 agreement[ref] = "not compared: out of memory"
+            except Exception as e:  # noqa: BLE001 - a failing baseline: its arm skips later
+                agreement[ref] = f"not compared: {e!r}"
             for t in leaves:
                 t.grad = None
             torch.cuda.empty_cache()
@@ -266,6 +268,15 @@ def main():
                 steps = {n: make_step(a[0], op, leaves, cu, do, **options)
                          for n, a in arms.items()
                          if not (n == "cudnn" and op in refused)}
+
+                def skip(arm, error, name=name, op=op):
+                    print(f"{name:8s} {op:8s} {arm} skipped: {error!r}", flush=True)
+                    if out:
+                        out.write(json.dumps(dict(meta, workload=name, op=op, arm=arm, ms=None,
+                                                  skipped=repr(error))) + "\n")
+                        out.flush()
+
+                steps = steps_that_run(steps, leaves, skip)
                 per_group = measure(steps, args.groups, args.iters, l2)
                 peaks = {n: peak_bytes(s) for n, s in steps.items()}
                 kernels = {n: kernel_times(steps[n]) for n in PROFILED_ARMS if n in steps}

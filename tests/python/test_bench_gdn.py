@@ -1,0 +1,41 @@
+"""The benchmarks' shared guard (bench/bench_gdn.py steps_that_run): a baseline arm whose first
+call fails is left out and reported, so the run goes on; cake's own arms are never guarded."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from bench_gdn import steps_that_run  # noqa: E402
+
+
+def test_a_failing_baseline_is_left_out_and_reported():
+    leaf = torch.zeros(3, requires_grad=True)
+    calls = []
+
+    def ok(name):
+        return lambda: calls.append(name)
+
+    def failing():
+        (leaf * 2).sum().backward()  # leaves a gradient behind, then fails
+        raise RuntimeError("this shape is not supported")
+
+    reported = {}
+    kept = steps_that_run({"cake": ok("cake"), "fla": failing, "cudnn": ok("cudnn"),
+                           "cake_control": ok("cake_control")}, [leaf],
+                          lambda name, e: reported.setdefault(name, str(e)))
+    assert list(kept) == ["cake", "cudnn", "cake_control"]
+    assert reported == {"fla": "this shape is not supported"}
+    assert calls == ["cudnn"]  # the baselines' first calls ran here; cake's run in the timing
+    assert leaf.grad is None
+
+
+def test_a_failing_cake_arm_ends_the_run():
+    def failing():
+        raise RuntimeError("cake failed")
+
+    kept = steps_that_run({"cake": failing}, [], lambda name, e: pytest.fail("reported"))
+    assert list(kept) == ["cake"]  # kept unguarded: measure's first call raises
