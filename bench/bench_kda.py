@@ -10,11 +10,14 @@ and 64 (--heads), inputs as workloads.json says (q, k L2-normalised by the calle
 bf16 beta); "A" the grouped shape: GDN workload A's documents with 16 q/k heads and 48 value heads.
 --gate in_op gives every arm the raw bf16 g of a layer's projection with the in-op bounded gate
 (use_gate_in_kernel, lower_bound=-5, A_log and dt_bias with gradients), as FLA's KDA layer calls
-the op; the cudnn arm is left out there (its engine takes activated g only).
+the op; the cudnn arm is left out there (its engine takes activated g only). --g-draw layer draws
+the activated g as FLA's KDA layer's bounded gate at initialisation (half the channels slow), so
+that state crosses chunks (make_inputs).
 Arms: "cake" (the default mode), "cake_saved", "cake_segments" (cake given cu_seqlens_cpu, so that
 it walks few long documents as exact segments where its plan predicts a gain: at P4 the plan cuts
 at H = 4 and 16), "fla" (flash-linear-attention's chunk_kda, its
-Triton kernels: FLA_DISABLE_BACKEND_DISPATCH=1 unless set otherwise), "cudnn" (cuDNN
+Triton kernels: FLA_DISABLE_BACKEND_DISPATCH=1 unless set otherwise), "fla_safe" (the same with
+safe_gate=True: its tensor-core intra-chunk path, valid for gates in [-5, 0)), "cudnn" (cuDNN
 frontend's Hopper KDA engine, below), "cake_control".
 
 "cudnn": cudnn.linear_attention.kimi_delta_attention (nvidia-cudnn-frontend 1.32, a torch custom
@@ -73,6 +76,11 @@ def load_arms():
         import fla
         from fla.ops.kda import chunk_kda as fla_kda
         arms["fla"] = (fla_kda, getattr(fla, "__version__", "?"))
+        # FLA's fastest path where the gates are bounded to [-5, 0), as every draw here is:
+        # tensor-core products in its intra-chunk kernel (safe_gate; the layer passes it with
+        # lower_bound -5).
+        arms["fla_safe"] = (functools.partial(fla_kda, safe_gate=True),
+                            getattr(fla, "__version__", "?"))
     except Exception as e:  # noqa: BLE001 - report and go on without the arm
         print(f"flash-linear-attention unavailable: {e}", file=sys.stderr)
     try:
@@ -116,9 +124,9 @@ def rel_rms(x, ref):
     return (err / max(norm, 1e-30)) ** 0.5
 
 
-def results(fn, leaves, cu, do, backward):
+def results(fn, leaves, cu, do, backward, **options):
     """fn's output and, with backward, the gradients of the leaves, as the timed steps call it."""
-    o, _ = fn(*leaves, cu_seqlens=cu)
+    o, _ = fn(*leaves, cu_seqlens=cu, **options)
     out = {"o": o.detach()}
     if backward:
         o.backward(do)
@@ -174,14 +182,47 @@ def check_cudnn(arms, leaves, cu, do, ops):
     return refused, agreement
 
 
-def make_inputs(docs, H, HV, seed=0):
+def agreement_with_cake(arms, leaves, cu, do, backward, options):
+    """Once per shape, each baseline's output (and gradients, with backward) against cake's,
+    relative RMS: the arms must compute the same thing for their times to compare (cudnn's own
+    check compares it). {arm: {tensor: rel-RMS} or why it was not compared}."""
+    try:
+        mine = results(arms["cake"][0], leaves, cu, do, backward, **options)
+    except torch.cuda.OutOfMemoryError:
+        return {n: "not compared: out of memory" for n in arms if not n.startswith("cake")}
+    agreement = {}
+    for name, (fn, _) in arms.items():
+        if name.startswith("cake") or name == "cudnn":
+            continue
+        try:
+            theirs = results(fn, leaves, cu, do, backward, **options)
+            agreement[name] = {n: rel_rms(theirs[n], mine[n]) for n in mine}
+            del theirs
+        except Exception as e:  # noqa: BLE001 - a failing baseline skips at its first step
+            agreement[name] = f"not compared: {type(e).__name__}: {' '.join(str(e).split())}"
+            for t in leaves:
+                t.grad = None
+        torch.cuda.empty_cache()
+    return agreement
+
+
+def make_inputs(docs, H, HV, seed=0, g_draw="uniform"):
+    """g_draw "uniform": g uniform in (-5, 0) per channel (workloads.json), every channel's state
+    decaying by ~e^-160 a chunk; "layer": the bounded gate of FLA's KDA layer at its
+    initialisation, -5 sigmoid(a x) with a = exp(A_log) uniform in [1, 16] per value head and
+    x ~ N(0, 1): about half the channels decay slowly (g near 0), so state crosses chunks, and a
+    schedule that starts from zero state once the decay is small (cuDNN's engine) gains less."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     T = sum(docs)
     kw = dict(device="cuda", generator=gen)
     q = F.normalize(torch.randn(1, T, H, K, **kw), dim=-1).bfloat16()
     k = F.normalize(torch.randn(1, T, H, K, **kw), dim=-1).bfloat16()
     v = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
-    g = -5.0 * torch.rand(1, T, HV, K, **kw)
+    if g_draw == "uniform":
+        g = -5.0 * torch.rand(1, T, HV, K, **kw)
+    else:
+        a = 1.0 + 15.0 * torch.rand(HV, 1, **kw)
+        g = -5.0 * torch.sigmoid(a * torch.randn(1, T, HV, K, **kw))
     beta = torch.rand(1, T, HV, **kw).bfloat16()
     cu = torch.tensor([0] + docs, device="cuda").cumsum(0).to(torch.int32)
     do = torch.randn(1, T, HV, V, dtype=torch.bfloat16, **kw)
@@ -225,6 +266,9 @@ def main():
     parser.add_argument("--gate", choices=["activated", "in_op"], default="activated",
                         help="g given activated (default), or raw with the op's in-op gate "
                              "(use_gate_in_kernel, as FLA's KDA layer calls it; no cudnn arm)")
+    parser.add_argument("--g-draw", choices=["uniform", "layer"], default="uniform",
+                        help="activated g uniform in (-5, 0) (workloads.json), or as FLA's KDA "
+                             "layer's bounded gate at initialisation (make_inputs)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -236,16 +280,21 @@ def main():
                 commit=os.environ.get("CAKE_COMMIT") or git_commit(), torch=torch.__version__,
                 versions={n: a[1] for n, a in arms.items()}, op_name="chunk_kda",
                 fla_backend_dispatch=os.environ["FLA_DISABLE_BACKEND_DISPATCH"] != "1",
-                gate=args.gate)
+                gate=args.gate, g_draw=args.g_draw)
     l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     out = args.out.open("a") if args.out else None
     for wl in args.workloads:
         for name, docs, H, HV in shapes(wl, args.heads, spec):
-            inputs, cu, do = make_inputs(docs, H, HV)
+            inputs, cu, do = make_inputs(docs, H, HV, g_draw=args.g_draw)
             options = {}
             if args.gate == "in_op":
                 inputs, options = raw_gate(inputs)
             leaves = [t.requires_grad_() for t in inputs]
+            against_cake = agreement_with_cake(arms, leaves, cu, do,
+                                               any(op != "fwd" for op in args.ops), options)
+            for arm, errors in against_cake.items():
+                print(f"{name:8s} {arm} vs cake: " + (errors if isinstance(errors, str) else
+                      "  ".join(f"{n} {e:.2e}" for n, e in errors.items())), flush=True)
             refused, agreement = {}, {}
             if "cudnn" in arms:
                 refused, agreement = check_cudnn(arms, leaves, cu, do, args.ops)
@@ -289,6 +338,8 @@ def main():
                                 drift=(medians[-1] - medians[0]) / medians[0], groups=medians)
                     if arm == "cudnn":
                         line["agreement"] = agreement
+                    elif arm in against_cake:
+                        line["agreement_with_cake"] = against_cake[arm]
                     if out:
                         out.write(json.dumps(line) + "\n")
                         out.flush()

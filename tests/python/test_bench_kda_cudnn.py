@@ -124,3 +124,34 @@ def test_rel_rms():
     ref = torch.ones(1000)
     assert bench_kda.rel_rms(ref, ref) == 0
     assert bench_kda.rel_rms(ref * 1.01, ref) == pytest.approx(1e-2, rel=1e-4)
+
+
+def test_each_baseline_is_compared_with_cake():
+    """agreement_with_cake: a baseline computing the same as cake agrees (0), one off by 1 % is
+    reported so, a failing one is "not compared" without ending the run, cudnn is left to its own
+    check."""
+    gen = torch.Generator().manual_seed(3)
+    T, H, HV, D = 20, 1, 2, 4
+    leaves = [torch.randn(1, T, H, D, generator=gen), torch.randn(1, T, H, D, generator=gen),
+              torch.randn(1, T, HV, D, generator=gen), -torch.rand(1, T, HV, D, generator=gen),
+              torch.rand(1, T, HV, generator=gen)]
+    leaves = [t.double().requires_grad_() for t in leaves]
+    cu = torch.tensor([0, 7, T], dtype=torch.int32)
+    do = torch.randn(1, T, HV, D, generator=gen).double()
+
+    def off(*args, **kw):
+        o, s = toy_fla(*args, **kw)
+        return 1.01 * o, s
+
+    def failing(*args, **kw):
+        raise RuntimeError("refused")
+
+    arms = {"cake": (toy_fla, "0"), "twin": (toy_fla, "0"), "off": (off, "0"),
+            "broken": (failing, "0"), "cudnn": (failing, "0"), "cake_control": (toy_fla, "0")}
+    got = bench_kda.agreement_with_cake(arms, leaves, cu, do, True, {})
+    assert set(got) == {"twin", "off", "broken"}
+    assert set(got["twin"]) == {"o", "dq", "dk", "dv", "dg", "dbeta"}
+    assert all(e == 0 for e in got["twin"].values())
+    assert got["off"]["o"] == pytest.approx(0.01) and got["off"]["dv"] == pytest.approx(0.01)
+    assert got["broken"].startswith("not compared: RuntimeError: refused")
+    assert all(t.grad is None for t in leaves)
