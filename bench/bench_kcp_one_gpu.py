@@ -21,7 +21,8 @@ in palindromic order; a cell is the median over groups of each group's median; a
 local walk alone ("local<r>": the single-rank op over the rank's shard, no state passing, no
 segments), the whole pack on the single-GPU op ("single"), and the control. One JSON line per
 (pack, W, layout, segments, op): the slowest rank, every rank's time, P, overhead (rank - local),
-peak extra memory, efficiency = single / (W x slowest rank), exchange bytes, the control ratio.
+peak extra memory, efficiency = single / (W x slowest rank), exchange bytes, the control ratio,
+and o's relative RMS against the single-GPU op over each rank's tokens (worst rank).
 
 Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), its single-GPU workloads A, G and M
 (all three at 16/48 heads; with --worlds 1 they say what segments do to a single-GPU call), and
@@ -148,6 +149,12 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         local_steps[f"local{ctx.rank}"] = (lambda c=ctx, x=local, d=do_local:
                                            _local_step(single_fn, op, c, x, d))
     leaves = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
+    # Each rank's recorded o against the single-GPU op's o over the rank's tokens: the ranks must
+    # compute the whole pack's result for their times to count (rel-RMS, worst rank).
+    with torch.no_grad():
+        o_single = single_fn(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)[0]
+    agreement = max(_rel_rms(o, kcp.shard(o_single, ctx)) for ctx, _, _, _, o in ranks)
+    del o_single
 
     def single():
         o, _ = single_fn(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)
@@ -171,7 +178,7 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         P=list(ctx0.segment_plan(HV)), slowest_rank_ms=slowest, rank_ms=rank_ms,
         local_ms=local_ms, overhead_ms=[a - b for a, b in zip(rank_ms, local_ms)],
         single_ms=ms["single"], efficiency=ms["single"] / (W * slowest),
-        control_ratio=ms["control"] / ms["rank0"],
+        control_ratio=ms["control"] / ms["rank0"], o_rel_rms_vs_single=agreement,
         drift=max(((m[-1] - m[0]) / m[0] for m in per_group.values()), key=abs),
         peak_extra_gib=[peak_bytes(s) / 2**30 if device.type == "cuda" else None
                         for s in steps.values()],
@@ -185,8 +192,13 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
     print(f"{pack:5s} W={W} {layout:19s} seg={segments} {op:7s} P={line['P']} slowest "
           f"{slowest:8.3f} ms  single/W {ms['single'] / W:8.3f} ms  efficiency "
           f"{line['efficiency']:.2f}  overhead max {max(line['overhead_ms']):7.3f} ms  control "
-          f"{line['control_ratio']:.3f}", flush=True)
+          f"{line['control_ratio']:.3f}  o vs single {agreement:.1e}", flush=True)
     return line
+
+
+def _rel_rms(x, ref):
+    x, ref = x.double(), ref.double()
+    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def _local_step(single_fn, op, ctx, local, do_local):

@@ -22,6 +22,7 @@ def test_cpu_smoke_run_replays_every_rank_exactly(tmp_path):
     for line in lines:
         assert len(line["rank_ms"]) == len(line["local_ms"]) == len(line["P"]) == line["W"]
         assert all(math.isfinite(x) and x > 0 for x in line["rank_ms"] + [line["single_ms"]])
+        assert line["o_rel_rms_vs_single"] < 1e-12  # FP64: the ranks give the pack's o
         if line["segments"] == 2:
             assert set(line["P"]) == {2}
         forward = line["exchange_bytes"]["forward_send"]
