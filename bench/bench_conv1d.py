@@ -19,8 +19,9 @@ packed documents).
 Roofline: the least bytes an op must move (fwd: read x, write y; bwd: read dy and x, write dx;
 fwd+bwd: both) over the copy bandwidth measured the same way (a bf16 tensor of T x D copied);
 `roofline_ratio` = ms / (bytes / copy bandwidth), the issue's bar being <= 1.3. Peak memory: the
-allocator's peak over one call of the op beyond what its inputs hold. One JSON line per cell and
-arm.
+allocator's peak over one call of the op beyond what its inputs hold (the backward's after its
+forward). Agreement: each baseline's y and dx against cake's, relative RMS, once per inputs. One
+JSON line per cell and arm.
 
 Arms: "cake" (cake.causal_conv1d); "fla" (flash-linear-attention's causal_conv1d,
 backend="triton"); "causal_conv1d" (causal_conv1d_fn on the channel-last view, packed documents
@@ -84,6 +85,33 @@ def make_inputs(docs, dim, width, seed=0):
                                       torch.tensor(docs, device="cuda"))[None]
     dy = torch.randn(1, T, dim, dtype=torch.bfloat16, **kw)
     return (x, weight, bias), cu, seq_idx, dy
+
+
+def agreement_with_cake(arms, leaves, cu, seq_idx, dy):
+    """Each baseline's y and dx against cake's (relative RMS), once per cell's inputs: the arms
+    must compute the same thing for their times to compare. {arm: {"y", "dx"} or why not}."""
+    def y_and_dx(fn):
+        x = leaves[0].detach().requires_grad_()
+        y = fn(x, *leaves[1:], cu, seq_idx)
+        y.backward(dy)
+        return {"y": y.detach().float(), "dx": x.grad.float()}
+
+    def rel(a, b):
+        return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+    mine = y_and_dx(arms["cake"][0])
+    agreement = {}
+    for name, (fn, _) in arms.items():
+        if name.startswith("cake"):
+            continue
+        try:
+            theirs = y_and_dx(fn)
+            agreement[name] = {n: rel(theirs[n], mine[n]) for n in mine}
+        except Exception as e:  # noqa: BLE001 - a failing baseline skips at its first step
+            agreement[name] = f"not compared: {type(e).__name__}: {' '.join(str(e).split())}"
+        for t in leaves:
+            t.grad = None
+    return agreement
 
 
 class Step:
@@ -201,6 +229,11 @@ def main(argv=None):
             for width in args.widths:
                 inputs, cu, seq_idx, dy = make_inputs(docs, dim, width)
                 leaves = [t.requires_grad_() for t in inputs]
+                against_cake = agreement_with_cake(arms, leaves, cu, seq_idx, dy)
+                for arm, errors in against_cake.items():
+                    print(f"{pack} D={dim:5d} W={width} {arm} vs cake: " + (
+                        errors if isinstance(errors, str)
+                        else "  ".join(f"{n} {e:.2e}" for n, e in errors.items())), flush=True)
                 for op in args.ops:
                     steps = {n: Step(a[0], op, leaves, cu, seq_idx, dy) for n, a in arms.items()}
 
@@ -233,6 +266,7 @@ def main(argv=None):
                                     gb_per_s=op_bytes(op, tokens, dim) / ms / 1e6,
                                     copy_gb_per_s=copy / 1e6, roofline_ratio=ms / roofline_ms,
                                     peak_bytes=peaks[name],
+                                    agreement_with_cake=against_cake.get(name),
                                     drift=(medians[-1] - medians[0]) / medians[0],
                                     groups=medians)
                         if out:  # line by line: a run cut short keeps its finished cells
