@@ -8,7 +8,9 @@ Protocol (bench/workloads.json, "timing_protocol"), as bench/bench_gdn.py: CUDA 
 flushed and the device synchronised before every timed iteration; per cell one untimed call per
 arm, then groups that visit the arms in palindromic order with several timed iterations per
 visit; a cell is the median over groups of each group's median; a control arm (cake again)
-measures noise; drift is the change of an arm's median between the first and the last group.
+measures noise; drift is the change of an arm's median between the first and the last group. The
+GPU sleeps ~0.2 ms before each start event, so that the op's launches are queued when the clock
+starts (time_step): the cells are ~0.1-1 ms, and the host's dispatch would count otherwise.
 
 Cells: packs (the documents of GDN workloads, "conv1d" in bench/workloads.json) x channels D
 (16 x 128 for q or k, 48 x 128 for v) x widths x ops. Ops: "fwd" (forward with autograd
@@ -147,11 +149,21 @@ class Step:
         self.run()
 
 
+# Cycles the GPU sleeps before each start event (~0.2 ms at the H200's ~2 GHz): the op's launches
+# (Python dispatch, autograd, FLA's Triton wrappers: tens of microseconds against cells of ~0.1
+# ms) are queued by the time the clock starts, so a cell times the GPU's work, as in a training
+# step whose queue is full, not the host's.
+LAUNCH_COVER_CYCLES = 400_000
+
+
 def time_step(step, l2):
     step.prepare()
     flush_l2(l2)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(LAUNCH_COVER_CYCLES)
     start.record()
     step.run()
     end.record()
