@@ -43,6 +43,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import bench_gdn  # noqa: E402
 from bench_gdn import chosen_arms, flush_l2, git_commit, peak_bytes, steps_that_run  # noqa: E402
 from bench_gdn import measure as measure_calls  # noqa: E402
 
@@ -90,30 +91,14 @@ def make_inputs(docs, dim, width, seed=0):
 
 
 def agreement_with_cake(arms, leaves, cu, seq_idx, dy):
-    """Each baseline's y and dx against cake's (relative RMS), once per cell's inputs: the arms
-    must compute the same thing for their times to compare. {arm: {"y", "dx"} or why not}."""
+    """bench_gdn.agreement_with_cake on each arm's y and dx."""
     def y_and_dx(fn):
         x = leaves[0].detach().requires_grad_()
         y = fn(x, *leaves[1:], cu, seq_idx)
         y.backward(dy)
-        return {"y": y.detach().float(), "dx": x.grad.float()}
+        return {"y": y.detach(), "dx": x.grad}
 
-    def rel(a, b):
-        return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
-
-    mine = y_and_dx(arms["cake"][0])
-    agreement = {}
-    for name, (fn, _) in arms.items():
-        if name.startswith("cake"):
-            continue
-        try:
-            theirs = y_and_dx(fn)
-            agreement[name] = {n: rel(theirs[n], mine[n]) for n in mine}
-        except Exception as e:  # noqa: BLE001 - a failing baseline skips at its first step
-            agreement[name] = f"not compared: {type(e).__name__}: {' '.join(str(e).split())}"
-        for t in leaves:
-            t.grad = None
-    return agreement
+    return bench_gdn.agreement_with_cake(arms, y_and_dx, leaves)
 
 
 class Step:

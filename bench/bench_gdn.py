@@ -181,6 +181,40 @@ def steps_that_run(steps, leaves, report):
     return kept
 
 
+def rel_rms(x, ref):
+    """||x - ref|| / ||ref||, in fp32 (fp64 where either is fp64), 2^26 elements at a time (fp32
+    copies of a whole KDA P4_H64 gradient would take 9 GB each)."""
+    wide = torch.float64 if torch.float64 in (x.dtype, ref.dtype) else torch.float32
+    err = norm = 0.0
+    for a, b in zip(x.detach().flatten().split(1 << 26), ref.detach().flatten().split(1 << 26)):
+        a, b = a.to(wide), b.to(wide)
+        err += (a - b).square().sum().item()
+        norm += b.square().sum().item()
+    return (err / max(norm, 1e-30)) ** 0.5
+
+
+def agreement_with_cake(arms, results, leaves, skip=()):
+    """Once per shape, each baseline's results against cake's, relative RMS per tensor: the arms
+    must compute the same thing for their times to compare. results(fn) -> {tensor name: tensor};
+    arms in skip (and cake's own) are left out. {arm: {tensor: rel-RMS} or why not compared}."""
+    mine = results(arms["cake"][0])
+    agreement = {}
+    for name, (fn, _) in arms.items():
+        if name.startswith("cake") or name in skip:
+            continue
+        try:
+            theirs = results(fn)
+            agreement[name] = {n: rel_rms(theirs[n], mine[n]) for n in mine}
+            del theirs
+        except Exception as e:  # noqa: BLE001 - a failing baseline skips at its first step
+            agreement[name] = f"not compared: {type(e).__name__}: {' '.join(str(e).split())}"
+        finally:
+            for t in leaves:
+                t.grad = None
+        torch.cuda.empty_cache()
+    return agreement
+
+
 def flush_l2(buffer):
     buffer.zero_()
 

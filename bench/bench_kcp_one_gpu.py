@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn import git_commit, measure, peak_bytes, time_once  # noqa: E402
+from bench_gdn import git_commit, measure, peak_bytes, rel_rms, time_once  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PACK_D256K = [262144]
@@ -153,7 +153,7 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
     # compute the whole pack's result for their times to count (rel-RMS, worst rank).
     with torch.no_grad():
         o_single = single_fn(*leaves, cu_seqlens=cu, use_qk_l2norm_in_kernel=True)[0]
-    agreement = max(_rel_rms(o, kcp.shard(o_single, ctx)) for ctx, _, _, _, o in ranks)
+    agreement = max(rel_rms(o, kcp.shard(o_single, ctx)) for ctx, _, _, _, o in ranks)
     del o_single
 
     def single():
@@ -194,11 +194,6 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
           f"{line['efficiency']:.2f}  overhead max {max(line['overhead_ms']):7.3f} ms  control "
           f"{line['control_ratio']:.3f}  o vs single {agreement:.1e}", flush=True)
     return line
-
-
-def _rel_rms(x, ref):
-    x, ref = x.double(), ref.double()
-    return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
 def _local_step(single_fn, op, ctx, local, do_local):

@@ -52,8 +52,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_gdn  # noqa: E402
 from bench_gdn import (PROFILED_ARMS, chosen_arms, git_commit, make_step,  # noqa: E402
-                       measure, peak_bytes, steps_that_run, with_host_offsets)
+                       measure, peak_bytes, rel_rms, steps_that_run, with_host_offsets)
 from kernel_times import kernel_times  # noqa: E402
 from kernel_times import summary as kernel_summary  # noqa: E402
 
@@ -111,17 +112,6 @@ def cudnn_chunk_kda(kda, q, k, v, g, beta, scale=None, initial_state=None,
                 initial_state=h0, output_final_state=output_final_state,
                 plan_name="kda_hopper_cuda")
     return o.unflatten(0, (B, T)), (ht.transpose(-1, -2) if output_final_state else None)
-
-
-def rel_rms(x, ref):
-    """||x - ref|| / ||ref|| in fp32, 2^26 elements at a time (fp32 copies of a whole P4_H64
-    gradient would take 9 GB each)."""
-    err = norm = 0.0
-    for a, b in zip(x.detach().flatten().split(1 << 26), ref.detach().flatten().split(1 << 26)):
-        a, b = a.float(), b.float()
-        err += (a - b).square().sum().item()
-        norm += b.square().sum().item()
-    return (err / max(norm, 1e-30)) ** 0.5
 
 
 def results(fn, leaves, cu, do, backward, **options):
@@ -183,27 +173,14 @@ def check_cudnn(arms, leaves, cu, do, ops):
 
 
 def agreement_with_cake(arms, leaves, cu, do, backward, options):
-    """Once per shape, each baseline's output (and gradients, with backward) against cake's,
-    relative RMS: the arms must compute the same thing for their times to compare (cudnn's own
-    check compares it). {arm: {tensor: rel-RMS} or why it was not compared}."""
+    """bench_gdn.agreement_with_cake on results(); cudnn is left to its own check (check_cudnn).
+    Where cake's own results do not fit with the leaves (P4_H64 on an H100), none is compared."""
     try:
-        mine = results(arms["cake"][0], leaves, cu, do, backward, **options)
+        return bench_gdn.agreement_with_cake(
+            arms, lambda fn: results(fn, leaves, cu, do, backward, **options), leaves,
+            skip=("cudnn",))
     except torch.cuda.OutOfMemoryError:
         return {n: "not compared: out of memory" for n in arms if not n.startswith("cake")}
-    agreement = {}
-    for name, (fn, _) in arms.items():
-        if name.startswith("cake") or name == "cudnn":
-            continue
-        try:
-            theirs = results(fn, leaves, cu, do, backward, **options)
-            agreement[name] = {n: rel_rms(theirs[n], mine[n]) for n in mine}
-            del theirs
-        except Exception as e:  # noqa: BLE001 - a failing baseline skips at its first step
-            agreement[name] = f"not compared: {type(e).__name__}: {' '.join(str(e).split())}"
-            for t in leaves:
-                t.grad = None
-        torch.cuda.empty_cache()
-    return agreement
 
 
 def make_inputs(docs, H, HV, seed=0, g_draw="uniform"):
