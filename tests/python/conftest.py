@@ -1,6 +1,8 @@
 """Shared helpers of the Python tests: random cases, calls into cake and into reference.py,
 gradients of both, and comparisons."""
 
+import importlib
+import os
 import pathlib
 import sys
 
@@ -11,6 +13,22 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
 import cake  # noqa: E402
 import reference  # noqa: E402
+
+def import_bench(name):
+    """A script of bench/ as a module, with bench/ on the path as when it runs. The benchmarks set
+    FLA_FLASH_QLA=0 at import (their FLA arm on FLA's own kernels); the tests' process gets the
+    value it had back, so that the tests after them see FLA as a user's process does."""
+    bench = str(pathlib.Path(__file__).resolve().parents[2] / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    before = os.environ.get("FLA_FLASH_QLA")
+    module = importlib.import_module(name)
+    if before is None:
+        os.environ.pop("FLA_FLASH_QLA", None)
+    else:
+        os.environ["FLA_FLASH_QLA"] = before
+    return module
+
 
 # Names of the tensor inputs, in the order gradients are taken.
 TENSOR_NAMES = ("q", "k", "v", "g", "beta", "initial_state", "A_log", "dt_bias")

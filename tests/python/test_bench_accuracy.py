@@ -4,21 +4,15 @@ an output where its errors are finite, its relative RMS error <= 1e-2, its max-a
 bounds alone where it failed)."""
 
 import json
-import os
-import pathlib
 import sys
 import types
 
 import pytest
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-_flash_qla = os.environ.get("FLA_FLASH_QLA")
-import accuracy  # noqa: E402  (sets FLA_FLASH_QLA on import: put it back)
-if _flash_qla is None:
-    os.environ.pop("FLA_FLASH_QLA", None)
-else:
-    os.environ["FLA_FLASH_QLA"] = _flash_qla
+from conftest import import_bench
+
+accuracy = import_bench("accuracy")
 
 N = 400
 REF = torch.ones(N, dtype=torch.float64)

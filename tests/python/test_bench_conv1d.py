@@ -1,22 +1,14 @@
 """bench/bench_conv1d.py's agreement check on the CPU: each baseline's y and dx against cake's
 (cake's arm on its FP64 reference), so that a baseline computing something else is seen."""
 
-import os
-import pathlib
-import sys
-
 import pytest
 import torch
 
 import cake
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-_flash_qla = os.environ.get("FLA_FLASH_QLA")
-import bench_conv1d  # noqa: E402  (bench_gdn sets FLA_FLASH_QLA on import: put it back)
-if _flash_qla is None:
-    os.environ.pop("FLA_FLASH_QLA", None)
-else:
-    os.environ["FLA_FLASH_QLA"] = _flash_qla
+from conftest import import_bench
+
+bench_conv1d = import_bench("bench_conv1d")
 
 
 def test_each_baseline_is_compared_with_cake():

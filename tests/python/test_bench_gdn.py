@@ -1,15 +1,12 @@
 """The benchmarks' shared guard (bench/bench_gdn.py steps_that_run): a baseline arm whose first
 call fails is left out and reported, so the run goes on; cake's own arms are never guarded."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from conftest import import_bench
 
-from bench_gdn import steps_that_run  # noqa: E402
+steps_that_run = import_bench("bench_gdn").steps_that_run
 
 
 def test_a_failing_baseline_is_left_out_and_reported():

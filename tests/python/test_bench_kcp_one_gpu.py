@@ -3,12 +3,10 @@ rank's step replayed alone from its recorded all-gathers gives the recorded outp
 benchmark raises otherwise), and its lines carry what docs/perf-notes.md reads from them."""
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from conftest import import_bench
 
-import bench_kcp_one_gpu  # noqa: E402
+bench_kcp_one_gpu = import_bench("bench_kcp_one_gpu")
 
 
 def test_cpu_smoke_run_replays_every_rank_exactly(tmp_path):

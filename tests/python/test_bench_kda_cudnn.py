@@ -3,20 +3,13 @@ how FLA's layout maps onto cuDNN's, and which ops the arm skips when the engine 
 backward (grouped value heads)."""
 
 import functools
-import os
-import pathlib
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-_flash_qla = os.environ.get("FLA_FLASH_QLA")
-import bench_kda  # noqa: E402  (bench_gdn sets FLA_FLASH_QLA on import: put it back)
-if _flash_qla is None:
-    os.environ.pop("FLA_FLASH_QLA", None)
-else:
-    os.environ["FLA_FLASH_QLA"] = _flash_qla
+from conftest import import_bench
+
+bench_kda = import_bench("bench_kda")
 
 
 def toy_fla(q, k, v, g, beta, cu_seqlens=None):

@@ -1,12 +1,10 @@
 """The benchmarks' per-kernel breakdown (bench/kernel_times.py): kernel names shortened to what a
 reader of docs/perf-notes.md looks for, and the one-line summary of the largest."""
 
-import sys
-from pathlib import Path
+from conftest import import_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from kernel_times import short_name, summary  # noqa: E402
+kernel_times = import_bench("kernel_times")
+short_name, summary = kernel_times.short_name, kernel_times.summary
 
 
 def test_names_keep_the_kernel_and_its_template_arguments():
