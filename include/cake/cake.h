@@ -142,8 +142,8 @@ cakeResult_t cakeForwardSavedSize(const cakeOptions_t* options, const cakeForwar
  * cakeInsufficientWorkspace. stream is a cudaStream_t for CUDA tensors and ignored for CPU
  * tensors. On CUDA the kernels' vector accesses need aligned bases, checked before any launch
  * (cakeNotSupported otherwise): q, k, v and dout 16 bytes (KDA's g too); the states
- * (initial_state, final_state, dht, dh0) 8 bytes; o, dq, dk, dv 4 bytes. The tensors' device is made current for
- * the call and the caller's restored after it. */
+ * (initial_state, final_state, dht, dh0) 8 bytes; o, dq, dk, dv 4 bytes. The tensors' device is
+ * made current for the call and the caller's restored after it. */
 cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* args, void* saved,
                          size_t saved_bytes, void* workspace, size_t workspace_bytes,
                          void* stream);
