@@ -213,7 +213,8 @@ def test_segment_plan_rule_and_override():
 
 def test_segments_are_walked(monkeypatch):
     """P = 3 on one rank holding the "long" pack: the 11-chunk document is walked as 3 segments
-    (chunks 4, 4, 3) in the summary walks and the final walk; the short documents as one."""
+    (chunks 4, 4, 3) in the summary walks, which also give its o; the short documents are walked
+    once, as one sequence each."""
     import cake.ops
 
     walks = []
@@ -227,8 +228,8 @@ def test_segments_are_walked(monkeypatch):
     t, opts = make_case(0, kda=False, cu=PACKS["long"])
     ctx = kcp.build_context(t["cu_seqlens"], segments=3)
     kcp.chunk_gated_delta_rule_kcp(*(t[n] for n in PER_TOKEN), ctx)
-    # Summary walks (B, then M) over the cut document, then the walk of the shard.
-    assert walks == [[0, 256, 512, 700]] * 2 + [[0, 256, 512, 700, 705, 760]]
+    # Summary walks (B, then M) over the cut document, then the walk of the rest.
+    assert walks == [[0, 256, 512, 700]] * 2 + [[0, 5, 60]]
 
 
 def test_no_grad_forward_matches():

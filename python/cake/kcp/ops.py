@@ -12,12 +12,16 @@ Forward on one rank, with P segments per fragment (the call plan, cake.kcp.plan)
      first call of its sizes on the exchange agrees them on the host before (cake.kcp.check);
   3. every state_in fragment's S_in by composing its document's earlier pieces in order, and every
      segment's S_in along its fragment (batched scans, one product per step);
-  4. one single-rank forward over the whole shard, each segment a sequence from its true S_in.
+  4. o and the final states. The walk is affine in S_in: a summarised segment's o is
+     o_0 + O_M S_in per value head, o_0 the output of the walk from S_in = 0 and O_M [T_s, K] the
+     output of the walk from S_in = I with v = 0 (both from step 1), and its S_out is M S_in + B;
+     the other segments are walked once more, from their true S_in (one single-rank forward).
 Backward, the mirror image with adjoint records (M^T, C): C is the gradient reaching a segment's
-S_in from its own outputs (one single-rank backward with dht = 0); records of state_in fragments
-are all-gathered (a document's last piece has its dht folded in: C <- C + M^T dht), composed in
-reverse piece order into every state_out fragment's dS_out, then along the segments; one
-single-rank backward over the shard with the saved S_in and dht = dS_out gives every gradient.
+S_in from its own outputs, O_M^T dout by the same linearity (what a backward with dht = 0 would
+give as dh0); records of state_in fragments are all-gathered (a document's last piece has its dht
+folded in: C <- C + M^T dht), composed in reverse piece order into every state_out fragment's
+dS_out, then along the segments; one single-rank backward over the shard with the saved S_in and
+dht = dS_out gives every gradient.
 After the first call of a context and of its sizes, a call reads nothing from the device.
 """
 
@@ -127,16 +131,37 @@ def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_b
 
 
 def _segment_summaries(opts: _Options, walk, q, k, v, g, beta, A_log, dt_bias, sd):
-    """(M [R, HV, K, K], B [R, HV, K, V]) of the walk's segments, in its order: two single-rank
-    walks, B from S_in = 0 with v, and M from S_in = I with v = 0 of V' = K columns (rather than
-    one walk of V + K columns: the kernels bound V)."""
+    """The walk's segments (R of them, T_R tokens, in its order) from S_in = 0 with v, and from
+    S_in = I with v = 0 of V' = K columns (rather than one walk of V + K columns: the kernels
+    bound V): o_0 [1, T_R, HV, V], B [R, HV, K, V], O_M [1, T_R, HV, K], M [R, HV, K, K]."""
     HV, K = v.shape[2], q.shape[3]
     q, k, v, g, beta = (walk.take(x) for x in (q, k, v, g, beta))
-    _, b = _walk(opts, q, k, v, g, beta, None, walk.offsets, A_log, dt_bias)
+    o_0, b = _walk(opts, q, k, v, g, beta, None, walk.offsets, A_log, dt_bias)
     identity = torch.eye(K, dtype=sd, device=q.device).expand(len(walk.segments), HV, K, K)
-    _, m = _walk(opts, q, k, v.new_zeros(v.shape[:3] + (K,)), g, beta, identity.contiguous(),
-                 walk.offsets, A_log, dt_bias)
-    return m, b
+    o_m, m = _walk(opts, q, k, v.new_zeros(v.shape[:3] + (K,)), g, beta,
+                   identity.contiguous(), walk.offsets, A_log, dt_bias)
+    return o_0, b, o_m, m
+
+
+def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tensor) -> None:
+    """o [1, T_local, HV, V] of the summarised segments, o_0 + O_M S_in, one segment at a time.
+    The product runs in o's dtype (bf16 on the GPU: tensor cores, fp32 accumulation; S_in
+    rounded to bf16 as the walk's own tensor-core products round its state), the sum in the
+    state dtype."""
+    sd, dt = seg_in.dtype, o.dtype
+    s_in = seg_in.to(dt)
+    for s, at, row_at, n in plan.summary_spans:
+        o_s = torch.einsum("thk,hkv->thv", o_m[0, row_at:row_at + n], s_in[s])
+        o[0, at:at + n] = (o_0[0, row_at:row_at + n].to(sd) + o_s.to(sd)).to(dt)
+
+
+def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
+    """C [R', HV, K, V] of the adjoint rows: O_M^T dout over each one's tokens (in dout's
+    dtype, as the products above)."""
+    d_o = d_o.to(o_m.dtype)
+    return torch.stack([
+        torch.einsum("thk,thv->hkv", o_m[0, row_at:row_at + n], d_o[0, at:at + n]).to(sd)
+        for at, row_at, n in plan.adjoint_spans])
 
 
 def _rows_of(records: Tensor, K: int):
@@ -200,10 +225,10 @@ class _KCPFunction(torch.autograd.Function):
         # A rank that rejected its arguments sends zeros and its flag, then raises.
         if error is not None:
             plan = None
-        m_all = b_all = sent = None
+        m_all = b_all = o_0 = o_m = sent = None
         if plan is not None and plan.summaries is not None:
-            m_all, b_all = _segment_summaries(opts, plan.summaries, q, k, v, g, beta, A_log,
-                                              dt_bias, sd)
+            o_0, b_all, o_m, m_all = _segment_summaries(opts, plan.summaries, q, k, v, g, beta,
+                                                        A_log, dt_bias, sd)
         if slots.forward_slots:
             sent = torch.zeros(slots.forward_slots, HV, K, K + V, dtype=sd, device=q.device)
             if plan is not None and plan.out_records is not None:
@@ -237,26 +262,38 @@ class _KCPFunction(torch.autograd.Function):
             summary.scan_apply(plan.along, lambda c: (m_all[c[0]], b_all[c[0]]), fragment_in,
                                written=seg_in)
 
+        # o and S_out of every segment: the summarised ones from their records and the summary
+        # walks' outputs, the rest walked from their S_in.
         final_state = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=q.device)
-        if S:
-            o, seg_out = _walk(opts, q, k, v, g, beta, seg_in, plan.shard.offsets, A_log,
-                               dt_bias)
-            if plan.last_segments is not None:
-                final_state[plan.last_documents] = seg_out.index_select(0, plan.last_segments)
-        else:
-            o = q.new_zeros(q.shape[:2] + v.shape[2:])
+        o = q.new_zeros(q.shape[:2] + v.shape[2:])
+        seg_out = torch.zeros(S, HV, K, V, dtype=sd, device=q.device)
+        if plan.summaries is not None:
+            rows = plan.summaries.segment_index
+            _summarised_outputs(plan, o, o_0, o_m, seg_in)
+            seg_out[rows] = m_all @ seg_in.index_select(0, rows) + b_all
+        if plan.rest is not None:
+            rest = plan.rest
+            o_rest, seg_out[rest.segment_index] = _walk(
+                opts, *(rest.take(x) for x in (q, k, v, g, beta)),
+                seg_in.index_select(0, rest.segment_index), rest.offsets, A_log, dt_bias)
+            if rest.index is None:
+                o = o_rest
+            else:
+                o[:, rest.index] = o_rest
+        if plan.last_segments is not None:
+            final_state[plan.last_documents] = seg_out.index_select(0, plan.last_segments)
         if ctx.rank == 0 and h0 is not None:
             for n in ctx.empty_documents:
                 final_state[n] = h0[n].to(sd)
 
-        fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, bad)
+        fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, o_m, bad)
         fctx.kcp = (ctx, opts, plan, h0 is not None, (HV, K, V), slots.backward_slots)
         fctx.set_materialize_grads(False)
         return o, final_state
 
     @staticmethod
     def backward(fctx, d_o, d_final):
-        q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, bad = fctx.saved_tensors
+        q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, o_m, bad = fctx.saved_tensors
         ctx, opts, plan, has_h0, (HV, K, V), backward_slots = fctx.kcp
         sd, device = seg_in.dtype, q.device
         if d_o is None:
@@ -265,12 +302,7 @@ class _KCPFunction(torch.autograd.Function):
         m_t = lambda rows: m_all[rows].transpose(-1, -2)  # noqa: E731 - M^T of summary rows
 
         # C of the segments of the fragments with state_in or cut: [R', HV, K, V].
-        c_all = None
-        if plan.adjoints is not None:
-            walk = plan.adjoints
-            c_all = _walk_backward(opts, *(walk.take(x) for x in (q, k, v, g, beta)),
-                                   seg_in.index_select(0, walk.segment_index), walk.offsets,
-                                   A_log, dt_bias, walk.take(d_o), None)[5]
+        c_all = _adjoint_c(plan, o_m, d_o, sd) if plan.adjoint_spans else None
 
         # The state_in fragments' adjoint records (their segments composed from the last back,
         # the final state's gradient folded into a document's last piece), sent at their slots.

@@ -81,13 +81,19 @@ class CallPlan:
     """What one op call on this rank walks and composes (see the module docstring). Index tensors
     are int64 on the device; None where there is nothing of the kind.
 
-    shard: every segment (the final walk); summaries: the segments whose records (M, B) the
-    forward needs; adjoints: the segments whose C the backward needs (None without gradients).
-    Rows: a segment's position in the summaries (records, M) or adjoints (C) walk.
+    shard: every segment; summaries: the segments whose records (M, B) the forward needs, walked
+    twice (from S_in = 0 and from S_in = I with v = 0); rest: the other segments, walked once
+    from their true S_in. Rows: a segment's position in the summaries walk (records, M) or in the
+    adjoints (C).
+    summary_spans: per summary row, (segment, its first token in the shard, its first token in
+    the summaries walk, its tokens) on the host: where its o is put together from the summary
+    walks' outputs.
     """
     num_segments: int
     shard: WalkSet
     summaries: Optional[WalkSet]
+    summary_spans: tuple[tuple[int, int, int, int], ...]
+    rest: Optional[WalkSet]
     # Forward records of the state_out fragments: their segments' records composed (scan over
     # the records' rows), sent at out_slots; the first pieces among them (positions in that list
     # and their documents) take the initial state into their record.
@@ -107,7 +113,9 @@ class CallPlan:
     # Final states: the last segments of the documents' last pieces, and those documents.
     last_segments: Optional[Tensor]
     last_documents: Optional[Tensor]
-    adjoints: Optional[WalkSet] = None
+    # Per adjoint row, (its first token in the shard, in the summaries walk, its tokens) on the
+    # host: the tokens whose outputs' gradients make its C (None without gradients).
+    adjoint_spans: Optional[tuple[tuple[int, int, int], ...]] = None
     # Adjoint records of the state_in fragments, from the last segment back: (C row, M row);
     # sent at adjoint_slots; the documents' last pieces among them take dht into their record.
     adjoint_records: Optional[Scan] = None
@@ -178,16 +186,22 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     segs = lambda i: list(range(first[i], first[i] + count[i]))  # noqa: E731
     shard = _walk_set(seg_cu, first, count, list(range(F)), True, device)
 
-    summaries, row = _subset(seg_cu, first, count, F, device, [
-        i for i, f in enumerate(fragments)
-        if f.state_out or count[i] > 1 or (f.state_in and needs_grad)])
+    summarized = [i for i, f in enumerate(fragments)
+                  if f.state_out or count[i] > 1 or (f.state_in and needs_grad)]
+    summaries, row = _subset(seg_cu, first, count, F, device, summarized)
+    rest, _ = _subset(seg_cu, first, count, F, device, sorted(set(range(F)) - set(summarized)))
+    spans, at = [], 0  # the summaries walk packs its segments in order
+    for s in summaries.segments if summaries else ():
+        spans.append((s, seg_cu[s], at, seg_cu[s + 1] - seg_cu[s]))
+        at += seg_cu[s + 1] - seg_cu[s]
+    spans = tuple(spans)
     outs = [i for i, f in enumerate(fragments) if f.state_out]
     firsts = [j for j, i in enumerate(outs) if fragments[i].piece == 0] if has_h0 else []
     ins = [i for i, f in enumerate(fragments) if f.state_in]
     own = [i for i, f in enumerate(fragments) if not f.state_in] if has_h0 else []
     lasts = [i for i, f in enumerate(fragments) if not f.state_out]
     plan = CallPlan(
-        num_segments=S, shard=shard, summaries=summaries,
+        num_segments=S, shard=shard, summaries=summaries, summary_spans=spans, rest=rest,
         out_records=make_scan([[[row[s] for s in segs(i)] for i in outs]], device)
         if outs else None,
         out_slots=i64([fragments[i].summary_slot for i in outs]),
@@ -206,12 +220,15 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     if not needs_grad:
         return plan
 
-    adjoints, arow = _subset(seg_cu, first, count, F, device, [
-        i for i, f in enumerate(fragments) if f.state_in or count[i] > 1])
+    adjoint_segments = [s for i, f in enumerate(fragments) if f.state_in or count[i] > 1
+                        for s in segs(i)]
+    arow = [-1] * S
+    for j, s in enumerate(adjoint_segments):
+        arow[s] = j
     back = lambda i: segs(i)[::-1]  # noqa: E731
     ends = [j for j, i in enumerate(ins) if not fragments[i].state_out]
     return dataclasses.replace(
-        plan, adjoints=adjoints,
+        plan, adjoint_spans=tuple(spans[row[s]][1:] for s in adjoint_segments),
         adjoint_records=make_scan([[[arow[s] for s in back(i)] for i in ins],
                                    [[row[s] for s in back(i)] for i in ins]], device)
         if ins else None,
