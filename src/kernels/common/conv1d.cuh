@@ -58,6 +58,32 @@ __device__ __forceinline__ void load_row(T const* row, int d, int dim, bool vect
   for (int j = 0; j < V; ++j) out[j] = to_float(raw[j]);
 }
 
+// Rows rows[k * stride] for k < count (count <= N) of channels [d, d + V), as load_row. A full
+// vectorised batch issues its N loads before converting any (one basic block, N loads in flight):
+// with a branch per row, each row's conversion waits for its load before the next is issued.
+template <class T, int V, int N>
+__device__ __forceinline__ void load_rows(T const* rows, int64_t stride, int count, int d, int dim,
+                                          bool vectorised, float (&out)[N][V]) {
+  using Vector = typename Bits<V * sizeof(T)>::Type;
+  if (vectorised && count == N) {
+    Vector raw[N];
+#pragma unroll
+    for (int k = 0; k < N; ++k) raw[k] = *reinterpret_cast<Vector const*>(rows + k * stride + d);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      alignas(16) T parts[V];
+      *reinterpret_cast<Vector*>(parts) = raw[k];
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[k][j] = to_float(parts[j]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (k < count) load_row<T, V>(rows + k * stride, d, dim, vectorised, out[k]);
+  }
+}
+
 template <class T, int V>
 __device__ __forceinline__ void store_row(T* row, int d, int dim, bool vectorised,
                                           float const (&in)[V]) {

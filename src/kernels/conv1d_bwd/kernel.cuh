@@ -86,13 +86,9 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
   bool past = false;  // a document starts after the tile: nothing more to compute
   for (int64_t tb = t0; tb < t_end && !past; tb += kBatch) {
     float xs[kBatch][V], dys[kBatch][V];
-#pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      if (tb + k < t_end) {
-        conv1d::load_row<T, V>(x + (tb + k) * p.dim, d, p.dim, p.vectorised, xs[k]);
-        conv1d::load_row<T, V>(dy + (tb + k) * p.dim, d, p.dim, p.vectorised, dys[k]);
-      }
-    }
+    int const count = t_end - tb < kBatch ? static_cast<int>(t_end - tb) : kBatch;
+    conv1d::load_rows<T, V, kBatch>(x + tb * p.dim, p.dim, count, d, p.dim, p.vectorised, xs);
+    conv1d::load_rows<T, V, kBatch>(dy + tb * p.dim, p.dim, count, d, p.dim, p.vectorised, dys);
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       int64_t const t = tb + k;

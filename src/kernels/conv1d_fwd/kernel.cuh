@@ -74,14 +74,11 @@ __global__ void __launch_bounds__(kThreads) conv1d_fwd_kernel(__grid_constant__ 
   T* y = static_cast<T*>(p.y);
   for (int64_t tb = t0; tb < t1; tb += kBatch) {
     float xs[kBatch][V], rs[kBatch][V];
-#pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      if (tb + k < t1) {
-        conv1d::load_row<T, V>(x + (tb + k) * p.dim, d, p.dim, p.vectorised, xs[k]);
-        if (residual != nullptr) {
-          conv1d::load_row<T, V>(residual + (tb + k) * p.dim, d, p.dim, p.vectorised, rs[k]);
-        }
-      }
+    int const count = t1 - tb < kBatch ? static_cast<int>(t1 - tb) : kBatch;
+    conv1d::load_rows<T, V, kBatch>(x + tb * p.dim, p.dim, count, d, p.dim, p.vectorised, xs);
+    if (residual != nullptr) {
+      conv1d::load_rows<T, V, kBatch>(residual + tb * p.dim, p.dim, count, d, p.dim,
+                                      p.vectorised, rs);
     }
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
