@@ -9,6 +9,12 @@ from its true start state; docs/design/context-parallel.md). The segment plan (s
 segments.cpp) picks P from the document lengths, the value-head count and the SM count, and
 P = 1 (the plain op) where it predicts no gain, as for packs of many documents or many heads.
 
+GDN only: KDA's chunk pass (the gated K K^T and its solve) costs about four times its walk, and
+the segments' summary walks run it twice more per token, which the plan's walk-step cost leaves
+out. Measured on the H100 (2026-12-06, KDA pack P4 at 16 heads, where the plan picks P = 4): the
+forward took 53.5 ms with segments against 24.6 ms without, forward + backward 133.5 against
+111.6 ms. cake.kcp still cuts KDA calls into segments where asked (``segments=``).
+
 The plan needs the document offsets on the host. A call gets them from ``cu_seqlens_cpu``,
 flash-linear-attention's argument for the host copy of ``cu_seqlens``: without it the call reads
 nothing back from the device to plan and runs the plain op. Contexts are kept per offsets,
@@ -26,7 +32,7 @@ from torch import Tensor
 
 from . import kcp
 from .kcp import ops as kcp_ops
-from .options import DeltaOptions, Op
+from .options import GATED_DELTA_RULE, DeltaOptions, Op
 
 # The contexts of the last few batches, by (offsets, device, stream): a training loop that cycles
 # through a few fixed packings plans each once.
@@ -84,13 +90,14 @@ def context_for(opts: DeltaOptions, q: Tensor, v: Tensor, cu_seqlens: Optional[T
     runs the plain op: no host offsets, not the kernels, a form cake.kcp does not take, inside
     torch.compile or a graph capture, arguments the plain op's checks refuse but cake.kcp would
     take (a cu_seqlens of another dtype: cake.kcp reads the host offsets; a CUDA initial_state
-    not in float32: cake.kcp casts states), or a plan of one segment."""
+    not in float32: cake.kcp casts states), KDA (see above), or a plan of one segment."""
     if cu_seqlens_cpu is None or cu_seqlens is None or torch.compiler.is_compiling():
         return None  # (under torch.compile: no host values read while tracing)
     if not isinstance(cu_seqlens, Tensor) or q.dim() != 4 or v.dim() != 4 or q.shape[0] != 1:
         return None  # the op's own validation reports these
     offsets = _host_offsets(cu_seqlens, cu_seqlens_cpu, q.shape[1])
-    if not runs_kernels(q) or opts.return_intermediate_states:
+    if (not runs_kernels(q) or opts.return_intermediate_states
+            or opts.variant != GATED_DELTA_RULE.variant):
         return None
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
