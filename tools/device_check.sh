@@ -110,12 +110,28 @@ fi
 python3 -c "import cake, json; print('build_info:', json.dumps(cake.build_info()))" 2>&1
 python3 -m pip list 2>/dev/null | grep -iE "^(nanobind|scikit.build.core|cmake|torch) " || true
 # The results name the commit the module was built from: .devpkg/REF when staged (the checkout
-# there may be another commit), else this checkout's HEAD.
+# there may be another commit), else this checkout's HEAD, and where the files differ from HEAD
+# (the device tool copies the working tree beside the git directory of the session's first commit)
+# also the tree they make: "HEAD+tree T"; `git log --all --format='%h %t' | grep T` names the
+# commit whose tree that is.
+working_tree() {
+  local index=/tmp/cake_tree_index
+  rm -f "$index"
+  GIT_INDEX_FILE=$index git add -A . >/dev/null 2>&1 && GIT_INDEX_FILE=$index git write-tree \
+    2>/dev/null | cut -c1-7
+  rm -f "$index"
+}
 if [ -f .devpkg/REF ] && [ -d .devpkg/cake ]; then
   export CAKE_COMMIT="${CAKE_COMMIT:-$(cat .devpkg/REF)}"
-else
-  export CAKE_COMMIT="${CAKE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+elif [ -z "${CAKE_COMMIT:-}" ]; then
+  head=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  tree=$(working_tree)
+  if [ -n "$tree" ] && [ "$tree" != "$(git rev-parse --short=7 'HEAD^{tree}' 2>/dev/null)" ]; then
+    head="$head+tree $tree"
+  fi
+  export CAKE_COMMIT="$head"
 fi
+echo "commit: $CAKE_COMMIT"
 
 stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
 stage_failed=""
