@@ -20,8 +20,9 @@
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on
 # failure; "profile" adds Nsight Compute on one forward + backward of workload M
 # (tools/profile_gdn.py); "stalls" the walks' (or CAKE_STALL_KERNELS') stall reasons at workload A
-# (Nsight Compute on the C++ check); "sources" where their warps wait, per instruction
-# (tools/stall_sources.py); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
+# (Nsight Compute on the C++ check; CAKE_STALL_ARGS its arguments, default "--once", e.g.
+# "--once --workload kda-P4-16"); "sources" where their warps wait, per instruction
+# (tools/stall_sources.py, the same kernels and arguments); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
 # CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "conv1d_bench" the causal conv1d benchmark
 # (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl); "kcp1_bench"
 # context parallelism on one GPU, each rank's share replayed alone (bench/bench_kcp_one_gpu.py,
@@ -224,7 +225,7 @@ if [[ $stages == *" stalls "* ]]; then
     --launch-count 3 --section WarpStateStats --section SourceCounters \
     --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-    "$check" --once > "$OUT/ncu_stalls.txt" 2>&1
+    "$check" ${CAKE_STALL_ARGS:---once} > "$OUT/ncu_stalls.txt" 2>&1
   tail -3 "$OUT/ncu_stalls.txt"
 fi
 if [[ $stages == *" sources "* ]]; then
@@ -234,7 +235,7 @@ if [[ $stages == *" sources "* ]]; then
   # the side roles' dk stores (docs/perf-notes.md).
   ncu --clock-control none -k "regex:^(${CAKE_STALL_KERNELS:-walk_a_fwd|walk_a_bwd})" \
     --launch-count 3 --section SourceCounters --section WarpStateStats --import-source yes \
-    -f -o /tmp/sources "$check" --once > "$OUT/ncu_sources.txt" 2>&1
+    -f -o /tmp/sources "$check" ${CAKE_STALL_ARGS:---once} > "$OUT/ncu_sources.txt" 2>&1
   ncu -i /tmp/sources.ncu-rep --page source --csv --print-source sass > /tmp/sources_sass.csv
   xz -6 -c /tmp/sources_sass.csv > "$OUT/sources_sass.csv.xz"
   python3 tools/stall_sources.py /tmp/sources_sass.csv --top 20 | tee "$OUT/stall_sources.txt"
