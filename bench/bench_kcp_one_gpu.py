@@ -22,7 +22,10 @@ local walk alone ("local<r>": the single-rank op over the rank's shard, no state
 segments), the whole pack on the single-GPU op ("single"), and the control. One JSON line per
 (pack, W, layout, segments, op): the slowest rank, every rank's time, P, overhead (rank - local),
 peak extra memory, efficiency = single / (W x slowest rank), exchange bytes, the control ratio,
-and o's relative RMS against the single-GPU op over each rank's tokens (worst rank).
+o's relative RMS against the single-GPU op over each rank's tokens (worst rank), and the slowest
+rank's kernel time by phase of the call (cake.kcp's profiler ranges: the summary walks, the
+outputs' and adjoints' products, the walk of the rest, the backward's walk; "other" the
+compositions and copies; one profiled step, L2 not flushed: shares, not times).
 
 Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), its single-GPU workloads A, G and M
 (all three at 16/48 heads; with --worlds 1 they say what segments do to a single-GPU call), and
@@ -46,6 +49,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gdn import git_commit, measure, peak_bytes, rel_rms, time_once  # noqa: E402
+from kernel_times import phase_times, summary  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PACK_D256K = [262144]
@@ -170,6 +174,9 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
     rank_ms = [ms[f"rank{r}"] for r in range(W)]
     local_ms = [ms[f"local{r}"] for r in range(W)]
     slowest = max(rank_ms)
+    # Where the slowest rank's time goes: its kernels' device time per phase of the call
+    # (cake.kcp's profiler ranges; "other": the compositions, copies and the rest).
+    phases = phase_times(steps[f"rank{rank_ms.index(slowest)}"], "cake.kcp.")
     ctx0 = ranks[0][0]
     HV, Kd, Vd = inputs[2].shape[2], inputs[0].shape[3], inputs[2].shape[3]
     sizes = ctx0.exchange_bytes(HV, Kd, Vd)
@@ -179,6 +186,7 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         local_ms=local_ms, overhead_ms=[a - b for a, b in zip(rank_ms, local_ms)],
         single_ms=ms["single"], efficiency=ms["single"] / (W * slowest),
         control_ratio=ms["control"] / ms["rank0"], o_rel_rms_vs_single=agreement,
+        slowest_rank_phases_ms=phases,
         drift=max(((m[-1] - m[0]) / m[0] for m in per_group.values()), key=abs),
         peak_extra_gib=[peak_bytes(s) / 2**30 if device.type == "cuda" else None
                         for s in steps.values()],
@@ -193,6 +201,8 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
           f"{slowest:8.3f} ms  single/W {ms['single'] / W:8.3f} ms  efficiency "
           f"{line['efficiency']:.2f}  overhead max {max(line['overhead_ms']):7.3f} ms  control "
           f"{line['control_ratio']:.3f}  o vs single {agreement:.1e}", flush=True)
+    if phases:
+        print(f"{'':5s} slowest rank's kernels by phase: {summary(phases)}", flush=True)
     return line
 
 

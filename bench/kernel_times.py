@@ -46,6 +46,34 @@ def kernel_times(run, warmup: int = 1) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
+def phase_times(run, prefix: str, warmup: int = 1) -> dict[str, float]:
+    """{phase: ms} of one run() after `warmup` runs: the device time of the kernels launched under
+    each torch.profiler range whose name starts with prefix (the prefix cut), and under "other"
+    every kernel outside them; {} where the profiler records no device activity."""
+    if not torch.cuda.is_available():
+        return {}
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        run()
+        torch.cuda.synchronize()
+    phases: dict[str, float] = {}
+    kernels = 0.0
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            kernels += getattr(event, "device_time", getattr(event, "cuda_time", 0.0)) / 1e3
+        elif event.name.startswith(prefix):
+            us = getattr(event, "device_time_total", getattr(event, "cuda_time_total", 0.0))
+            name = event.name[len(prefix):]
+            phases[name] = phases.get(name, 0.0) + us / 1e3
+    if not kernels:
+        return {}
+    phases["other"] = max(kernels - sum(phases.values()), 0.0)
+    return dict(sorted(phases.items(), key=lambda kv: -kv[1]))
+
+
 def summary(times: dict[str, float], top: int = 8) -> str:
     """The largest entries as "name ms (share %)" on one line."""
     total = sum(times.values()) or 1.0

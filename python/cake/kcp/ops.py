@@ -130,16 +130,23 @@ def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_b
                             opts.scale, *opts.op_options(), 0, None)  # recompute mode
 
 
+def _phase(name: str):
+    """A profiler range around one phase of a call: torch.profiler shows the phase's kernels under
+    "cake.kcp.<name>" (bench/bench_kcp_one_gpu.py reports each phase's share)."""
+    return torch.profiler.record_function(f"cake.kcp.{name}")
+
+
 def _segment_summaries(opts: _Options, walk, q, k, v, g, beta, A_log, dt_bias, sd):
     """The walk's segments (R of them, T_R tokens, in its order) from S_in = 0 with v, and from
     S_in = I with v = 0 of V' = K columns (rather than one walk of V + K columns: the kernels
     bound V): o_0 [1, T_R, HV, V], B [R, HV, K, V], O_M [1, T_R, HV, K], M [R, HV, K, K]."""
     HV, K = v.shape[2], q.shape[3]
-    q, k, v, g, beta = (walk.take(x) for x in (q, k, v, g, beta))
-    o_0, b = _walk(opts, q, k, v, g, beta, None, walk.offsets, A_log, dt_bias)
-    identity = torch.eye(K, dtype=sd, device=q.device).expand(len(walk.segments), HV, K, K)
-    o_m, m = _walk(opts, q, k, v.new_zeros(v.shape[:3] + (K,)), g, beta,
-                   identity.contiguous(), walk.offsets, A_log, dt_bias)
+    with _phase("summary_walks"):
+        q, k, v, g, beta = (walk.take(x) for x in (q, k, v, g, beta))
+        o_0, b = _walk(opts, q, k, v, g, beta, None, walk.offsets, A_log, dt_bias)
+        identity = torch.eye(K, dtype=sd, device=q.device).expand(len(walk.segments), HV, K, K)
+        o_m, m = _walk(opts, q, k, v.new_zeros(v.shape[:3] + (K,)), g, beta,
+                       identity.contiguous(), walk.offsets, A_log, dt_bias)
     return o_0, b, o_m, m
 
 
@@ -149,19 +156,21 @@ def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tenso
     rounded to bf16 as the walk's own tensor-core products round its state), the sum in the
     state dtype."""
     sd, dt = seg_in.dtype, o.dtype
-    s_in = seg_in.to(dt)
-    for s, at, row_at, n in plan.summary_spans:
-        o_s = torch.einsum("thk,hkv->thv", o_m[0, row_at:row_at + n], s_in[s])
-        o[0, at:at + n] = (o_0[0, row_at:row_at + n].to(sd) + o_s.to(sd)).to(dt)
+    with _phase("outputs"):
+        s_in = seg_in.to(dt)
+        for s, at, row_at, n in plan.summary_spans:
+            o_s = torch.einsum("thk,hkv->thv", o_m[0, row_at:row_at + n], s_in[s])
+            o[0, at:at + n] = (o_0[0, row_at:row_at + n].to(sd) + o_s.to(sd)).to(dt)
 
 
 def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
     """C [R', HV, K, V] of the adjoint rows: O_M^T dout over each one's tokens (in dout's
     dtype, as the products above)."""
-    d_o = d_o.to(o_m.dtype)
-    return torch.stack([
-        torch.einsum("thk,thv->hkv", o_m[0, row_at:row_at + n], d_o[0, at:at + n]).to(sd)
-        for at, row_at, n in plan.adjoint_spans])
+    with _phase("adjoint_products"):
+        d_o = d_o.to(o_m.dtype)
+        return torch.stack([
+            torch.einsum("thk,thv->hkv", o_m[0, row_at:row_at + n], d_o[0, at:at + n]).to(sd)
+            for at, row_at, n in plan.adjoint_spans])
 
 
 def _rows_of(records: Tensor, K: int):
@@ -273,9 +282,10 @@ class _KCPFunction(torch.autograd.Function):
             seg_out[rows] = m_all @ seg_in.index_select(0, rows) + b_all
         if plan.rest is not None:
             rest = plan.rest
-            o_rest, seg_out[rest.segment_index] = _walk(
-                opts, *(rest.take(x) for x in (q, k, v, g, beta)),
-                seg_in.index_select(0, rest.segment_index), rest.offsets, A_log, dt_bias)
+            with _phase("walk"):
+                o_rest, seg_out[rest.segment_index] = _walk(
+                    opts, *(rest.take(x) for x in (q, k, v, g, beta)),
+                    seg_in.index_select(0, rest.segment_index), rest.offsets, A_log, dt_bias)
             if rest.index is None:
                 o = o_rest
             else:
@@ -337,8 +347,10 @@ class _KCPFunction(torch.autograd.Function):
         dh0 = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=device) \
             if has_h0 else None
         if S:
-            dq, dk, dv, dg, dbeta, dseg_in, dA_log, ddt_bias = _walk_backward(
-                opts, q, k, v, g, beta, seg_in, plan.shard.offsets, A_log, dt_bias, d_o, seg_out)
+            with _phase("walk_backward"):
+                dq, dk, dv, dg, dbeta, dseg_in, dA_log, ddt_bias = _walk_backward(
+                    opts, q, k, v, g, beta, seg_in, plan.shard.offsets, A_log, dt_bias, d_o,
+                    seg_out)
             if has_h0 and plan.own_fragments is not None:
                 dh0[plan.own_documents] = dseg_in.index_select(
                     0, plan.first_segments.index_select(0, plan.own_fragments))
