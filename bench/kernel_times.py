@@ -47,9 +47,8 @@ def kernel_times(run, warmup: int = 1) -> dict[str, float]:
 
 
 def phase_times(run, prefix: str, warmup: int = 1) -> dict[str, float]:
-    """{phase: ms} of one run() after `warmup` runs: the device time of the kernels launched under
-    each torch.profiler range whose name starts with prefix (the prefix cut), and under "other"
-    every kernel outside them; {} where the profiler records no device activity."""
+    """{phase: ms} of one run() after `warmup` runs (phases_of over the profiler's events); {}
+    where the profiler records no device activity."""
     if not torch.cuda.is_available():
         return {}
     for _ in range(warmup):
@@ -59,15 +58,29 @@ def phase_times(run, prefix: str, warmup: int = 1) -> dict[str, float]:
     with torch.profiler.profile(activities=activities) as prof:
         run()
         torch.cuda.synchronize()
+    return phases_of(prof.events(), prefix)
+
+
+def _launched_ms(event) -> float:
+    """The device time of the kernels launched under a CPU event and its children, without the
+    GPU-side span that torch.profiler gives a user range of the same name."""
+    own = sum(k.duration for k in event.kernels if k.name != event.name)
+    return own / 1e3 + sum(_launched_ms(child) for child in event.cpu_children)
+
+
+def phases_of(events, prefix: str) -> dict[str, float]:
+    """{phase: ms}: the kernels launched under each CPU range named prefix + phase (the prefix
+    cut), and under "other" every kernel outside them; {} without device kernels. User ranges'
+    GPU-side spans (device events with is_user_annotation) are not kernels."""
     phases: dict[str, float] = {}
     kernels = 0.0
-    for event in prof.events():
+    for event in events:
         if event.device_type == torch.autograd.DeviceType.CUDA:
-            kernels += getattr(event, "device_time", getattr(event, "cuda_time", 0.0)) / 1e3
+            if not getattr(event, "is_user_annotation", False):
+                kernels += getattr(event, "device_time", getattr(event, "cuda_time", 0.0)) / 1e3
         elif event.name.startswith(prefix):
-            us = getattr(event, "device_time_total", getattr(event, "cuda_time_total", 0.0))
             name = event.name[len(prefix):]
-            phases[name] = phases.get(name, 0.0) + us / 1e3
+            phases[name] = phases.get(name, 0.0) + _launched_ms(event)
     if not kernels:
         return {}
     phases["other"] = max(kernels - sum(phases.values()), 0.0)

@@ -296,7 +296,9 @@ class _KCPFunction(torch.autograd.Function):
             for n in ctx.empty_documents:
                 final_state[n] = h0[n].to(sd)
 
-        fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in, m_all, o_m, bad)
+        # O_M is kept for the adjoints' C only (O_M^T dout); a call without adjoints keeps none.
+        fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in, m_all,
+                               o_m if plan.adjoint_spans else None, bad)
         fctx.kcp = (ctx, opts, plan, h0 is not None, (HV, K, V), slots.backward_slots)
         fctx.set_materialize_grads(False)
         return o, final_state
