@@ -23,42 +23,49 @@ def short_name(name: str) -> str:
     return re.sub(r"\s+", " ", name).strip() or "?"
 
 
-def kernel_times(run, warmup: int = 1) -> dict[str, float]:
-    """{kernel: ms} of one run() after `warmup` runs, largest first; {} where the profiler records
-    no device activity (no GPU, or no CUPTI)."""
+def _profiled_events(run, warmup: int, activities) -> list:
+    """The profiler's events of one run() after `warmup` runs; [] without a GPU."""
     if not torch.cuda.is_available():
-        return {}
+        return []
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(activities=activities) as prof:
         run()
         torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for event in prof.events():
+    return prof.events()
+
+
+def _kernels(events):
+    """(event, ms) of every device kernel, memset or copy among events: the GPU-side spans that
+    torch.profiler gives user ranges (is_user_annotation) are not kernels."""
+    for event in events:
         if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        if getattr(event, "is_user_annotation", False):
             continue
         us = getattr(event, "device_time", None)
         if us is None:
             us = getattr(event, "cuda_time", 0.0)
+        yield event, us / 1e3
+
+
+def kernel_times(run, warmup: int = 1) -> dict[str, float]:
+    """{kernel: ms} of one run() after `warmup` runs, largest first; {} where the profiler records
+    no device activity (no GPU, or no CUPTI)."""
+    events = _profiled_events(run, warmup, [torch.profiler.ProfilerActivity.CUDA])
+    totals: dict[str, float] = {}
+    for event, ms in _kernels(events):
         key = short_name(event.name)
-        totals[key] = totals.get(key, 0.0) + us / 1e3
+        totals[key] = totals.get(key, 0.0) + ms
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
 def phase_times(run, prefix: str, warmup: int = 1) -> dict[str, float]:
     """{phase: ms} of one run() after `warmup` runs (phases_of over the profiler's events); {}
     where the profiler records no device activity."""
-    if not torch.cuda.is_available():
-        return {}
-    for _ in range(warmup):
-        run()
-    torch.cuda.synchronize()
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
-        run()
-        torch.cuda.synchronize()
-    return phases_of(prof.events(), prefix)
+    return phases_of(_profiled_events(run, warmup, activities), prefix)
 
 
 def _launched_ms(event) -> float:
@@ -70,17 +77,13 @@ def _launched_ms(event) -> float:
 
 def phases_of(events, prefix: str) -> dict[str, float]:
     """{phase: ms}: the kernels launched under each CPU range named prefix + phase (the prefix
-    cut), and under "other" every kernel outside them; {} without device kernels. User ranges'
-    GPU-side spans (device events with is_user_annotation) are not kernels."""
+    cut), and under "other" every kernel outside them; {} without device kernels."""
     phases: dict[str, float] = {}
-    kernels = 0.0
     for event in events:
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            if not getattr(event, "is_user_annotation", False):
-                kernels += getattr(event, "device_time", getattr(event, "cuda_time", 0.0)) / 1e3
-        elif event.name.startswith(prefix):
+        if event.device_type != torch.autograd.DeviceType.CUDA and event.name.startswith(prefix):
             name = event.name[len(prefix):]
             phases[name] = phases.get(name, 0.0) + _launched_ms(event)
+    kernels = sum(ms for _, ms in _kernels(events))
     if not kernels:
         return {}
     phases["other"] = max(kernels - sum(phases.values()), 0.0)

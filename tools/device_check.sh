@@ -22,8 +22,8 @@
 # (tools/profile_gdn.py); "stalls" the walks' (or CAKE_STALL_KERNELS') stall reasons at workload A
 # (Nsight Compute on the C++ check; CAKE_STALL_ARGS its arguments, default "--once", e.g.
 # "--once --workload kda-P4-16"); "sources" where their warps wait, per instruction
-# (tools/stall_sources.py, the same kernels and arguments); "kda_bench" the KDA benchmark (bench/bench_kda.py, with
-# CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "conv1d_bench" the causal conv1d benchmark
+# (tools/stall_sources.py, the same kernels and arguments); "kda_bench" the KDA benchmark
+# (bench/bench_kda.py, with CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "conv1d_bench" the causal conv1d benchmark
 # (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl); "kcp1_bench"
 # context parallelism on one GPU, each rank's share replayed alone (bench/bench_kcp_one_gpu.py,
 # with CAKE_KCP1_BENCH_ARGS, into kcp1_bench.jsonl); on a machine of several GPUs, "kcp_check"
@@ -250,9 +250,10 @@ fi
 if [[ $stages == *" bench "* ]]; then
   python3 bench/bench_gdn.py --out "$OUT/bench.jsonl" "$@" 2>&1 || stage_failed+=" bench"
 fi
-# The short benchmarks first (estimated, not yet timed: kcp1 ~1 minute for 10 cells, conv1d ~2
-# with FLA's autotuning), so that a call's limit falls on the KDA benchmark (FLA's and cuDNN's
-# first compiles, ~3-5 minutes).
+# The short benchmarks first, so that a call's limit falls on the KDA benchmark (FLA's and cuDNN's
+# first compiles). On the H100 (2026-12-06) one call ran the build, 88 GPU tests, kcp1 (10 cells),
+# conv1d (all arms) and KDA at P4, 16 heads (fwd and fwd+bwd) in 497 s; the stages were not timed
+# one by one.
 if [[ $stages == *" kcp1_bench "* ]]; then
   python3 bench/bench_kcp_one_gpu.py --out "$OUT/kcp1_bench.jsonl" ${CAKE_KCP1_BENCH_ARGS:-} 2>&1 \
     || stage_failed+=" kcp1_bench"
