@@ -7,15 +7,19 @@
 // x = q the output's intra-chunk attention.
 // G is the chunk-local cumsum of log decays (non-increasing down a column), so e^{G_i - G_j} <= 1
 // for i >= j, but its two halves e^{G_i} and e^{-G_j} are not: at g = -20 a chunk spans e^-1280,
-// far past fp32. The chunk is cut into four 16-row blocks, each with a reference row n = its
-// first row:
-//   off-diagonal blocks (row block a > column block b): on the tensor cores, with the operands
-//     x_i e^{G_i - G_n} (i in block a, G_i <= G_n) and k_j e^{G_n - G_j} (j < n, G_j >= G_n):
-//     both factors <= 1 and their product is e^{G_i - G_j}, so nothing overflows, and a factor
-//     that underflows belongs to a product that is smaller still. Operands rounded to bf16 after
-//     the scale (as K itself is), fp32 accumulation.
-//   diagonal blocks: pair by pair in fp32, e^{G_ic - G_jc} per channel (no reference row keeps
-//     both factors of a pair inside one block below 1).
+// far past fp32. The chunk is cut into four 16-row blocks, and every block product is formed on
+// the tensor cores with the operands x_i e^{G_i - R} and k_j e^{R - G_j} for a reference R per
+// channel, whose product is e^{G_i - G_j} (operands rounded to bf16 after the scale, as K itself
+// is; fp32 accumulation):
+//   off-diagonal blocks (row block a > column block b): R = G_n, n the first row of block a;
+//     i in block a, so G_i <= G_n; j < n, so G_j >= G_n: both factors <= 1, nothing overflows,
+//     and a factor that underflows belongs to a product that is smaller still. Always safe.
+//   diagonal blocks (a = b): R = (G_f + G_l) / 2, f and l the block's first and last rows. The
+//     factors are as large as e^{|G_i - R|}; where every row of every channel has |G_i - R| <=
+//     kTensorCoreReach (e^40 ~ 2.4e17: room for |x|, |k| up to ~1e21 before fp32's and bf16's
+//     largest; e^-40 stays a normal number), the block takes the tensor cores; past it
+//     (decays that strong inside 16 tokens, or a G that is not finite), pair by pair in fp32,
+//     e^{G_ic - G_jc} per channel. The test reads G only: the same path on every run.
 // x, k: bf16 [64][kLdBf16], rows past the chunk's end zero; G: fp32 [64][kLdGate]; out: fp32
 // [64][kLd64]. By a CTA of kWarps warps; no barrier inside (the caller syncs before reading out).
 #pragma once
@@ -33,6 +37,31 @@ inline constexpr int kLdGate = kHeadDim + 4;
 inline constexpr int kSubBlock = 16;
 inline constexpr int kSubBlocks = kChunk / kSubBlock;
 inline constexpr int kOffDiagonalBlocks = kSubBlocks * (kSubBlocks - 1) / 2;  // 6
+// How far G may stray from a diagonal block's reference for the tensor-core form (above).
+inline constexpr float kTensorCoreReach = 40.f;
+
+// The reference of diagonal block a for channel c: halfway between its first and last rows.
+__device__ __forceinline__ float diagonal_reference(float const* G, int a, int c) {
+  return 0.5f * (G[a * kSubBlock * kLdGate + c] + G[(a * kSubBlock + kSubBlock - 1) * kLdGate + c]);
+}
+
+// Whether every row of diagonal block a stays within kTensorCoreReach of its reference on every
+// channel (each warp decides alone, by a vote over its lanes' channels: all warps decide alike;
+// a NaN fails every comparison, so it fails the test).
+__device__ __forceinline__ bool diagonal_on_tensor_cores(float const* G, int a) {
+  bool within = true;
+#pragma unroll
+  for (int m = 0; m < kHeadDim / 32; ++m) {
+    int const c = threadIdx.x % 32 + 32 * m;
+    float const ref = diagonal_reference(G, a, c);
+#pragma unroll 4
+    for (int r = a * kSubBlock; r < (a + 1) * kSubBlock; ++r) {
+      float const d = G[r * kLdGate + c] - ref;
+      within = within && d <= kTensorCoreReach && d >= -kTensorCoreReach;
+    }
+  }
+  return __ballot_sync(0xffffffffu, !within) == 0u;
+}
 
 template <int kWarps, bool kDiagonal>
 __device__ __forceinline__ void channel_gated_product(__nv_bfloat16 const* x,
@@ -40,42 +69,61 @@ __device__ __forceinline__ void channel_gated_product(__nv_bfloat16 const* x,
                                                       float scale, float* out) {
   // pairs (i, j) of one diagonal block: 120 with i > j, 136 with i >= j
   constexpr int kPairsPerBlock = kSubBlock * (kSubBlock + (kDiagonal ? 1 : -1)) / 2;
-  static_assert(kWarps >= kOffDiagonalBlocks, "one warp per off-diagonal block");
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
+  unsigned tensor_cores = 0;  // bit a: diagonal block a on the tensor cores
+#pragma unroll
+  for (int a = 0; a < kSubBlocks; ++a)
+    tensor_cores |= diagonal_on_tensor_cores(G, a) ? 1u << a : 0u;
 
-  // Off-diagonal block w = (a, b) in the order (1,0), (2,0), (2,1), (3,0), (3,1), (3,2).
-  if (warp < kOffDiagonalBlocks) {
+  // Blocks on the tensor cores, task w: the off-diagonal (a, b) in the order (1,0), (2,0),
+  // (2,1), (3,0), (3,1), (3,2), then the diagonal blocks 0..3 that the test lets through; warp
+  // w takes tasks w, w + kWarps, ...
+  for (int task = warp; task < kOffDiagonalBlocks + kSubBlocks; task += kWarps) {
     int a = 1;
-    int b = warp;
-    while (b >= a) {
-      b -= a;
-      ++a;
+    int b = task;
+    if (task < kOffDiagonalBlocks) {
+      while (b >= a) {
+        b -= a;
+        ++a;
+      }
+    } else {
+      a = b = task - kOffDiagonalBlocks;
+      if (!(tensor_cores >> a & 1u)) continue;
     }
-    float const* const gn = G + a * kSubBlock * kLdGate;  // the reference row
+    float const* const gn = G + a * kSubBlock * kLdGate;  // the off-diagonal reference row
+    auto const reference = [&](int c) {
+      return a != b ? gn[c] : diagonal_reference(G, a, c);
+    };
     auto const row = [&](int i, int c) {
-      return __bfloat162float(x[i * kLdBf16 + c]) * __expf(G[i * kLdGate + c] - gn[c]);
+      return __bfloat162float(x[i * kLdBf16 + c]) * __expf(G[i * kLdGate + c] - reference(c));
     };
     auto const col = [&](int c, int j) {
-      return __bfloat162float(k[j * kLdBf16 + c]) * __expf(gn[c] - G[j * kLdGate + c]);
+      return __bfloat162float(k[j * kLdBf16 + c]) * __expf(reference(c) - G[j * kLdGate + c]);
     };
     float acc[1][2][4] = {};
     warp_tile_mma<kHeadDim, 1, 2>(row, col, a * kSubBlock, b * kSubBlock, acc);
+    // On a diagonal block only i > j (i >= j with kDiagonal) is written.
+    auto const put = [&](int i, int j, float v) {
+      if (a != b || j < i || (kDiagonal && j == i)) out[i * kLd64 + j] = scale * v;
+    };
     int const r = a * kSubBlock + lane / 4;
 #pragma unroll
     for (int ni = 0; ni < 2; ++ni) {
       int const c = b * kSubBlock + 8 * ni + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(out + r * kLd64 + c) =
-          make_float2(scale * acc[0][ni][0], scale * acc[0][ni][1]);
-      *reinterpret_cast<float2*>(out + (r + 8) * kLd64 + c) =
-          make_float2(scale * acc[0][ni][2], scale * acc[0][ni][3]);
+      put(r, c, acc[0][ni][0]);
+      put(r, c + 1, acc[0][ni][1]);
+      put(r + 8, c, acc[0][ni][2]);
+      put(r + 8, c + 1, acc[0][ni][3]);
     }
   }
 
-  // Diagonal blocks: one pair per warp at a time, lane l sums channels l + 32 m, then the warp's
-  // butterfly (a fixed order: deterministic). Row i holds the pairs j < i (j <= i with kDiagonal).
+  // The other diagonal blocks: one pair per warp at a time, lane l sums channels l + 32 m, then
+  // the warp's butterfly (a fixed order: deterministic). Row i holds the pairs j < i (j <= i
+  // with kDiagonal).
   for (int p = warp; p < kSubBlocks * kPairsPerBlock; p += kWarps) {
     int const a = p / kPairsPerBlock;
+    if (tensor_cores >> a & 1u) continue;
     int i = kDiagonal ? 0 : 1;
     int j = p % kPairsPerBlock;
     while (j >= i + (kDiagonal ? 1 : 0)) {
