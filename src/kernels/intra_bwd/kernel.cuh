@@ -19,12 +19,13 @@
 // diagonal: one exponential per token and channel instead of one per pair, no overflow whatever
 // the gates, and a product that underflows belongs to a pair whose true factor is smaller still.
 // S (for dbeta) is the gated K K^T of kkt_solve (channel_kkt.cuh). A thread owns one channel and
-// every other row of the chunk (rows of both parities cost the same: r steps on the row side,
-// len - r on the column side); the warp's lanes are 32 channels of one row, so dQK and dL are
-// read as broadcasts. fp32 throughout, in fixed orders (deterministic); dq and dk summed over the
-// group's value heads in ascending order as they come (each thread adds to the sums it stored for
-// the heads before), so q and k are loaded once per group and no terms per value head are
-// written.
+// every kPhases-th pair of rows of the chunk (the phases cost about the same: r steps on the row
+// side, len - r on the column side); one walk serves both rows of a pair, which halves the loads
+// and the running products and gives each step four independent sums. The warp's lanes are 32
+// channels of one row, so dQK and dL are read as broadcasts. fp32 throughout, in fixed orders
+// (deterministic); dq and dk summed over the group's value heads in ascending order as they come
+// (each thread adds to the sums it stored for the heads before), so q and k are loaded once per
+// group and no terms per value head are written.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,6 +39,8 @@ namespace cake::kernels::intra_bwd {
 
 inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
+// Thread tid owns key channel tid % 128 and the row pairs of phase tid / 128.
+inline constexpr int kPhases = kThreads / kHeadDim;
 using kkt_solve::kLdGate;
 
 // About 190 KB: one CTA per SM.
@@ -51,7 +54,7 @@ struct SharedStorage {
   float dl[kChunk * kLd64];           // [64 x 64]
   float s[kChunk * kLd64];            // [64 x 64] the gated K K^T (strictly lower)
   float beta[kChunk];
-  float tail[2 * kHeadDim];  // the sum of dkbar o k o ebar over rows, per row parity
+  float tail[kPhases * kHeadDim];  // the sum of dkbar o k o ebar over rows, per phase
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "intra_bwd shared memory exceeds 227 KB");
 
@@ -119,56 +122,89 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     }
 
     int const ch = tid % kHeadDim;
-    int const parity = tid / kHeadDim;
+    int const phase = tid / kHeadDim;
     float const g_last = s.gcum[(len - 1) * kLdGate + ch];
+    auto const at = [&](int row) { return row * kLdGate + ch; };
     float tail = 0.f;
-    for (int r = parity; r < len; r += 2) {
-      auto const at = [&](int row) { return row * kLdGate + ch; };
-      float const qr = __bfloat162float(s.q[r * kLdBf16 + ch]);
-      float const kr = __bfloat162float(s.k[r * kLdBf16 + ch]);
-      // row side: j = r - 1 down to 0, Gamma_rj = d_{j+1} ... d_r
-      float aq = 0.f, ak = 0.f, run = 1.f;
+    // Rows in pairs (r, r + 1), r = 2 (kPhases m + phase): both rows' sums share one walk over the
+    // other rows, since Gamma_{r+1,j} = d_{r+1} Gamma_rj and Gamma_ir = d_{r+1} Gamma_{i,r+1}.
+    for (int r = 2 * phase; r < len; r += 2 * kPhases) {
+      int const r1 = r + 1;  // may be past the end: its tile rows are zero, its writes skipped
+      // This pair's loads from global memory first, so that their latency hides behind the walks.
+      int64_t const out0 = (row0 + int64_t{r} * HV) * kHeadDim + ch;
+      int64_t const out1 = out0 + int64_t{HV} * kHeadDim;
+      int64_t const sum_at0 = ((c.t0 + r) * H + h) * kHeadDim + ch;
+      int64_t const sum_at1 = sum_at0 + qk_stride;
+      bool const has1 = r1 < len;
+      float const dqg0 = p.dqg[out0], dkg0 = p.dkg[out0], dkbar0 = p.dkbar[out0];
+      float const dqg1 = has1 ? p.dqg[out1] : 0.f;
+      float const dkg1 = has1 ? p.dkg[out1] : 0.f;
+      float const dkbar1 = has1 ? p.dkbar[out1] : 0.f;
+      float const dq_before0 = gi == 0 ? 0.f : p.dq[sum_at0];
+      float const dk_before0 = gi == 0 ? 0.f : p.dk[sum_at0];
+      float const dq_before1 = gi == 0 || !has1 ? 0.f : p.dq[sum_at1];
+      float const dk_before1 = gi == 0 || !has1 ? 0.f : p.dk[sum_at1];
+
+      float const q0 = __bfloat162float(s.q[r * kLdBf16 + ch]);
+      float const k0 = __bfloat162float(s.k[r * kLdBf16 + ch]);
+      float const q1 = __bfloat162float(s.q[r1 * kLdBf16 + ch]);
+      float const k1 = __bfloat162float(s.k[r1 * kLdBf16 + ch]);
+      float const d1 = s.d[at(r1)];
+      // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r
+      float aq0 = 0.f, ak0 = 0.f, aq1 = 0.f, ak1 = 0.f, run = 1.f;
       for (int j = r - 1; j >= 0; --j) {
         run *= s.d[at(j + 1)];
         float const kj = __bfloat162float(s.k[j * kLdBf16 + ch]) * run;
-        aq += s.dqk[r * kLd64 + j] * kj;
-        ak += s.dl[r * kLd64 + j] * kj;
+        aq0 += s.dqk[r * kLd64 + j] * kj;
+        ak0 += s.dl[r * kLd64 + j] * kj;
+        aq1 += s.dqk[r1 * kLd64 + j] * kj;
+        ak1 += s.dl[r1 * kLd64 + j] * kj;
       }
-      ak *= s.beta[r];
-      // column side: i = r + 1 up to the end, Gamma_ir = d_{r+1} ... d_i
-      float ac = 0.f;
+      ak0 *= s.beta[r];
+      // row r + 1: its pair with r (Gamma = d_{r+1}), then the common factor d_{r+1}
+      aq1 = d1 * (aq1 + s.dqk[r1 * kLd64 + r] * k0);
+      ak1 = s.beta[r1] * d1 * (ak1 + s.dl[r1 * kLd64 + r] * k0);
+      // column side: i = r + 2 up to the end, run = Gamma_{i,r+1} = d_{r+2} ... d_i
+      float ac0 = 0.f, ac1 = 0.f;
       run = 1.f;
-      for (int i = r + 1; i < len; ++i) {
+      for (int i = r + 2; i < len; ++i) {
         run *= s.d[at(i)];
         float const qi = __bfloat162float(s.q[i * kLdBf16 + ch]);
-        float const ki = __bfloat162float(s.k[i * kLdBf16 + ch]);
-        ac += (s.dqk[i * kLd64 + r] * qi + s.beta[i] * s.dl[i * kLd64 + r] * ki) * run;
+        float const bki = s.beta[i] * __bfloat162float(s.k[i * kLdBf16 + ch]);
+        float2 const dqk = *reinterpret_cast<float2 const*>(&s.dqk[i * kLd64 + r]);
+        float2 const dl = *reinterpret_cast<float2 const*>(&s.dl[i * kLd64 + r]);
+        ac0 += (dqk.x * qi + dl.x * bki) * run;
+        ac1 += (dqk.y * qi + dl.y * bki) * run;
       }
-      float const gr = s.gcum[at(r)];
-      float const e = __expf(gr);
-      float const eb = __expf(g_last - gr);
-      int64_t const out = (row0 + int64_t{r} * HV) * kHeadDim + ch;
-      float const dqg = p.dqg[out];
-      float const dkg = p.dkg[out];
-      float const dkbar = p.dkbar[out];
-      float const pd = s.dqk[r * kLd64 + r];
-      // this value head's terms into the group's sums (this thread wrote the earlier heads')
-      int64_t const sum_at = ((c.t0 + r) * H + h) * kHeadDim + ch;
-      float const dq = aq + pd * kr + dqg * e;
-      float const dk = ak + ac + pd * qr + dkg * e + dkbar * eb;
-      p.dq[sum_at] = gi == 0 ? dq : p.dq[sum_at] + dq;
-      p.dk[sum_at] = gi == 0 ? dk : p.dk[sum_at] + dk;
-      float const bar = r < len - 1 ? dkbar * kr * eb : 0.f;
-      tail += bar;
-      s.dg[at(r)] = qr * aq + kr * (ak - ac) + dqg * qr * e + dkg * kr * e - bar;
+      // row r's pair with r + 1 (Gamma = d_{r+1}), then the common factor d_{r+1}
+      ac0 = d1 * (ac0 + s.dqk[r1 * kLd64 + r] * q1 + s.beta[r1] * s.dl[r1 * kLd64 + r] * k1);
+
+      // outputs of row x: a = (aq, ak, ac), its gates' terms, this value head into the group sums
+      auto const finish = [&](int row, float qr, float kr, float aq, float ak, float ac,
+                              float dqg, float dkg, float dkbar, float dq_before,
+                              float dk_before, int64_t sum_at) {
+        float const gr = s.gcum[at(row)];
+        float const e = __expf(gr);
+        float const eb = __expf(g_last - gr);
+        float const pd = s.dqk[row * kLd64 + row];
+        p.dq[sum_at] = dq_before + (aq + pd * kr + dqg * e);
+        p.dk[sum_at] = dk_before + (ak + ac + pd * qr + dkg * e + dkbar * eb);
+        float const bar = row < len - 1 ? dkbar * kr * eb : 0.f;
+        tail += bar;
+        s.dg[at(row)] = qr * aq + kr * (ak - ac) + dqg * qr * e + dkg * kr * e - bar;
+      };
+      finish(r, q0, k0, aq0, ak0, ac0, dqg0, dkg0, dkbar0, dq_before0, dk_before0, sum_at0);
+      if (has1)
+        finish(r1, q1, k1, aq1, ak1, ac1, dqg1, dkg1, dkbar1, dq_before1, dk_before1, sum_at1);
     }
-    s.tail[parity * kHeadDim + ch] = tail;
+    s.tail[phase * kHeadDim + ch] = tail;
     __syncthreads();  // dG and the tails visible
 
     // dg = reverse cumsum of dG, the last row's terms through G_last first
     if (tid < kHeadDim && p.dg != nullptr) {
       float const dgamma = p.dgamma[(blockIdx.x * int64_t{HV} + hv) * kHeadDim + tid];
-      float acc = __expf(g_last) * dgamma + s.tail[tid] + s.tail[kHeadDim + tid];
+      float acc = __expf(g_last) * dgamma;
+      for (int ph = 0; ph < kPhases; ++ph) acc += s.tail[ph * kHeadDim + tid];
       for (int r = len - 1; r >= 0; --r) {
         acc += s.dg[r * kLdGate + tid];
         p.dg[(row0 + int64_t{r} * HV) * kHeadDim + tid] = acc;
