@@ -37,7 +37,7 @@
 
 namespace cake::kernels::intra_bwd {
 
-inline constexpr int kThreads = 256;
+inline constexpr int kThreads = 512;
 inline constexpr int kWarps = kThreads / 32;
 // Thread tid owns key channel tid % 128 and the row pairs of phase tid / 128.
 inline constexpr int kPhases = kThreads / kHeadDim;
