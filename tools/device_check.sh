@@ -15,7 +15,8 @@
 # CAKE_ACCURACY_OPS the ops of the accuracy stage (bench/accuracy.py --op; default "gdn", e.g.
 # "gdn kda"), CAKE_ACCURACY_CASES a subset of their cases (--cases), CAKE_ACCURACY_SEEDS the draws
 # per case (--seeds; errors pooled over them).
-# CAKE_STAGES picks what runs after the build (default: "demo tests accuracy bench"); "train" runs
+# CAKE_STAGES picks what runs after the build (unset: "demo tests accuracy bench"; set but empty:
+# nothing, the build alone, e.g. before tools/time_patches.sh); "train" runs
 # python -m cake.train in full with --compare fla (the demo stage runs 30 steps of it); "check" runs
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on
 # failure; "profile" adds Nsight Compute on one forward + backward of workload M
@@ -134,7 +135,7 @@ elif [ -z "${CAKE_COMMIT:-}" ]; then
 fi
 echo "commit: $CAKE_COMMIT"
 
-stages=" ${CAKE_STAGES:-demo tests accuracy bench} "
+stages=" ${CAKE_STAGES-demo tests accuracy bench} "  # set but empty: the build alone
 stage_failed=""
 
 if [[ $stages == *" check "* ]]; then
