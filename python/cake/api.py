@@ -170,8 +170,10 @@ def chunk_kda(
         lower_bound: the lower-bound gate above (with ``use_gate_in_kernel``; ignored without).
         disable_recompute: accepted; what the forward keeps for the backward is
             ``save_for_backward``'s mode.
-        save_for_backward: as for chunk_gated_delta_rule; on CUDA the saved set is kept in
-            ``"saved"`` mode only (``"inverse"`` recomputes, as ``"recompute"`` does).
+        save_for_backward: as for chunk_gated_delta_rule; on CUDA ``"inverse"`` keeps the chunk
+            pass's products (A, P, beta and G's last rows, about 0.26 KB per token and value
+            head: the backward forms only the walks' operands again), ``"saved"`` the whole saved
+            set (about 1.5 KB per token and value head with the chunk states).
         return_intermediate_states: under ``torch.inference_mode()`` only, also return the state
             before every chunk of ``chunk_size`` tokens: ``h [B, NT, HV, K, V]`` (``[B, NT, HV,
             V, K]`` with ``state_v_first``) in k's dtype, NT = ceil(T / chunk_size) per batch row,

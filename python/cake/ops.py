@@ -7,8 +7,9 @@ reference in C++ (outputs in the input dtype); CUDA tensors run the kernels wher
 Saved, inverse and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward``
 also returns the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference
 always recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds only
-what ``kkt_solve`` writes (the chunk inverses, the gate cumsum, beta; the backward recomputes the
-rest); in recompute mode the blob is empty and the backward recomputes the forward's stages.
+what ``kkt_solve`` writes (GDN: the chunk inverses, the gate cumsum, beta; KDA: also P, and G's last
+rows; the backward recomputes the rest); in recompute mode the blob is empty and the backward
+recomputes the forward's stages.
 """
 
 import warnings

@@ -103,8 +103,8 @@ char const* const kKdaCudaSupport =
     "beta; float32 states; K = V = 128; contiguous tensors; int32 or int64 cu_seqlens; grouped "
     "value heads; use_qk_l2norm_in_kernel; use_gate_in_kernel (float32, bfloat16 or float16 g, "
     "A_log, dt_bias; lower_bound) and use_beta_sigmoid_in_kernel (float32, bfloat16 or "
-    "float16 beta); the saved set "
-    "is kept in saved mode only (inverse mode recomputes, as recompute mode)";
+    "float16 beta); saved mode keeps the whole saved set, inverse mode (the default) the chunk "
+    "pass's products (G's last rows, A, beta, P)";
 
 void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
                         Dims const& d) {

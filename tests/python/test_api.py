@@ -615,14 +615,17 @@ def test_shape_only_saved_size_query():
     assert abi.cuda_saved_size_of_shapes(GDN, *shapes, 0) == 0
     with pytest.raises(ValueError, match="K = V = 128"):
         abi.cuda_saved_size_of_shapes(GDN, [1, 130, 1, 64], [1, 130, 2, 64], None, True, 1)
-    # KDA (docs/design/kda-hopper.md): saved mode only: q, k normalised; G's last row per chunk
-    # [slots, HV, K]; A; beta; P;
-    # qg, kg, kbar; h per chunk. Inverse and recompute modes keep nothing.
+    # KDA (docs/design/kda-hopper.md): saved mode: q, k normalised; G's last row per chunk
+    # [slots, HV, K]; A; beta; P; qg, kg, kbar; h per chunk. Inverse mode: G's last rows, A, beta,
+    # P (the chunk pass's products). Recompute mode keeps nothing.
     kda = abi.cuda_saved_size_of_shapes(KDA, *shapes, 1)
     assert kda == (2 * up(130 * 128 * 2) + up(4 * 2 * 128 * 4) + up(130 * 2 * 64 * 2)
                    + up(130 * 2 * 4) + up(130 * 2 * 64 * 2) + 3 * up(130 * 2 * 128 * 2)
                    + 4 * 2 * 128 * 128 * 2)
-    assert abi.cuda_saved_size_of_shapes(KDA, *shapes, 2) == 0
+    kda_inverse = (up(4 * 2 * 128 * 4) + up(130 * 2 * 64 * 2) + up(130 * 2 * 4)
+                   + 130 * 2 * 64 * 2)
+    assert abi.cuda_saved_size_of_shapes(KDA, *shapes, 2) == kda_inverse
+    assert abi.cuda_saved_size_of_shapes(KDA, *shapes[:3], False, 2) == kda_inverse
     assert abi.cuda_saved_size_of_shapes(KDA, *shapes, 0) == 0
 
 

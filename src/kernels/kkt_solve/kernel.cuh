@@ -211,7 +211,7 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
 
   load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
                                               int64_t{H} * kHeadDim, len);
-  bool const reads_q = p.aqk != nullptr || p.qg != nullptr;
+  bool const reads_q = p.aqk != nullptr || p.qg != nullptr;  // P, or qg
   if (reads_q)
     load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
                                                 int64_t{H} * kHeadDim, len);
@@ -237,13 +237,17 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     }
     __syncthreads();  // G visible
 
-    channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
+    // Without a (the backward of inverse mode, whose saved set holds A, P, beta and G's last
+    // rows) only the walks' operands: no gated product, no solve.
+    bool const solves = p.a != nullptr;
+    if (solves) channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
     if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr)
       store_walk_operands(p, s.q, s.k, s.gcum, row0, HV, len);
-    if (tid < kHeadDim / 4)  // G's last row -> glast[slot, hv]
+    if (p.glast != nullptr && tid < kHeadDim / 4)  // G's last row -> glast[slot, hv]
       *reinterpret_cast<float4*>(p.glast + (blockIdx.x * int64_t{HV} + hv) * kHeadDim + 4 * tid) =
           *reinterpret_cast<float4 const*>(s.gcum + (len - 1) * kLdGate + 4 * tid);
-    __syncthreads();  // S visible
+    __syncthreads();  // S visible; without a: G read, the next head's g may overwrite it
+    if (!solves) continue;
     invert_unit_lower_64(s.s, s.beta, s.t, s.y);
     if (tid < len && p.beta_f32 != nullptr) p.beta_f32[row0 + int64_t{tid} * HV] = s.beta[tid];
     store_lower(p.a, s.t, c, hv, HV);

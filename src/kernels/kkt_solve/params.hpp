@@ -19,10 +19,11 @@ struct Params {
   float* beta_f32 = nullptr;   // [BT, HV]      out or nullptr: beta in fp32 (the walk's)
   __nv_bfloat16* a = nullptr;  // [BT, HV, 64]  out: row t of its chunk's A (bf16):
                                //   (I + diag(beta) strict-lower(K K^T))^-1, the K K^T gated
-                               //   per channel with ChannelDecay
+                               //   per channel with ChannelDecay; ChannelDecay: nullptr forms
+                               //   the walks' operands alone (no product, no solve)
   // ChannelDecay only: G of each chunk's last token, per key channel (the walks' state decay;
   // nothing reads the rest of G, which the intra pass forms again from g)
-  float* glast = nullptr;  // [num_slots, HV, K] out
+  float* glast = nullptr;  // [num_slots, HV, K] out or nullptr
   // ChannelDecay only, each out or nullptr: the output's intra-chunk attention and the walks'
   // operands (the decay applied per channel, rounded to bf16 once; G_last: G of the chunk's last
   // token)

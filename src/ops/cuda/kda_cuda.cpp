@@ -6,7 +6,8 @@
 //           the walks' operands qg, kg, kbar) -> walk_a_fwd<ChannelDecay> (o, the final state;
 //           in saved mode also h per chunk)
 // Backward: the saved set from the forward (saved mode) or from its recompute [qk_norm] ->
-//           kkt_solve<ChannelDecay> -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
+//           kkt_solve<ChannelDecay> (in inverse mode, which kept G's last rows, A, beta and P:
+//           the walks' operands alone) -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
 //           per chunk what the intra pass needs) -> intra_bwd (dq, dk summed over the value
 //           heads, dg, dbeta) -> qk_grad (the L2-norm backward, dq and dk to bf16).
 // The same kernels on the same inputs in every mode, so the modes agree bitwise.
@@ -32,9 +33,11 @@ using kernels::ChannelDecay;
 using kernels::Problem;
 using namespace cuda;
 
-// The chunk pass: G's last row, A, P, beta in fp32 and qg, kg, kbar per (chunk, value head).
+// The chunk pass: G's last row, A, P, beta in fp32 and qg, kg, kbar per (chunk, value head);
+// with products false qg, kg, kbar alone (the backward of inverse mode, which kept the rest).
 void run_chunk_pass(Problem const& p, ForwardInputs const& in, bf16 const* q_used,
-                    bf16 const* k_used, KdaBuffers const& b, cudaStream_t stream) {
+                    bf16 const* k_used, KdaBuffers const& b, bool products,
+                    cudaStream_t stream) {
   kernels::kkt_solve::Params kp;
   kp.problem = p;
   kp.k = k_used;
@@ -42,10 +45,10 @@ void run_chunk_pass(Problem const& p, ForwardInputs const& in, bf16 const* q_use
   kp.g = ptr<float const>(*in.g);
   kp.beta = in.beta->data;
   kp.beta_is_bf16 = in.beta->dtype == cakeBfloat16;
-  kp.glast = b.glast;
-  kp.beta_f32 = b.beta_f32;
-  kp.a = b.a;
-  kp.aqk = b.aqk;
+  kp.glast = products ? b.glast : nullptr;
+  kp.beta_f32 = products ? b.beta_f32 : nullptr;
+  kp.a = products ? b.a : nullptr;
+  kp.aqk = products ? b.aqk : nullptr;
   kp.qg = b.qg;
   kp.kg = b.kg;
   kp.kbar = b.kbar;
@@ -109,7 +112,7 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
   normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
-  run_chunk_pass(p, in, q_used, k_used, b, stream);
+  run_chunk_pass(p, in, q_used, k_used, b, true, stream);
   run_walk(p, in, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
            save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
 }
@@ -145,9 +148,10 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
-  if (save_mode(options) != SaveMode::kSaved) {  // the saved set, recomputed
+  SaveMode const mode = save_mode(options);
+  if (mode != SaveMode::kSaved) {  // the saved set, recomputed (inverse mode kept the products)
     normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
-    run_chunk_pass(p, in, q_used, k_used, b, stream);
+    run_chunk_pass(p, in, q_used, k_used, b, mode == SaveMode::kRecompute, stream);
     clear_walk_flags(b.walk_done, p, stream);
     run_walk(p, in, b, nullptr, nullptr, b.h, b.walk_done, stream);
   }

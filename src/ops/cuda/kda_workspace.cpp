@@ -9,10 +9,14 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   using kernels::kChunk;
   using kernels::kHeadDim;
   using bf16 = __nv_bfloat16;
+  // saved mode keeps the whole set; inverse mode the chunk pass's products (G's last rows, A,
+  // beta, P), which the backward would otherwise form again from the gated K K^T and Q K^T
   bool const kept = mode == SaveMode::kSaved;
-  Carver saved_arena(kept ? saved : nullptr, Carver::kFixed);
+  bool const products_kept = kept || mode == SaveMode::kInverse;
+  Carver saved_arena(products_kept ? saved : nullptr, Carver::kFixed);
   Carver scratch(workspace, Carver::kRelocatable);
   Carver& set = kept ? saved_arena : scratch;
+  Carver& products = products_kept ? saved_arena : scratch;
   bool const backward = pass == Pass::kBackward;
   KdaBuffers b;
   int64_t const qk_rows = p.num_tokens * p.num_qk_heads;
@@ -24,10 +28,10 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.q_norm = set.take<bf16>(qk_rows * kHeadDim);
     b.k_norm = set.take<bf16>(qk_rows * kHeadDim);
   }
-  b.glast = set.take<float>(slot_rows * kHeadDim);
-  b.a = set.take<bf16>(v_rows * kChunk);
-  b.beta_f32 = set.take<float>(v_rows);
-  b.aqk = set.take<bf16>(v_rows * kChunk);
+  b.glast = products.take<float>(slot_rows * kHeadDim);
+  b.a = products.take<bf16>(v_rows * kChunk);
+  b.beta_f32 = products.take<float>(v_rows);
+  b.aqk = products.take<bf16>(v_rows * kChunk);
   b.qg = set.take<bf16>(v_rows * kHeadDim);
   b.kg = set.take<bf16>(v_rows * kHeadDim);
   b.kbar = set.take<bf16>(v_rows * kHeadDim);
@@ -45,7 +49,7 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.dk_sum = scratch.take<float>(qk_rows * kHeadDim);
     if (!kept) b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
   }
-  b.saved_bytes = kept ? saved_arena.bytes() : 0;
+  b.saved_bytes = products_kept ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();
   return b;
 }

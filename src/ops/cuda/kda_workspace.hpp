@@ -1,9 +1,10 @@
 // The one layout of the KDA GPU buffers (as gdn_workspace.hpp for GDN): the same function sizes
-// them (null bases) and carves the caller's memory. The saved set is kept in saved mode only
-// (options.save_for_backward = 1): the chunk pass of kkt_solve<ChannelDecay> forms G's last rows,
-// A, P, beta and the walks' operands qg, kg, kbar together, so keeping a part of them (GDN's
-// inverse mode keeps G, A and beta) would save the backward nothing; in inverse mode, as in
-// recompute mode, the saved set is empty and the backward reruns the chunk pass and the h-walk.
+// them (null bases) and carves the caller's memory. Saved mode (options.save_for_backward = 1)
+// keeps the whole saved set: the backward reruns nothing before the reverse walk. Inverse mode
+// (2) keeps the chunk pass's products, G's last rows, A, beta and P (~0.26 KB per token and value
+// head): the backward forms the walks' operands qg, kg, kbar again (elementwise, from q, k and g)
+// and the h-walk, but not the gated K K^T, its solve or P, the costly part of the chunk pass.
+// Recompute mode (0) keeps nothing.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,7 +18,8 @@
 namespace cake::ops::cuda {
 
 struct KdaBuffers {
-  // the saved set (in saved mode; else in the workspace)
+  // the saved set (in saved mode; glast, a, beta_f32 and aqk also in inverse mode; else in the
+  // workspace)
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
   float* glast = nullptr;           // [num_slots, HV, K] G of each chunk's last token (kkt_solve)
@@ -40,11 +42,11 @@ struct KdaBuffers {
   float* dq_sum = nullptr;      // [BT, H, K]      dq summed over the value heads (intra_bwd)
   float* dk_sum = nullptr;      // [BT, H, K]      dk summed over the value heads (intra_bwd)
   int* walk_done = nullptr;     // [N, HV]         the h-walk's flags (not in saved mode)
-  size_t saved_bytes = 0;       // the saved arena (0 but in saved mode), without slack
+  size_t saved_bytes = 0;       // the saved arena (0 in recompute mode), without slack
   size_t workspace_bytes = 0;   // the workspace, including alignment slack for any base
 };
 
-// Carves `saved` (kSavedAlign-aligned; ignored but in saved mode) and `workspace` for problem p;
+// Carves `saved` (kSavedAlign-aligned; ignored in recompute mode) and `workspace` for problem p;
 // null bases only count.
 KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
                              SaveMode mode, void* saved, void* workspace);
