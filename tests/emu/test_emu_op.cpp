@@ -181,10 +181,14 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   }
   if (!all_grads) ba.dq = ba.dk = ba.dh0 = cakeTensor_t{};
   Guarded bws(op::cuda_backward_workspace_bytes(options, ba));
+  // The backward reads the saved set only (autograd may run it twice with the same set).
+  std::vector<unsigned char> const saved_before(saved.data, saved.data + saved.bytes);
   op::cuda_backward(options, ba, saved.bytes != 0 ? saved.data : nullptr, bws.data, bws.bytes,
                     nullptr);
   EXPECT_TRUE(bws.guard_intact()) << "the backward wrote past its workspace";
   EXPECT_TRUE(saved.guard_intact()) << "the backward wrote past the saved set";
+  EXPECT_TRUE(std::equal(saved_before.begin(), saved_before.end(), saved.data))
+      << "the backward wrote into the saved set (mode " << mode << ")";
   return run;
 }
 
