@@ -46,6 +46,7 @@ import json
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -247,6 +248,9 @@ def main():
                         help="activated g uniform in (-5, 0) (workloads.json), or as FLA's KDA "
                              "layer's bounded gate at initialisation (make_inputs)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no new cell after this many seconds (a device call's limit: "
+                             "the cells done are written, the rest named as not run)")
     args = parser.parse_args()
 
     spec = json.loads((HERE / "workloads.json").read_text())
@@ -260,8 +264,18 @@ def main():
                 gate=args.gate, g_draw=args.g_draw)
     l2 = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     out = args.out.open("a") if args.out else None
+    started = time.monotonic()
+
+    def out_of_time(what: str) -> bool:
+        if args.budget_s is None or time.monotonic() - started < args.budget_s:
+            return False
+        print(f"{what}: not run (--budget-s {args.budget_s:g} s spent)", flush=True)
+        return True
+
     for wl in args.workloads:
         for name, docs, H, HV in shapes(wl, args.heads, spec):
+            if out_of_time(name):
+                continue
             inputs, cu, do = make_inputs(docs, H, HV, g_draw=args.g_draw)
             options = {}
             if args.gate == "in_op":
@@ -285,6 +299,8 @@ def main():
                           flush=True)
                 torch.cuda.empty_cache()
             for op in args.ops:
+                if out_of_time(f"{name} {op}"):
+                    continue
                 if op in refused:
                     print(f"{name:8s} {op:8s} cudnn skipped: {refused[op]}", flush=True)
                     if out:
