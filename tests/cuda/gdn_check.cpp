@@ -1,7 +1,8 @@
-// GPU check of the GDN CUDA path: random problems through the C ABI on the GPU against the FP64
-// reference (the same C ABI on CPU tensors holding the bf16 inputs upcast to float64), a table of
-// errors per output, each case rerun in saved and inverse modes (options.save_for_backward = 1,
-// 2) and compared bit for bit with recompute mode, and forward/backward timings at workload A.
+// GPU check of the GDN and KDA CUDA paths: random problems through the C ABI on the GPU against
+// the FP64 reference (the same C ABI on CPU tensors holding the bf16 inputs upcast to float64), a
+// table of errors per output, each case rerun in saved and inverse modes
+// (options.save_for_backward = 1, 2) and compared bit for bit with recompute mode, and
+// forward/backward timings at workload A.
 // Exits non-zero on any failure.
 //
 //   cake_cuda_check            kkt_solve's and the fused backward's checks, all accuracy cases,
@@ -154,7 +155,10 @@ struct Tensor {
 
 cakeTensor_t absent() { return cakeTensor_t{}; }
 
-enum class GateMode { kRandom, kMinus20, kZero };
+// kBounded: uniform in (-5, 0) (a 16-token block of KDA's chunk pass may span more than its
+// tensor-core reach, so both of its paths run); kZeroAndMinus20: KDA's channels alternately 0
+// and -20 in the same token.
+enum class GateMode { kRandom, kMinus20, kZero, kBounded, kZeroAndMinus20 };
 enum class BetaMode { kRandom, kNearZero, kNearOne };
 
 struct Case {
@@ -244,9 +248,16 @@ struct Problem {
     fill_normal(v);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     g.host.resize(pattern > 0 ? std::min(pattern, g.numel()) : g.numel());
-    for (auto& x : g.host)
-      x = c.gate == GateMode::kMinus20 ? -20.0 : c.gate == GateMode::kZero ? 0.0
-                                                                          : -0.3 * uniform(rng);
+    for (size_t i = 0; i < g.host.size(); ++i) {
+      double& x = g.host[i];
+      switch (c.gate) {
+        case GateMode::kMinus20: x = -20.0; break;
+        case GateMode::kZero: x = 0.0; break;
+        case GateMode::kBounded: x = -5.0 * uniform(rng); break;
+        case GateMode::kZeroAndMinus20: x = i % 2 == 0 ? 0.0 : -20.0; break;
+        case GateMode::kRandom: x = -0.3 * uniform(rng); break;
+      }
+    }
     beta.host.resize(pattern > 0 ? std::min(pattern, beta.numel()) : beta.numel());
     for (auto& x : beta.host)
       x = c.beta == BetaMode::kNearZero ? 1e-3 * uniform(rng)
@@ -613,6 +624,38 @@ int main(int argc, char** argv) {
       add(c);
       c.name = "beta~1 g=0 l2norm st";
       c.gate = GateMode::kZero;
+      c.l2norm = true;
+      add(c);
+    }
+    {
+      // KDA (a decay per key channel): the chunk pass's tensor-core and pairwise diagonal blocks,
+      // the intra pass, every mode bitwise
+      Case c = base;
+      c.kda = true;
+      c.with_state = true;
+      c.name = "KDA docs 1,15,16,17,63,64,65,1000 st";
+      c.docs = {1, 15, 16, 17, 63, 64, 65, 1000};
+      add(c);
+      c.name = "  + l2norm, beta bf16";
+      c.l2norm = true;
+      c.beta_bf16 = true;
+      add(c);
+      c.l2norm = false;
+      c.beta_bf16 = false;
+      c.docs = {65, 300, 1};
+      c.name = "KDA g bounded (-5,0) docs 65,300,1";
+      c.gate = GateMode::kBounded;
+      add(c);
+      c.name = "KDA g=-20 docs 65,300,1 st";
+      c.gate = GateMode::kMinus20;
+      add(c);
+      c.name = "KDA g 0/-20 by channel docs 65,300,1";
+      c.gate = GateMode::kZeroAndMinus20;
+      add(c);
+      c.name = "KDA beta~1 g=0 l2norm H=HV=4";
+      c.H = c.HV = 4;
+      c.gate = GateMode::kZero;
+      c.beta = BetaMode::kNearOne;
       c.l2norm = true;
       add(c);
     }
