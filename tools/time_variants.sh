@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# On the GPU machine: the variants staged by tools/stage_variants.sh, side by side. Each one's
+# On the GPU machine: the variants staged by tools/stage_variants.sh (or, with VARIANT_DIR, the
+# checks built there by tools/time_patches.sh), side by side. Each one's
 # checks against FP64 (cake_cuda_check --no-time: the forward and op cases; --walk-bwd --no-time:
 # the backward's stages), then ROUNDS rounds
 # (default 2) that time every variant in turn at workload A, or at each of WORKLOADS (e.g. "A G
@@ -24,26 +25,39 @@ ended() {
   elif [ "$3" -gt 128 ]; then echo "== $1: $2 CRASHED (signal $(($3 - 128)))"
   elif [ "$3" != 0 ]; then echo "== $1: $2 exited with status $3"; fi
 }
+wanted() { [ -z "${VARIANTS:-}" ] || [[ " $VARIANTS " == *" $1 "* ]]; }
 names=()
-for f in .devpkg/variants/*.xz; do
-  n=$(basename "$f" .xz)
-  if [ -n "${VARIANTS:-}" ] && [[ " $VARIANTS " != *" $n "* ]]; then continue; fi
-  python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
-    "$f" "/tmp/variants/$n" && chmod +x "/tmp/variants/$n" && names+=("$n")
-done
-cat .devpkg/variants/REFS
+if [ -n "${VARIANT_DIR:-}" ]; then
+  # checks built on this machine (tools/time_patches.sh), one executable per variant
+  bin=$VARIANT_DIR
+  for f in "$bin"/*; do
+    n=$(basename "$f")
+    if [ -f "$f" ] && [ -x "$f" ] && wanted "$n"; then names+=("$n"); fi
+  done
+else
+  bin=/tmp/variants
+  for f in .devpkg/variants/*.xz; do
+    n=$(basename "$f" .xz)
+    wanted "$n" || continue
+    python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" \
+      "$f" "$bin/$n" && chmod +x "$bin/$n" && names+=("$n")
+  done
+  cat .devpkg/variants/REFS
+fi
 # FULL_CHECK=0 skips the forward and op cases (about a minute per variant) where the variants
-# change only the backward's stages, whose own check still runs.
+# change only the backward's stages, whose own check still runs. STAGE_CHECKS=0 skips GDN's
+# backward stage check and its timing (variants of other stages, e.g. KDA's).
 for n in "${names[@]}"; do
   if [ "${FULL_CHECK:-1}" != 0 ]; then
-    echo "== $n: check (forward and op cases) and the backward's stage check"
-    timeout 180 "/tmp/variants/$n" --no-time 2>&1 | grep -E "PASS|FAIL|ERROR|failed"
+    echo "== $n: check (forward and op cases)"
+    timeout 180 "$bin/$n" --no-time 2>&1 | grep -E "PASS|FAIL|ERROR|failed"
     ended "$n" "check" "${PIPESTATUS[0]}"
-  else
-    echo "== $n: the backward's stage check"
   fi
-  timeout 120 "/tmp/variants/$n" --walk-bwd --no-time 2>&1 | grep -E "PASS|FAIL|ERROR"
-  ended "$n" "stage check" "${PIPESTATUS[0]}"
+  if [ "${STAGE_CHECKS:-1}" != 0 ]; then
+    echo "== $n: the backward's stage check"
+    timeout 120 "$bin/$n" --walk-bwd --no-time 2>&1 | grep -E "PASS|FAIL|ERROR"
+    ended "$n" "stage check" "${PIPESTATUS[0]}"
+  fi
 done
 reversed=()
 for ((i = ${#names[@]} - 1; i >= 0; --i)); do reversed+=("${names[i]}"); done
@@ -54,11 +68,14 @@ for ((r = 0; r < ${ROUNDS:-2}; ++r)); do
     # variants change only the backward's stages, timed below
     if [ "${MODES:-1}" != 0 ]; then
       for w in ${WORKLOADS:-A}; do
-        timeout 150 "/tmp/variants/$n" --time --workload "$w" 2>&1 |
+        timeout 150 "$bin/$n" --time --workload "$w" 2>&1 |
           grep -E "^workload $w .*mode" | sed "s/^workload $w ([^)]*)/$n $w/"
+        ended "$n" "timing at $w" "${PIPESTATUS[0]}"
       done
     fi
     # the backward stages alone, with states (dh0 wanted)
-    echo "$n $(timeout 120 "/tmp/variants/$n" --walk-bwd --time 2>&1 | tail -1)"
+    if [ "${STAGE_CHECKS:-1}" != 0 ]; then
+      echo "$n $(timeout 120 "$bin/$n" --walk-bwd --time 2>&1 | tail -1)"
+    fi
   done
 done
