@@ -20,8 +20,9 @@
 //     largest; e^-40 stays a normal number), the block takes the tensor cores; past it
 //     (decays that strong inside 16 tokens, or a G that is not finite), pair by pair in fp32,
 //     e^{G_ic - G_jc} per channel. The test reads G only: the same path on every run.
-// x, k: bf16 [64][kLdBf16], rows past the chunk's end zero; G: fp32 [64][kLdGate]; out: fp32
-// [64][kLd64]. By a CTA of kWarps warps; no barrier inside (the caller syncs before reading out).
+// x, k: bf16 [64][kLdBf16], rows past the chunk's end zero; G: fp32 [64][kLdGate]. The parts
+// (the span test, one tile, the pairs) are separate so that kkt_solve can interleave the tiles of
+// S and P over its warps; channel_gated_product forms one product into a shared fp32 tile.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -63,64 +64,70 @@ __device__ __forceinline__ bool diagonal_on_tensor_cores(float const* G, int a) 
   return __ballot_sync(0xffffffffu, !within) == 0u;
 }
 
-template <int kWarps, bool kDiagonal>
-__device__ __forceinline__ void channel_gated_product(__nv_bfloat16 const* x,
-                                                      __nv_bfloat16 const* k, float const* G,
-                                                      float scale, float* out) {
+// Bit a set: diagonal block a on the tensor cores (the same answer in every warp).
+__device__ __forceinline__ unsigned diagonal_blocks_on_tensor_cores(float const* G) {
+  unsigned mask = 0;
+#pragma unroll
+  for (int a = 0; a < kSubBlocks; ++a) mask |= diagonal_on_tensor_cores(G, a) ? 1u << a : 0u;
+  return mask;
+}
+inline constexpr unsigned kAllDiagonalBlocks = (1u << kSubBlocks) - 1u;
+
+// The 16 x 16 blocks of a product on the tensor cores: task t < 6 is the off-diagonal block (a, b)
+// in the order (1,0), (2,0), (2,1), (3,0), (3,1), (3,2); task 6 + a the diagonal block a.
+inline constexpr int kTileTasks = kOffDiagonalBlocks + kSubBlocks;  // 10
+__device__ __forceinline__ void tile_blocks(int task, int& a, int& b) {
+  if (task >= kOffDiagonalBlocks) {
+    a = b = task - kOffDiagonalBlocks;
+    return;
+  }
+  a = 1;
+  b = task;
+  while (b >= a) {
+    b -= a;
+    ++a;
+  }
+}
+
+// Block (a, b) of sum_c x_ic k_jc e^{G_ic - G_jc} on one warp's tensor cores, handed to
+// put(i, j, v_j, v_j+1) for every pair of adjacent columns (j even) of the block.
+template <class Put>
+__device__ __forceinline__ void gated_tile(__nv_bfloat16 const* x, __nv_bfloat16 const* k,
+                                           float const* G, int a, int b, Put const& put) {
+  int const lane = threadIdx.x % 32;
+  float const* const gn = G + a * kSubBlock * kLdGate;  // the off-diagonal reference row
+  auto const reference = [&](int c) { return a != b ? gn[c] : diagonal_reference(G, a, c); };
+  auto const row = [&](int i, int c) {
+    return __bfloat162float(x[i * kLdBf16 + c]) * __expf(G[i * kLdGate + c] - reference(c));
+  };
+  auto const col = [&](int c, int j) {
+    return __bfloat162float(k[j * kLdBf16 + c]) * __expf(reference(c) - G[j * kLdGate + c]);
+  };
+  float acc[1][2][4] = {};
+  warp_tile_mma<kHeadDim, 1, 2>(row, col, a * kSubBlock, b * kSubBlock, acc);
+  int const r = a * kSubBlock + lane / 4;
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    int const c = b * kSubBlock + 8 * ni + 2 * (lane % 4);
+    put(r, c, acc[0][ni][0], acc[0][ni][1]);
+    put(r + 8, c, acc[0][ni][2], acc[0][ni][3]);
+  }
+}
+
+// The diagonal blocks that are not on the tensor cores (tensor_cores: the mask above), pair by
+// pair: one pair per warp at a time, lane l sums channels l + 32 m, then the warp's butterfly (a
+// fixed order: deterministic), then put(i, j, v) on lane 0. Row i holds the pairs j < i (j <= i
+// with kDiagonal). Usually there are none, and the pair loop's index arithmetic alone cost ~8 %
+// of kkt_solve's issue slots, so it is not entered then.
+template <int kWarps, bool kDiagonal, class Put>
+__device__ __forceinline__ void gated_pairs(__nv_bfloat16 const* x, __nv_bfloat16 const* k,
+                                            float const* G, unsigned tensor_cores,
+                                            Put const& put) {
   // pairs (i, j) of one diagonal block: 120 with i > j, 136 with i >= j
   constexpr int kPairsPerBlock = kSubBlock * (kSubBlock + (kDiagonal ? 1 : -1)) / 2;
+  if (tensor_cores == kAllDiagonalBlocks) return;
   int const warp = threadIdx.x / 32;
   int const lane = threadIdx.x % 32;
-  unsigned tensor_cores = 0;  // bit a: diagonal block a on the tensor cores
-#pragma unroll
-  for (int a = 0; a < kSubBlocks; ++a)
-    tensor_cores |= diagonal_on_tensor_cores(G, a) ? 1u << a : 0u;
-
-  // Blocks on the tensor cores, task w: the off-diagonal (a, b) in the order (1,0), (2,0),
-  // (2,1), (3,0), (3,1), (3,2), then the diagonal blocks 0..3 that the test lets through; warp
-  // w takes tasks w, w + kWarps, ...
-  for (int task = warp; task < kOffDiagonalBlocks + kSubBlocks; task += kWarps) {
-    int a = 1;
-    int b = task;
-    if (task < kOffDiagonalBlocks) {
-      while (b >= a) {
-        b -= a;
-        ++a;
-      }
-    } else {
-      a = b = task - kOffDiagonalBlocks;
-      if (!(tensor_cores >> a & 1u)) continue;
-    }
-    float const* const gn = G + a * kSubBlock * kLdGate;  // the off-diagonal reference row
-    auto const reference = [&](int c) {
-      return a != b ? gn[c] : diagonal_reference(G, a, c);
-    };
-    auto const row = [&](int i, int c) {
-      return __bfloat162float(x[i * kLdBf16 + c]) * __expf(G[i * kLdGate + c] - reference(c));
-    };
-    auto const col = [&](int c, int j) {
-      return __bfloat162float(k[j * kLdBf16 + c]) * __expf(reference(c) - G[j * kLdGate + c]);
-    };
-    float acc[1][2][4] = {};
-    warp_tile_mma<kHeadDim, 1, 2>(row, col, a * kSubBlock, b * kSubBlock, acc);
-    // On a diagonal block only i > j (i >= j with kDiagonal) is written.
-    auto const put = [&](int i, int j, float v) {
-      if (a != b || j < i || (kDiagonal && j == i)) out[i * kLd64 + j] = scale * v;
-    };
-    int const r = a * kSubBlock + lane / 4;
-#pragma unroll
-    for (int ni = 0; ni < 2; ++ni) {
-      int const c = b * kSubBlock + 8 * ni + 2 * (lane % 4);
-      put(r, c, acc[0][ni][0]);
-      put(r, c + 1, acc[0][ni][1]);
-      put(r + 8, c, acc[0][ni][2]);
-      put(r + 8, c + 1, acc[0][ni][3]);
-    }
-  }
-
-  // The other diagonal blocks: one pair per warp at a time, lane l sums channels l + 32 m, then
-  // the warp's butterfly (a fixed order: deterministic). Row i holds the pairs j < i (j <= i
-  // with kDiagonal).
   for (int p = warp; p < kSubBlocks * kPairsPerBlock; p += kWarps) {
     int const a = p / kPairsPerBlock;
     if (tensor_cores >> a & 1u) continue;
@@ -141,8 +148,33 @@ __device__ __forceinline__ void channel_gated_product(__nv_bfloat16 const* x,
     }
 #pragma unroll
     for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-    if (lane == 0) out[ri * kLd64 + rj] = scale * sum;
+    if (lane == 0) put(ri, rj, sum);
   }
+}
+
+// One product into a shared fp32 tile out [64][kLd64], by a CTA of kWarps warps: warp w takes
+// the tensor-core tasks w, w + kWarps, ..., then the pairs. On a diagonal block only i > j
+// (i >= j with kDiagonal) is written. No barrier inside (the caller syncs before reading out).
+template <int kWarps, bool kDiagonal>
+__device__ __forceinline__ void channel_gated_product(__nv_bfloat16 const* x,
+                                                      __nv_bfloat16 const* k, float const* G,
+                                                      float scale, float* out) {
+  static_assert(kWarps >= kOffDiagonalBlocks, "one warp per off-diagonal block at most");
+  unsigned const tensor_cores = diagonal_blocks_on_tensor_cores(G);
+  for (int task = threadIdx.x / 32; task < kTileTasks; task += kWarps) {
+    int a, b;
+    tile_blocks(task, a, b);
+    if (a == b && !(tensor_cores >> a & 1u)) continue;
+    auto const put1 = [&](int i, int j, float v) {
+      if (a != b || j < i || (kDiagonal && j == i)) out[i * kLd64 + j] = scale * v;
+    };
+    gated_tile(x, k, G, a, b, [&](int i, int j, float v0, float v1) {
+      put1(i, j, v0);
+      put1(i, j + 1, v1);
+    });
+  }
+  gated_pairs<kWarps, kDiagonal>(x, k, G, tensor_cores,
+                                 [&](int i, int j, float v) { out[i * kLd64 + j] = scale * v; });
 }
 
 }  // namespace cake::kernels::kkt_solve

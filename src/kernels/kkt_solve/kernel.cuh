@@ -169,12 +169,14 @@ __device__ __forceinline__ void scalar_decay_kkt_solve(Params const& p) {
 // The walks' operands of one chunk and value head, rows 0..len-1, two channels per thread and step
 // (4-byte stores): qg = q o e^G, kg = k o e^G, kbar = k o e^{G_last - G}, each factor one
 // exponential of a difference <= 0 (never e^{G_last} / e^{G}: that overflows). q, k: bf16
-// [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV + hv.
+// [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV + hv. By the threads from `first` on.
 __device__ __forceinline__ void store_walk_operands(Params const& p, __nv_bfloat16 const* q,
                                                     __nv_bfloat16 const* k, float const* G,
-                                                    int64_t row0, int HV, int len) {
+                                                    int64_t row0, int HV, int len, int first) {
   float const* const g_last = G + (len - 1) * kLdGate;
-  for (int idx = threadIdx.x; idx < len * (kHeadDim / 2); idx += kThreads) {
+  int const t = static_cast<int>(threadIdx.x) - first;
+  if (t < 0) return;
+  for (int idx = t; idx < len * (kHeadDim / 2); idx += kThreads - first) {
     int const r = idx / (kHeadDim / 2);
     int const c = idx % (kHeadDim / 2) * 2;
     float2 const gr = *reinterpret_cast<float2 const*>(G + r * kLdGate + c);
@@ -237,12 +239,66 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     }
     __syncthreads();  // G visible
 
-    // Without a (the backward of inverse mode, whose saved set holds A, P, beta and G's last
-    // rows) only the walks' operands: no gated product, no solve.
+    // S (into shared memory, for the solve) and P (bf16, straight to aqk) as one list of
+    // tensor-core tiles over the warps, then the walk operands on the warps with one tile fewer:
+    // 20 tiles on 8 warps take three rounds where the two products one after the other took four,
+    // with a barrier between them. Without a (the backward of inverse mode, whose saved set holds
+    // A, P, beta and G's last rows) only the walks' operands: no gated product, no solve.
     bool const solves = p.a != nullptr;
-    if (solves) channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
-    if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr)
-      store_walk_operands(p, s.q, s.k, s.gcum, row0, HV, len);
+    unsigned const tensor_cores = solves ? diagonal_blocks_on_tensor_cores(s.gcum) : 0u;
+    bool const with_p = solves && p.aqk != nullptr;  // P is a product too
+    int const tasks = solves ? kTileTasks * (with_p ? 2 : 1) : 0;
+    float const scale = p.problem.scale;
+    int64_t const p_stride = int64_t{HV} * kChunk;  // aqk [BT, HV, 64]
+    __nv_bfloat16* const aqk = with_p ? p.aqk + row0 * kChunk : nullptr;
+    for (int task = tid / 32; task < tasks; task += kWarps) {
+      bool const is_p = task >= kTileTasks;
+      int a, b;
+      tile_blocks(is_p ? task - kTileTasks : task, a, b);
+      if (a == b && !(tensor_cores >> a & 1u)) continue;
+      if (is_p) {
+        // rows past the end unwritten; zeros above the diagonal, as store_lower writes them
+        gated_tile(s.q, s.k, s.gcum, a, b, [&](int i, int j, float v0, float v1) {
+          if (i < len)
+            *reinterpret_cast<__nv_bfloat162*>(aqk + i * p_stride + j) =
+                __floats2bfloat162_rn(j <= i ? scale * v0 : 0.f, j + 1 <= i ? scale * v1 : 0.f);
+        });
+      } else {
+        gated_tile(s.k, s.k, s.gcum, a, b, [&](int i, int j, float v0, float v1) {
+          if (a != b || j < i) s.s[i * kLd64 + j] = v0;
+          if (a != b || j + 1 < i) s.s[i * kLd64 + j + 1] = v1;
+        });
+      }
+    }
+    if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr) {
+      int const light = tasks % kWarps;  // warps light.. take one tile fewer (none when 0)
+      store_walk_operands(p, s.q, s.k, s.gcum, row0, HV, len, 32 * light);
+    }
+    if (solves) {
+      gated_pairs<kWarps, false>(s.k, s.k, s.gcum, tensor_cores,
+                                 [&](int i, int j, float v) { s.s[i * kLd64 + j] = v; });
+    }
+    if (with_p) {
+      gated_pairs<kWarps, true>(s.q, s.k, s.gcum, tensor_cores, [&](int i, int j, float v) {
+        if (i < len) aqk[i * p_stride + j] = __float2bfloat16(scale * v);
+      });
+      // P's zeros above the diagonal: the blocks right of it, and the upper part of a diagonal
+      // block formed pair by pair (a tensor-core diagonal block wrote its own)
+      __nv_bfloat16 const zero = __float2bfloat16(0.f);
+      for (int idx = tid; idx < len * (kChunk / 2); idx += kThreads) {
+        int const i = idx / (kChunk / 2);
+        int const j = idx % (kChunk / 2) * 2;
+        int const a = i / kSubBlock;
+        int const b = j / kSubBlock;
+        __nv_bfloat16* const at = aqk + i * p_stride + j;
+        if (b > a) {
+          *reinterpret_cast<__nv_bfloat162*>(at) = __halves2bfloat162(zero, zero);
+        } else if (a == b && !(tensor_cores >> a & 1u)) {
+          if (j > i) at[0] = zero;
+          if (j + 1 > i) at[1] = zero;
+        }
+      }
+    }
     if (p.glast != nullptr && tid < kHeadDim / 4)  // G's last row -> glast[slot, hv]
       *reinterpret_cast<float4*>(p.glast + (blockIdx.x * int64_t{HV} + hv) * kHeadDim + 4 * tid) =
           *reinterpret_cast<float4 const*>(s.gcum + (len - 1) * kLdGate + 4 * tid);
@@ -251,13 +307,6 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     invert_unit_lower_64(s.s, s.beta, s.t, s.y);
     if (tid < len && p.beta_f32 != nullptr) p.beta_f32[row0 + int64_t{tid} * HV] = s.beta[tid];
     store_lower(p.a, s.t, c, hv, HV);
-    if (p.aqk != nullptr) {
-      // P over S (the solve is done with it); G is read until the barrier
-      channel_gated_product<kWarps, true>(s.q, s.k, s.gcum, p.problem.scale, s.s);
-      __syncthreads();  // P visible
-      store_lower(p.aqk, s.s, c, hv, HV);
-      __syncthreads();  // P read: the next head's S may overwrite it
-    }
   }
 }
 
