@@ -19,9 +19,10 @@
 // diagonal: one exponential per token and channel instead of one per pair, no overflow whatever
 // the gates, and a product that underflows belongs to a pair whose true factor is smaller still.
 // S (for dbeta) is the gated K K^T of kkt_solve (channel_kkt.cuh). A thread owns one channel and
-// every kPhases-th pair of rows of the chunk (the phases cost about the same: r steps on the row
-// side, len - r on the column side); one walk serves both rows of a pair, which halves the loads
-// and the running products and gives each step four independent sums. The warp's lanes are 32
+// every kPhases-th group of four rows of the chunk (the phases cost about the same: r steps on the
+// row side, len - r on the column side); one walk serves the group's four rows, which divides the
+// loads and running products by four and gives each step eight (row side) or four (column
+// side, one float4 of dQK and of dL) independent sums. The warp's lanes are 32
 // channels of one row, so dQK and dL are read as broadcasts. fp32 throughout, in fixed orders
 // (deterministic); dq and dk summed over the group's value heads in ascending order as they come
 // (each thread adds to the sums it stored for the heads before), so q and k are loaded once per
@@ -39,8 +40,9 @@ namespace cake::kernels::intra_bwd {
 
 inline constexpr int kThreads = 512;
 inline constexpr int kWarps = kThreads / 32;
-// Thread tid owns key channel tid % 128 and the row pairs of phase tid / 128.
+// Thread tid owns key channel tid % 128 and the row groups of phase tid / 128.
 inline constexpr int kPhases = kThreads / kHeadDim;
+inline constexpr int kGroupRows = 4;  // rows that share one walk
 using kkt_solve::kLdGate;
 
 // About 190 KB: one CTA per SM.
@@ -126,76 +128,96 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     float const g_last = s.gcum[(len - 1) * kLdGate + ch];
     auto const at = [&](int row) { return row * kLdGate + ch; };
     float tail = 0.f;
-    // Rows in pairs (r, r + 1), r = 2 (kPhases m + phase): both rows' sums share one walk over the
-    // other rows, since Gamma_{r+1,j} = d_{r+1} Gamma_rj and Gamma_ir = d_{r+1} Gamma_{i,r+1}.
-    for (int r = 2 * phase; r < len; r += 2 * kPhases) {
-      int const r1 = r + 1;  // may be past the end: its tile rows are zero, its writes skipped
-      // This pair's loads from global memory first, so that their latency hides behind the walks.
+    // Rows in groups of kGroupRows, r = kGroupRows (kPhases m + phase): the group's sums share one
+    // walk over the other rows, since with e_l = d_{r+l}, Gamma_{r+m,j} = e_1 ... e_m Gamma_rj for
+    // j < r and Gamma_{i,r+m} = e_{m+1} ... e_{R-1} Gamma_{i,r+R-1} for i >= r + R; the pairs
+    // inside the group are added after the walks, in Horner form (no division).
+    constexpr int R = kGroupRows;
+    for (int r = R * phase; r < len; r += R * kPhases) {
+      // This group's loads from global memory first, so that their latency hides behind the
+      // walks; rows past the end have zero tile rows, and their loads and writes are skipped.
       int64_t const out0 = (row0 + int64_t{r} * HV) * kHeadDim + ch;
-      int64_t const out1 = out0 + int64_t{HV} * kHeadDim;
       int64_t const sum_at0 = ((c.t0 + r) * H + h) * kHeadDim + ch;
-      int64_t const sum_at1 = sum_at0 + qk_stride;
-      bool const has1 = r1 < len;
-      float const dqg0 = p.dqg[out0], dkg0 = p.dkg[out0], dkbar0 = p.dkbar[out0];
-      float const dqg1 = has1 ? p.dqg[out1] : 0.f;
-      float const dkg1 = has1 ? p.dkg[out1] : 0.f;
-      float const dkbar1 = has1 ? p.dkbar[out1] : 0.f;
-      float const dq_before0 = gi == 0 ? 0.f : p.dq[sum_at0];
-      float const dk_before0 = gi == 0 ? 0.f : p.dk[sum_at0];
-      float const dq_before1 = gi == 0 || !has1 ? 0.f : p.dq[sum_at1];
-      float const dk_before1 = gi == 0 || !has1 ? 0.f : p.dk[sum_at1];
-
-      float const q0 = __bfloat162float(s.q[r * kLdBf16 + ch]);
-      float const k0 = __bfloat162float(s.k[r * kLdBf16 + ch]);
-      float const q1 = __bfloat162float(s.q[r1 * kLdBf16 + ch]);
-      float const k1 = __bfloat162float(s.k[r1 * kLdBf16 + ch]);
-      float const d1 = s.d[at(r1)];
+      float dqg[R], dkg[R], dkbar[R], dq_before[R], dk_before[R], qv[R], kv[R], e[R];
+#pragma unroll
+      for (int m = 0; m < R; ++m) {
+        bool const valid = r + m < len;
+        int64_t const out = out0 + int64_t{m} * HV * kHeadDim;
+        int64_t const sum_at = sum_at0 + m * qk_stride;
+        dqg[m] = valid ? p.dqg[out] : 0.f;
+        dkg[m] = valid ? p.dkg[out] : 0.f;
+        dkbar[m] = valid ? p.dkbar[out] : 0.f;
+        dq_before[m] = valid && gi > 0 ? p.dq[sum_at] : 0.f;
+        dk_before[m] = valid && gi > 0 ? p.dk[sum_at] : 0.f;
+        qv[m] = __bfloat162float(s.q[(r + m) * kLdBf16 + ch]);
+        kv[m] = __bfloat162float(s.k[(r + m) * kLdBf16 + ch]);
+        e[m] = s.d[at(r + m)];
+      }
       // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r
-      float aq0 = 0.f, ak0 = 0.f, aq1 = 0.f, ak1 = 0.f, run = 1.f;
+      float aq[R] = {}, ak[R] = {};
+      float run = 1.f;
       for (int j = r - 1; j >= 0; --j) {
         run *= s.d[at(j + 1)];
         float const kj = __bfloat162float(s.k[j * kLdBf16 + ch]) * run;
-        aq0 += s.dqk[r * kLd64 + j] * kj;
-        ak0 += s.dl[r * kLd64 + j] * kj;
-        aq1 += s.dqk[r1 * kLd64 + j] * kj;
-        ak1 += s.dl[r1 * kLd64 + j] * kj;
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+          aq[m] += s.dqk[(r + m) * kLd64 + j] * kj;
+          ak[m] += s.dl[(r + m) * kLd64 + j] * kj;
+        }
       }
-      ak0 *= s.beta[r];
-      // row r + 1: its pair with r (Gamma = d_{r+1}), then the common factor d_{r+1}
-      aq1 = d1 * (aq1 + s.dqk[r1 * kLd64 + r] * k0);
-      ak1 = s.beta[r1] * d1 * (ak1 + s.dl[r1 * kLd64 + r] * k0);
-      // column side: i = r + 2 up to the end, run = Gamma_{i,r+1} = d_{r+2} ... d_i
-      float ac0 = 0.f, ac1 = 0.f;
+      // the pairs (r + m, r + l), l < m, then the factors e_{l+1}
+#pragma unroll
+      for (int m = 1; m < R; ++m) {
+#pragma unroll
+        for (int l = 0; l < m; ++l) {
+          aq[m] = e[l + 1] * (aq[m] + s.dqk[(r + m) * kLd64 + r + l] * kv[l]);
+          ak[m] = e[l + 1] * (ak[m] + s.dl[(r + m) * kLd64 + r + l] * kv[l]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < R; ++m) ak[m] *= s.beta[r + m];
+      // column side: i = r + R up to the end, run = Gamma_{i,r+R-1} = d_{r+R} ... d_i
+      static_assert(R == 4, "the column side reads the group's four columns as one float4");
+      float ac[R] = {};
       run = 1.f;
-      for (int i = r + 2; i < len; ++i) {
+      for (int i = r + R; i < len; ++i) {
         run *= s.d[at(i)];
         float const qi = __bfloat162float(s.q[i * kLdBf16 + ch]);
         float const bki = s.beta[i] * __bfloat162float(s.k[i * kLdBf16 + ch]);
-        float2 const dqk = *reinterpret_cast<float2 const*>(&s.dqk[i * kLd64 + r]);
-        float2 const dl = *reinterpret_cast<float2 const*>(&s.dl[i * kLd64 + r]);
-        ac0 += (dqk.x * qi + dl.x * bki) * run;
-        ac1 += (dqk.y * qi + dl.y * bki) * run;
+        float4 const dqk = *reinterpret_cast<float4 const*>(&s.dqk[i * kLd64 + r]);
+        float4 const dl = *reinterpret_cast<float4 const*>(&s.dl[i * kLd64 + r]);
+        ac[0] += (dqk.x * qi + dl.x * bki) * run;
+        ac[1] += (dqk.y * qi + dl.y * bki) * run;
+        ac[2] += (dqk.z * qi + dl.z * bki) * run;
+        ac[3] += (dqk.w * qi + dl.w * bki) * run;
       }
-      // row r's pair with r + 1 (Gamma = d_{r+1}), then the common factor d_{r+1}
-      ac0 = d1 * (ac0 + s.dqk[r1 * kLd64 + r] * q1 + s.beta[r1] * s.dl[r1 * kLd64 + r] * k1);
+      // the pairs (r + l, r + m), l > m, then the factors e_l
+#pragma unroll
+      for (int m = 0; m < R - 1; ++m) {
+#pragma unroll
+        for (int l = R - 1; l > m; --l) {
+          int const il = (r + l) * kLd64 + r + m;
+          ac[m] = e[l] * (ac[m] + s.dqk[il] * qv[l] + s.beta[r + l] * s.dl[il] * kv[l]);
+        }
+      }
 
-      // outputs of row x: a = (aq, ak, ac), its gates' terms, this value head into the group sums
-      auto const finish = [&](int row, float qr, float kr, float aq, float ak, float ac,
-                              float dqg, float dkg, float dkbar, float dq_before,
-                              float dk_before, int64_t sum_at) {
+      // each row's outputs: its gates' terms, this value head into the group sums
+#pragma unroll
+      for (int m = 0; m < R; ++m) {
+        int const row = r + m;
+        if (row >= len) break;
         float const gr = s.gcum[at(row)];
-        float const e = __expf(gr);
+        float const eg = __expf(gr);
         float const eb = __expf(g_last - gr);
         float const pd = s.dqk[row * kLd64 + row];
-        p.dq[sum_at] = dq_before + (aq + pd * kr + dqg * e);
-        p.dk[sum_at] = dk_before + (ak + ac + pd * qr + dkg * e + dkbar * eb);
-        float const bar = row < len - 1 ? dkbar * kr * eb : 0.f;
+        int64_t const sum_at = sum_at0 + m * qk_stride;
+        p.dq[sum_at] = dq_before[m] + (aq[m] + pd * kv[m] + dqg[m] * eg);
+        p.dk[sum_at] = dk_before[m] + (ak[m] + ac[m] + pd * qv[m] + dkg[m] * eg + dkbar[m] * eb);
+        float const bar = row < len - 1 ? dkbar[m] * kv[m] * eb : 0.f;
         tail += bar;
-        s.dg[at(row)] = qr * aq + kr * (ak - ac) + dqg * qr * e + dkg * kr * e - bar;
-      };
-      finish(r, q0, k0, aq0, ak0, ac0, dqg0, dkg0, dkbar0, dq_before0, dk_before0, sum_at0);
-      if (has1)
-        finish(r1, q1, k1, aq1, ak1, ac1, dqg1, dkg1, dkbar1, dq_before1, dk_before1, sum_at1);
+        s.dg[at(row)] = qv[m] * aq[m] + kv[m] * (ak[m] - ac[m]) + dqg[m] * qv[m] * eg +
+                        dkg[m] * kv[m] * eg - bar;
+      }
     }
     s.tail[phase * kHeadDim + ch] = tail;
     __syncthreads();  // dG and the tails visible
