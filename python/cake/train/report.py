@@ -21,7 +21,7 @@ def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> bool:
     from matplotlib import pyplot as plt
 
     figure, axes = plt.subplots(figsize=(8, 4.5), dpi=120)
-    for run in runs:
+    for index, run in enumerate(runs):
         tokens = [s["step"] * run["tokens"] / len(run["steps"]) for s in run["steps"]]
         losses = [s["loss"] for s in run["steps"]]
         # Each step is other text, so single steps are noisy: a running mean over steps on top.
@@ -29,7 +29,9 @@ def write_plot(path: pathlib.Path, title: str, runs: list[dict]) -> bool:
         mean = [sum(losses[max(0, i + 1 - window):i + 1]) / (i + 1 - max(0, i + 1 - window))
                 for i in range(len(losses))]
         line, = axes.plot(tokens, losses, linewidth=0.6, alpha=0.35)
+        # Runs from the same weights on the same batches overlap: later ones dashed, so all show.
         axes.plot(tokens, mean, linewidth=1.6, color=line.get_color(),
+                  linestyle="-" if index == 0 else "--",
                   label=f"{run['label']}: mean of {window} steps "
                         f"({run['tokens_per_second']:,.0f} tokens/s)")
     axes.set_xlabel("tokens seen")
