@@ -25,7 +25,9 @@
 # "--once --workload kda-P4-16"); "sources" where their warps wait, per instruction
 # (tools/stall_sources.py, the same kernels and arguments); "kda_bench" the KDA benchmark
 # (bench/bench_kda.py, with CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "conv1d_bench" the causal conv1d benchmark
-# (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl); "kcp1_bench"
+# (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl); "layers_bench"
+# one GDN and one KDA layer of cake against FLA's with the same weights, kernel by kernel
+# (bench/bench_layers.py, with CAKE_LAYERS_BENCH_ARGS, into layers_bench.jsonl); "kcp1_bench"
 # context parallelism on one GPU, each rank's share replayed alone (bench/bench_kcp_one_gpu.py,
 # with CAKE_KCP1_BENCH_ARGS, into kcp1_bench.jsonl); on a machine of several GPUs, "kcp_check"
 # cake.kcp across them (tools/kcp_multi_gpu.sh: W = 2, 4, 8 as the GPUs allow, or CAKE_KCP_W;
@@ -34,7 +36,7 @@
 # build there when tools/stage_device.sh has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench kcp1_bench kcp_check kcp_bench "
+known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench layers_bench kcp1_bench kcp_check kcp_bench "
 for stage in ${CAKE_STAGES:-}; do
   if [[ $known != *" $stage "* ]]; then
     echo "device_check: unknown stage '$stage' in CAKE_STAGES (known:$known)"
@@ -262,6 +264,10 @@ fi
 if [[ $stages == *" conv1d_bench "* ]]; then
   python3 bench/bench_conv1d.py --out "$OUT/conv1d_bench.jsonl" ${CAKE_CONV1D_BENCH_ARGS:-} 2>&1 \
     || stage_failed+=" conv1d_bench"
+fi
+if [[ $stages == *" layers_bench "* ]]; then
+  python3 bench/bench_layers.py --out "$OUT/layers_bench.jsonl" ${CAKE_LAYERS_BENCH_ARGS:-} 2>&1 \
+    || stage_failed+=" layers_bench"
 fi
 if [[ $stages == *" kda_bench "* ]]; then
   python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1 \
