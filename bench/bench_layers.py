@@ -18,6 +18,8 @@ Peak memory: the allocator's peak over one call beyond what was allocated before
 layer's parameters and input included in neither arm). Agreement: FLA's output and input and
 parameter gradients against cake's, relative RMS, once per cell.
 
+Arms: "cake", "cake_segments" (the same layer given cu_seqlens_cpu, with which the op walks few
+long documents as exact segments where cake's plan predicts a gain), "fla" and "cake_control".
 Cells: layers ("gdn", "kda") x ops ("fwd": the forward with autograd recording; "fwd+bwd").
 The batch: the documents of a GDN workload (default M: 32,768 tokens in 5 documents) packed in
 one row with cu_seqlens, the layer's shape that of the main job's GPU model (hidden 1024, 4 q/k
@@ -58,16 +60,19 @@ def make_layer(library: str, kind: str, args):
 
 
 def load_arms(kind: str, args):
-    """name -> (layer, version): cake's layer, FLA's with cake's weights, and cake's control."""
+    """name -> (layer, version, extra forward keywords): cake's layer, the same given the host
+    copy of cu_seqlens (cake_segments: exact segments where cake's plan predicts a gain), FLA's
+    with cake's weights, and cake's control."""
     import cake
     torch.manual_seed(0)
     cake_layer = make_layer("cake", kind, args)
-    arms = {"cake": (cake_layer, cake.__version__)}
+    arms = {"cake": (cake_layer, cake.__version__, {}),
+            "cake_segments": (cake_layer, cake.__version__, {"cu_seqlens_cpu": True})}
     try:
         import fla
         fla_layer = make_layer("fla", kind, args)
         fla_layer.load_state_dict(cake_layer.state_dict())  # the same names: the same weights
-        arms["fla"] = (fla_layer, getattr(fla, "__version__", "?"))
+        arms["fla"] = (fla_layer, getattr(fla, "__version__", "?"), {})
     except Exception as e:  # noqa: BLE001 - report and go on without the arm
         print(f"flash-linear-attention's {kind} layer unavailable: {e!r}", file=sys.stderr)
     arms["cake_control"] = arms["cake"]
@@ -76,14 +81,16 @@ def load_arms(kind: str, args):
 
 class Step:
     """One call of a layer: forward (with autograd recording) or forward + backward of
-    sum(o * do), the input's and the parameters' gradients dropped after each call."""
+    sum(o * do), the input's and the parameters' gradients dropped after each call. With
+    host_offsets the layer also gets cu_seqlens_cpu (copied to the host once, here)."""
 
-    def __init__(self, layer, op, x, cu, do):
+    def __init__(self, layer, op, x, cu, do, host_offsets=False):
         self.layer, self.op, self.x, self.cu, self.do = layer, op, x, cu, do
+        self.extra = {"cu_seqlens_cpu": cu.cpu()} if host_offsets else {}
 
     def forward(self):
         with torch.autocast(self.x.device.type, dtype=torch.bfloat16, enabled=self.x.is_cuda):
-            o, _, _ = self.layer(self.x, cu_seqlens=self.cu)
+            o, _, _ = self.layer(self.x, cu_seqlens=self.cu, **self.extra)
         return o
 
     def __call__(self):
@@ -94,10 +101,10 @@ class Step:
         self.layer.zero_grad(set_to_none=True)
 
 
-def gradients(layer, x, cu, do) -> dict:
+def gradients(layer, x, cu, do, host_offsets=False) -> dict:
     """The output and the gradients of one forward + backward: {"o", "dx", "d<parameter>"}, in
     fp32 (fp64 stays fp64)."""
-    o = Step(layer, "fwd+bwd", x, cu, do).forward()
+    o = Step(layer, "fwd+bwd", x, cu, do, host_offsets).forward()
     o.backward(do)
     wide = torch.promote_types(o.dtype, torch.float32)
     grads = {"o": o.detach().to(wide), "dx": x.grad.to(wide)}
@@ -109,16 +116,16 @@ def gradients(layer, x, cu, do) -> dict:
 
 
 def agreement(arms, x, cu, do):
-    """{arm: {tensor: rel-RMS against cake}} of every arm but cake's own: the output, dx and the
-    gradient of each parameter both layers have (the same names: FLA's state dict loads); a
+    """{arm: {tensor: rel-RMS against cake}} of every arm but cake and its control: the output, dx
+    and the gradient of each parameter both layers have (the same names: FLA's state dict loads); a
     string where the arm failed."""
     reference = gradients(arms["cake"][0], x, cu, do)
     results = {}
-    for name, (layer, _) in arms.items():
-        if name.startswith("cake"):
+    for name, (layer, _, extra) in arms.items():
+        if name in ("cake", "cake_control"):
             continue
         try:
-            grads = gradients(layer, x, cu, do)
+            grads = gradients(layer, x, cu, do, "cu_seqlens_cpu" in extra)
         except Exception as e:  # noqa: BLE001 - a baseline's failure is reported, not raised
             results[name] = f"not compared: {type(e).__name__}: {e}"
             x.grad = None
@@ -180,7 +187,8 @@ def main(argv=None):
         for name, errors in against_cake.items():
             print(f"{kind} {name} vs cake: {describe(errors)}", flush=True)
         for op in args.ops:
-            steps = {n: Step(a[0], op, x, cu, do) for n, a in arms.items()}
+            steps = {n: Step(a[0], op, x, cu, do, "cu_seqlens_cpu" in a[2])
+                     for n, a in arms.items()}
             # Peaks and kernel tables after the timing: FLA's first calls autotune.
             per_group = measure(steps, args.groups, args.iters, l2)
             cake_ms = statistics.median(per_group["cake"])

@@ -41,10 +41,12 @@ def test_each_baseline_layer_is_compared_with_cake(kind):
     x = torch.randn(1, sum(docs), 16, generator=gen, dtype=torch.float64).requires_grad_()
     do = torch.randn(1, sum(docs), 16, generator=gen, dtype=torch.float64)
     cu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
-    arms = {"cake": (layer, "0"), "twin": (layer, "0"), "off": (Scaled(layer, 1.01), "0"),
-            "broken": (Failing(), "0"), "cake_control": (layer, "0")}
+    arms = {"cake": (layer, "0", {}), "cake_segments": (layer, "0", {"cu_seqlens_cpu": True}),
+            "twin": (layer, "0", {}), "off": (Scaled(layer, 1.01), "0", {}),
+            "broken": (Failing(), "0", {}), "cake_control": (layer, "0", {})}
     got = bench_layers.agreement(arms, x, cu, do)
-    assert set(got) == {"twin", "off", "broken"}
+    assert set(got) == {"cake_segments", "twin", "off", "broken"}
+    assert all(e == 0.0 for e in got["cake_segments"].values())  # the CPU runs no segments
     assert set(got["twin"]) == {"o", "dx"} | {f"d{n}" for n, _ in layer.named_parameters()}
     assert all(e == 0.0 for e in got["twin"].values())
     assert set(got["off"]) == {"o", "dx"}
