@@ -84,6 +84,34 @@ def test_learning_needs_more_than_the_margin(monkeypatch):
     assert not loop.train(model, config, "cake")["learned"]
 
 
+@pytest.mark.parametrize("host_offsets", [False, True])
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_host_offsets_reach_cake_layers_only_when_asked(host_offsets, checkpoint):
+    """--cu-seqlens-cpu: every layer gets the batch's offsets on the host, equal to cu_seqlens;
+    without it, none does."""
+    from cake.train import loop
+    model = cli.LanguageModel(cli.ModelConfig(layers=("gdn", "kda"), d_model=16, num_heads=1,
+                                              num_v_heads=1, head_dim=8, checkpoint=checkpoint))
+    seen = []
+    for block in model.blocks:
+        def spy(*args, _forward=block.attn.forward, **kwargs):
+            seen.append((kwargs["cu_seqlens"], kwargs.get("cu_seqlens_cpu")))
+            return _forward(*args, **kwargs)
+        block.attn.forward = spy
+    config = loop.TrainConfig(steps=2, tokens_per_step=64, lr=0.0, seed=0,
+                              device=torch.device("cpu"), host_offsets=host_offsets)
+    loop.train(model, config, "cake")
+    layers = len(model.blocks)
+    before, training, after = seen[:layers], seen[layers:-layers], seen[-layers:]
+    assert all(host is None for _, host in before + after)  # the fixed batch's loss: none
+    assert len(training) == 2 * layers * (2 if checkpoint else 1)  # checkpoint: forwards again
+    for cu, host in training:
+        if host_offsets:
+            assert host.device.type == "cpu" and torch.equal(host, cu.cpu())
+        else:
+            assert host is None
+
+
 def test_batches_pack_documents_with_next_byte_targets():
     first, second = corpus.batches(700, seed=3), corpus.batches(700, seed=3)
     for _ in range(5):
@@ -160,7 +188,7 @@ def test_help_explains_every_option(capsys):
     text = capsys.readouterr().out
     for option in ("--device", "--layers", "--d-model", "--heads", "--v-heads", "--head-dim",
                    "--tokens", "--steps", "--lr", "--seed", "--save-for-backward",
-                   "--checkpoint", "--compare", "--out", "loss.png", "log.json", "tokens/s",
+                   "--checkpoint", "--cu-seqlens-cpu", "--compare", "--out", "loss.png", "log.json", "tokens/s",
                    "peak memory"):
         assert option in text, option
 

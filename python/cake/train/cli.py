@@ -113,6 +113,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--save-for-backward", choices=("inverse", "saved", "recompute"),
                         help="what cake's GDN forward keeps for the backward on CUDA "
                              "(cake.chunk_gated_delta_rule; default: cake's default, inverse)")
+    parser.add_argument("--cu-seqlens-cpu", action="store_true",
+                        help="give cake's layers each batch's document offsets on the host too "
+                             "(cu_seqlens_cpu): cake's op then walks a few long documents as "
+                             "exact segments in parallel where its plan predicts a gain")
     parser.add_argument("--checkpoint", action="store_true",
                         help="recompute each block in the backward (torch.utils.checkpoint): "
                              "less activation memory, more time")
@@ -189,7 +193,7 @@ def main(argv=None) -> None:
                                save_for_backward=args.save_for_backward,
                                checkpoint=args.checkpoint)
     train_config = TrainConfig(steps=args.steps, tokens_per_step=args.tokens, lr=args.lr,
-                               seed=args.seed, device=device)
+                               seed=args.seed, device=device, host_offsets=args.cu_seqlens_cpu)
     torch.manual_seed(args.seed)
     model = LanguageModel(model_config, impl="cake")
     initial_weights = copy.deepcopy(model.state_dict())

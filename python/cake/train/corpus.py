@@ -36,10 +36,12 @@ class Batch:
     inputs: Tensor      # [1, tokens] int64 bytes
     targets: Tensor     # [1, tokens] int64: the next byte of the same document
     cu_seqlens: Tensor  # [documents + 1] int32 offsets of the documents in the row
+    cu_seqlens_cpu: Tensor  # the same offsets, kept on the host (cake's cu_seqlens_cpu)
 
     def to(self, device) -> "Batch":
+        """The batch on device; cu_seqlens_cpu stays on the host."""
         return Batch(*(t.to(device, non_blocking=True) for t in
-                       (self.inputs, self.targets, self.cu_seqlens)))
+                       (self.inputs, self.targets, self.cu_seqlens)), self.cu_seqlens_cpu)
 
 
 class _Stream:
@@ -86,4 +88,4 @@ def _row(data: bytearray) -> Tensor:
 
 def _batch(inputs: bytearray, targets: bytearray, lengths: list[int]) -> Batch:
     cu_seqlens = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
-    return Batch(_row(inputs), _row(targets), cu_seqlens)
+    return Batch(_row(inputs), _row(targets), cu_seqlens, cu_seqlens)

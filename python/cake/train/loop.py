@@ -28,6 +28,9 @@ class TrainConfig:
     lr: float
     seed: int
     device: torch.device
+    # Give cake's layers each batch's offsets on the host too (cu_seqlens_cpu): their op then
+    # walks few long documents as exact segments where its plan predicts a gain.
+    host_offsets: bool = False
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -85,8 +88,9 @@ def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
         batch = next(data).to(device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
+        host = batch.cu_seqlens_cpu if config.host_offsets and model.impl == "cake" else None
         with autocast(device):
-            loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens)
+            loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens, host)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -65,16 +65,19 @@ class Block(nn.Module):
         self.mlp_norm = nn.RMSNorm(config.d_model, eps=1e-5)
         self.mlp = SwiGLU(config.d_model, config.mlp_ratio)
 
-    def forward(self, x: Tensor, cu_seqlens: Tensor) -> Tensor:
-        """x [1, T, d_model] of packed documents (cu_seqlens [N + 1])."""
-        x = x + self.attn(self.attn_norm(x), cu_seqlens=cu_seqlens)[0]
+    def forward(self, x: Tensor, cu_seqlens: Tensor,
+                cu_seqlens_cpu: Optional[Tensor] = None) -> Tensor:
+        """x [1, T, d_model] of packed documents (cu_seqlens [N + 1]; cu_seqlens_cpu, where
+        given, its host copy for cake's layers)."""
+        extra = {} if cu_seqlens_cpu is None else {"cu_seqlens_cpu": cu_seqlens_cpu}
+        x = x + self.attn(self.attn_norm(x), cu_seqlens=cu_seqlens, **extra)[0]
         return x + self.mlp(self.mlp_norm(x))
 
 
 class LanguageModel(nn.Module):
     def __init__(self, config: ModelConfig, impl: str = "cake"):
         super().__init__()
-        self.config = config
+        self.config, self.impl = config, impl
         self.embed = nn.Embedding(VOCAB_SIZE, config.d_model)
         self.blocks = nn.ModuleList(Block(make_layer(kind, config, impl, i), config)
                                     for i, kind in enumerate(config.layers))
@@ -82,17 +85,20 @@ class LanguageModel(nn.Module):
         self.head = nn.Linear(config.d_model, VOCAB_SIZE, bias=False)
         nn.init.normal_(self.embed.weight, std=0.02)
 
-    def forward(self, inputs: Tensor, cu_seqlens: Tensor) -> Tensor:
+    def forward(self, inputs: Tensor, cu_seqlens: Tensor,
+                cu_seqlens_cpu: Optional[Tensor] = None) -> Tensor:
         """inputs [1, T] bytes -> logits [1, T, 256]."""
         x = self.embed(inputs)
         for block in self.blocks:
             if self.config.checkpoint and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(block, x, cu_seqlens, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(block, x, cu_seqlens, cu_seqlens_cpu,
+                                                      use_reentrant=False)
             else:
-                x = block(x, cu_seqlens)
+                x = block(x, cu_seqlens, cu_seqlens_cpu)
         return self.head(self.norm(x))
 
-    def loss(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor) -> Tensor:
+    def loss(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor,
+             cu_seqlens_cpu: Optional[Tensor] = None) -> Tensor:
         """Mean cross-entropy of the next byte, in nats."""
-        logits = self.forward(inputs, cu_seqlens)
+        logits = self.forward(inputs, cu_seqlens, cu_seqlens_cpu)
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
