@@ -14,8 +14,10 @@ the op; the cudnn arm is left out there (its engine takes activated g only). --g
 the activated g as FLA's KDA layer's bounded gate at initialisation (half the channels slow), so
 that state crosses chunks (make_inputs).
 Arms: "cake" (the default mode), "cake_saved", "cake_segments" (cake given cu_seqlens_cpu, so that
-it walks few long documents as exact segments where its plan predicts a gain: at P4 the plan cuts
-at H = 4 and 16), "fla" (flash-linear-attention's chunk_kda, its
+it walks few long documents as exact segments where its plan predicts a gain; the plan leaves KDA
+out, so this arm is the plain op), "cake_kcp_p4" (cake.kcp.chunk_kda_kcp on one rank with every
+document cut into 4 exact segments: whether KDA's segments pay now that its chunk pass costs
+less than its walks), "fla" (flash-linear-attention's chunk_kda, its
 Triton kernels: FLA_DISABLE_BACKEND_DISPATCH=1 unless set otherwise), "fla_safe" (the same with
 safe_gate=True: its tensor-core intra-chunk path, valid for gates in [-5, 0)), "cudnn" (cuDNN
 frontend's Hopper KDA engine, below), "cake_control".
@@ -69,7 +71,8 @@ def load_arms():
     arms = {"cake": (cake.chunk_kda, cake.__version__),
             "cake_saved": (functools.partial(cake.chunk_kda, save_for_backward="saved"),
                            cake.__version__),
-            "cake_segments": (with_host_offsets(cake.chunk_kda), cake.__version__)}
+            "cake_segments": (with_host_offsets(cake.chunk_kda), cake.__version__),
+            "cake_kcp_p4": (kcp_segments(4), cake.__version__)}
     # FLA's own Triton KDA: its dispatch to other backends (TileLang's fused dq/dk/dg backward,
     # taken where q/k and value heads are equal and TileLang is installed) off, read by FLA at its
     # import.
@@ -94,6 +97,25 @@ def load_arms():
         print(f"cuDNN frontend unavailable: {e}", file=sys.stderr)
     arms["cake_control"] = arms["cake"]
     return arms
+
+
+def kcp_segments(P: int):
+    """cake.kcp.chunk_kda_kcp on a one-rank context of the call's documents with P segments
+    forced on each, with chunk_kda's signature. The context is built at the first call with a
+    cu_seqlens tensor (the untimed one: it reads the offsets back) and kept."""
+    import cake
+    contexts = {}
+
+    def call(q, k, v, g, beta, cu_seqlens, **kwargs):
+        if id(cu_seqlens) not in contexts:  # the tensor kept beside it: ids stay unique
+            num_sms = (torch.cuda.get_device_properties(q.device).multi_processor_count
+                       if q.is_cuda else 132)
+            ctx = cake.kcp.build_context(cu_seqlens.cpu(), world_size=1, segments=P,
+                                         num_sms=num_sms, device=q.device)
+            contexts[id(cu_seqlens)] = (cu_seqlens, ctx)
+        return cake.kcp.chunk_kda_kcp(q, k, v, g, beta, ctx=contexts[id(cu_seqlens)][1],
+                                      **kwargs)
+    return call
 
 
 def cudnn_chunk_kda(kda, q, k, v, g, beta, scale=None, initial_state=None,
