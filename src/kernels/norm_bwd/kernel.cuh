@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_kernel(__grid_constant__ Pa
       int64_t const at = row * p.dim + v * V;
       norm::load_vector(x + at, here, n[s]);
       norm::load_vector(dy + at, here, dys[s]);
-      norm::load_vector(g + at, here && g != nullptr, gs[s]);
+      if (g != nullptr) norm::load_vector(g + at, here, gs[s]);
     }
     float const rstd = valid ? p.rstd[row] : 0.f;
     // n, then dn in place of dy; dn n summed over the row.

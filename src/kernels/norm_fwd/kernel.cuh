@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_kernel(__grid_constant__ Pa
       bool const here = valid && v < vectors;
       int64_t const at = row * p.dim + v * V;
       norm::load_vector(x + at, here, xs[s]);
-      norm::load_vector(g + at, here && g != nullptr, gs[s]);
+      if (g != nullptr) norm::load_vector(g + at, here, gs[s]);
     }
 #pragma unroll
     for (int s = 0; s < S; ++s) {
