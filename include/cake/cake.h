@@ -177,7 +177,8 @@ cakeResult_t cakeCheckSupport(const cakeOptions_t* options, const cakeForwardArg
  * cakeGetBuildInfo ("causal_conv1d"). */
 typedef enum {
   cakeActivationNone = 0,
-  cakeActivationSilu = 1, /* silu (= swish): p sigmoid(p) */
+  cakeActivationSilu = 1,    /* silu (= swish): p sigmoid(p) */
+  cakeActivationSigmoid = 2, /* sigmoid(p); the norm's gate only */
 } cakeActivation_t;
 
 typedef struct {
@@ -225,11 +226,62 @@ cakeResult_t cakeConv1dBackward(const cakeConv1dBackwardArgs_t* args, void* work
  * and its backward. */
 cakeResult_t cakeConv1dCheckSupport(const cakeConv1dForwardArgs_t* args, int32_t device_type);
 
+/* ---- rms_norm_gated: the gated RMSNorm of the layers' outputs ---------------------------------
+ *
+ * flash-linear-attention's FusedRMSNormGated (and RMSNorm, without a gate) over the last dimension
+ * of x [..., N], a row of N values at a time:
+ *   rstd = 1 / sqrt(mean(x^2) + eps),   n = x rstd,   y = n weight act(g)
+ * (weight absent: 1; g absent: no gate; act silu or sigmoid). Backward, with dn = dy weight act(g):
+ *   dx = rstd (dn - n mean(dn n)),   dg = dy n weight act'(g),   dweight = sum_rows dy n act(g)
+ * rstd [rows] (rows: the product of x's leading sizes) is written by the forward and read by the
+ * backward. CPU tensors run the FP64 reference (any float dtype, any N, any strides of the
+ * inputs). CUDA tensors: see cakeGetBuildInfo ("rms_norm_gated"). */
+typedef struct {
+  size_t struct_size;  /* = sizeof(cakeRmsNormForwardArgs_t) */
+  int32_t activation;  /* with g: cakeActivationSilu or cakeActivationSigmoid; without: any */
+  double eps;          /* finite, >= 0 */
+  cakeTensor_t x;      /* [..., N], 1 to CAKE_MAX_DIMS dimensions */
+  cakeTensor_t g;      /* optional, x's shape */
+  cakeTensor_t weight; /* optional, [N] */
+  cakeTensor_t y;      /* output, x's shape */
+  cakeTensor_t rstd;   /* output, [rows] */
+} cakeRmsNormForwardArgs_t;
+
+typedef struct {
+  size_t struct_size; /* = sizeof(cakeRmsNormBackwardArgs_t) */
+  int32_t activation; /* the forward's */
+  /* the forward's inputs, unchanged, and its rstd */
+  cakeTensor_t x, g, weight, rstd;
+  cakeTensor_t dy; /* x's shape */
+  /* gradients, overwritten; an absent one is not computed */
+  cakeTensor_t dx;      /* x's shape */
+  cakeTensor_t dg;      /* x's shape, with g */
+  cakeTensor_t dweight; /* [N], with weight */
+} cakeRmsNormBackwardArgs_t;
+
+/* Exact bytes of device scratch memory of a backward (0 on the CPU): on CUDA, per-block partial
+ * sums of dweight. Reads shapes and dtypes only. The forward needs none. */
+cakeResult_t cakeRmsNormBackwardWorkspaceSize(const cakeRmsNormBackwardArgs_t* args,
+                                              size_t* bytes);
+
+/* stream is a cudaStream_t for CUDA tensors. On CUDA: no host synchronisation (CUDA-graph
+ * capturable); the backward's workspace holds at least the queried bytes (else
+ * cakeInsufficientWorkspace) and is 16-byte aligned, and dweight is reduced in a fixed order
+ * (bitwise reproducible); x, g, y, dy, dx and dg need 16-byte aligned bases (cakeNotSupported
+ * otherwise). */
+cakeResult_t cakeRmsNormForward(const cakeRmsNormForwardArgs_t* args, void* stream);
+cakeResult_t cakeRmsNormBackward(const cakeRmsNormBackwardArgs_t* args, void* workspace,
+                                 size_t workspace_bytes, void* stream);
+
+/* As cakeCheckSupport, for the norm: whether device_type's implementation would run this forward
+ * and its backward. */
+cakeResult_t cakeRmsNormCheckSupport(const cakeRmsNormForwardArgs_t* args, int32_t device_type);
+
 /* How this library was built, as a JSON object: "cuda_kernels" (bool), "cuda_architectures"
  * (e.g. ["sm_90a"]), "cuda_runtime_version" (e.g. 13000, 0 without CUDA), "compiler", and "ops":
- * for each op ("chunk_gated_delta_rule", "chunk_kda", "causal_conv1d") and device ("cpu",
- * "cuda"; a device missing there has no implementation in this build) one line saying what it
- * accepts. Static storage. */
+ * for each op ("chunk_gated_delta_rule", "chunk_kda", "causal_conv1d", "rms_norm_gated") and
+ * device ("cpu", "cuda"; a device missing there has no implementation in this build) one line
+ * saying what it accepts. Static storage. */
 const char* cakeGetBuildInfo(void);
 
 /* The name of a result code, e.g. "cakeInvalidArgument". */

@@ -61,6 +61,9 @@ conv1d_forward = _raising(_C.conv1d_forward)
 conv1d_backward = _raising(_C.conv1d_backward)
 conv1d_forward_workspace_size = _raising(_C.conv1d_forward_workspace_size)
 conv1d_backward_workspace_size = _raising(_C.conv1d_backward_workspace_size)
+norm_forward = _raising(_C.norm_forward)
+norm_backward = _raising(_C.norm_backward)
+norm_backward_workspace_size = _raising(_C.norm_backward_workspace_size)
 
 
 def support_error(*args, device_type: int):
@@ -74,6 +77,13 @@ def conv1d_support_error(*args, device_type: int):
     """As support_error, for the conv's forward arguments (as conv1d_forward_workspace_size takes
     them)."""
     code, message, _ = _C.conv1d_check_support(*map(_exported, args), device_type)
+    return error(code, message) if code else None
+
+
+def norm_support_error(*args, device_type: int):
+    """As support_error, for the norm's forward arguments (as norm_forward takes them, without
+    the stream)."""
+    code, message, _ = _C.norm_check_support(*map(_exported, args), device_type)
     return error(code, message) if code else None
 
 

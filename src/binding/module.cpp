@@ -22,6 +22,7 @@
 namespace nb = nanobind;
 void bind_kcp(nanobind::module_& m);
 void bind_conv1d(nanobind::module_& m);
+void bind_norm(nanobind::module_& m);
 
 namespace {
 
@@ -238,4 +239,5 @@ NB_MODULE(_C, m) {
   });
   bind_kcp(m);
   bind_conv1d(m);
+  bind_norm(m);
 }

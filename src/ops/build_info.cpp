@@ -4,9 +4,10 @@
 #include <string>
 
 #include "cake/cake.h"
+#include "ops/activations_cuda.hpp"
 #include "ops/conv1d_dispatch.hpp"
 #include "ops/dispatch.hpp"
-#include "ops/activations_cuda.hpp"
+#include "ops/norm_dispatch.hpp"
 
 namespace {
 
@@ -51,16 +52,23 @@ std::string build_info() {
     }
     os << "}";
   }
-  os << ", " << quoted(cake::ops::kConv1dOpName) << ": {";
-  bool first = true;
-  for (auto* row = cake::ops::conv1d_implementations_begin();
-       row != cake::ops::conv1d_implementations_end(); ++row) {
-    if (row->device_type == cakeCUDA && !cuda.kernels) continue;
-    os << (first ? "" : ", ") << quoted(row->device_type == cakeCPU ? "cpu" : "cuda") << ": "
-       << quoted(row->support);
-    first = false;
-  }
-  os << "}}}";
+  // One op's rows: {"cpu": ..., "cuda": ...}, a CUDA row where its kernels are compiled in.
+  auto rows = [&](char const* name, auto const* begin, auto const* end) {
+    os << ", " << quoted(name) << ": {";
+    bool first = true;
+    for (auto* row = begin; row != end; ++row) {
+      if (row->device_type == cakeCUDA && !cuda.kernels) continue;
+      os << (first ? "" : ", ") << quoted(row->device_type == cakeCPU ? "cpu" : "cuda") << ": "
+         << quoted(row->support);
+      first = false;
+    }
+    os << "}";
+  };
+  rows(cake::ops::kConv1dOpName, cake::ops::conv1d_implementations_begin(),
+       cake::ops::conv1d_implementations_end());
+  rows(cake::ops::kNormOpName, cake::ops::norm_implementations_begin(),
+       cake::ops::norm_implementations_end());
+  os << "}}";
   return os.str();
 }
 

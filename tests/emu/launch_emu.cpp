@@ -19,6 +19,10 @@
 #include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/kernel.cuh"
 #include "kernels/kkt_solve/launch.hpp"
+#include "kernels/norm_bwd/kernel.cuh"
+#include "kernels/norm_bwd/launch.hpp"
+#include "kernels/norm_fwd/kernel.cuh"
+#include "kernels/norm_fwd/launch.hpp"
 #include "kernels/qk_grad/kernel.cuh"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/kernel.cuh"
@@ -184,6 +188,39 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   });
 }
 }  // namespace cake::kernels::conv1d_bwd
+
+namespace cake::kernels::norm_fwd {
+alignas(16) char smem_raw[4 * 1024];  // the weight of the widest row, N = 1024
+cudaError_t launch(Params const& p, cudaStream_t) {
+  if (p.rows == 0) return cudaSuccess;
+  return norm::dispatch(p.x_dtype, p.slots, [&](auto variant) {
+    using T = typename decltype(variant)::Type;
+    constexpr int S = decltype(variant)::kSlots;
+    emu::launch(Dim3{u(p.num_blocks)}, Dim3{kThreads}, {smem_raw, smem_bytes(p)},
+                [&] { norm_fwd_kernel<T, S>(p); });
+    return cudaSuccess;
+  });
+}
+}  // namespace cake::kernels::norm_fwd
+
+namespace cake::kernels::norm_bwd {
+alignas(16) char smem_raw[4 * 1024 * (1 + kWarps)];  // weight and warp sums at N = 1024
+cudaError_t launch(Params const& p, cudaStream_t) {
+  return norm::dispatch(p.x_dtype, p.slots, [&](auto variant) {
+    using T = typename decltype(variant)::Type;
+    constexpr int S = decltype(variant)::kSlots;
+    if (p.rows > 0) {
+      emu::launch(Dim3{u(p.num_blocks)}, Dim3{kThreads}, {smem_raw, smem_bytes(p)},
+                  [&] { norm_bwd_kernel<T, S>(p); });
+    }
+    if (p.dweight != nullptr) {
+      emu::launch(Dim3{reduce_blocks(p)}, Dim3{kReduceThreads}, {smem_raw, kReduceSmemBytes},
+                  [&] { norm_reduce_kernel(p); });
+    }
+    return cudaSuccess;
+  });
+}
+}  // namespace cake::kernels::norm_bwd
 
 // tensor_map_encode.hpp's functions, in the emulator's encoding, refusing what the driver's
 // cuTensorMapEncodeTiled refuses (so that a call the GPU would fail fails here too): a dimension

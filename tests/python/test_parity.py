@@ -128,12 +128,15 @@ def test_build_info():
     assert isinstance(info["cuda_kernels"], bool)
     assert info["cuda_architectures"] == (["sm_90a"] if info["cuda_kernels"] else [])
     assert (info["cuda_runtime_version"] > 0) == info["cuda_kernels"]
-    assert set(info["ops"]) == {"chunk_gated_delta_rule", "chunk_kda", "causal_conv1d"}
+    assert set(info["ops"]) == {"chunk_gated_delta_rule", "chunk_kda", "causal_conv1d",
+                                "rms_norm_gated"}
     assert "FP64 reference" in info["ops"]["chunk_kda"]["cpu"]
     assert ("cuda" in info["ops"]["chunk_gated_delta_rule"]) == info["cuda_kernels"]
     assert ("cuda" in info["ops"]["chunk_kda"]) == info["cuda_kernels"]
     assert "FP64 reference" in info["ops"]["causal_conv1d"]["cpu"]
     assert ("cuda" in info["ops"]["causal_conv1d"]) == info["cuda_kernels"]
+    assert "FP64 reference" in info["ops"]["rms_norm_gated"]["cpu"]
+    assert ("cuda" in info["ops"]["rms_norm_gated"]) == info["cuda_kernels"]
     assert info["compiler"]
 
 

@@ -1,25 +1,15 @@
 """The output norms of the layers: flash-linear-attention's ``RMSNorm`` and
-``FusedRMSNormGated``, with the same parameters, in plain torch.
+``FusedRMSNormGated``, with the same parameters, on cake's fused op (``cake.norm``).
 
-Both normalise over the last dimension (a head's V values) in float32 (float64 stays float64)
-and return the input's dtype:  y = x / sqrt(mean(x^2) + eps) * weight, times act(gate) for the
-gated form, with act swish (x * sigmoid(x), also named silu) or sigmoid.
+Both normalise over the last dimension (a head's V values) in float32 on CUDA (float64 on the
+CPU) and return the input's dtype:  y = x / sqrt(mean(x^2) + eps) * weight, times act(gate) for
+the gated form, with act swish (x * sigmoid(x), also named silu) or sigmoid.
 """
 
-from typing import Optional
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-_GATE_ACTIVATIONS = {"swish": F.silu, "silu": F.silu, "sigmoid": torch.sigmoid}
-
-
-def _rms_normalise(x: Tensor, weight: Optional[Tensor], eps: float) -> Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight, in float32 at least."""
-    x = x.to(torch.promote_types(x.dtype, torch.float32))
-    y = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
-    return y if weight is None else y * weight.to(x.dtype)
+from ..norm import ACTIVATIONS, rms_norm_gated
 
 
 class RMSNorm(nn.Module):
@@ -33,7 +23,7 @@ class RMSNorm(nn.Module):
                        if elementwise_affine else None)
 
     def forward(self, x: Tensor) -> Tensor:
-        return _rms_normalise(x, self.weight, self.eps).to(x.dtype)
+        return rms_norm_gated(x, None, self.weight, self.eps)
 
 
 class FusedRMSNormGated(nn.Module):
@@ -42,14 +32,13 @@ class FusedRMSNormGated(nn.Module):
     def __init__(self, hidden_size: int, elementwise_affine: bool = True, eps: float = 1e-5,
                  activation: str = "swish", device=None, dtype=None):
         super().__init__()
-        if activation not in _GATE_ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_GATE_ACTIVATIONS)}, got "
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got "
                              f"{activation!r}")
         self.hidden_size, self.eps, self.activation = hidden_size, eps, activation
         self.weight = (nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
                        if elementwise_affine else None)
 
     def forward(self, x: Tensor, g: Tensor) -> Tensor:
-        """x, g: ``[..., hidden_size]``; returns x's shape and dtype."""
-        gate = _GATE_ACTIVATIONS[self.activation](g.to(torch.promote_types(g.dtype, torch.float32)))
-        return (_rms_normalise(x, self.weight, self.eps) * gate).to(x.dtype)
+        """x, g: ``[..., hidden_size]``; returns x's shape and dtype (g is cast to x's dtype)."""
+        return rms_norm_gated(x, g, self.weight, self.eps, self.activation)
