@@ -17,7 +17,8 @@
 # per case (--seeds; errors pooled over them).
 # CAKE_STAGES picks what runs after the build (unset: "demo tests accuracy bench"; set but empty:
 # nothing, the build alone, e.g. before tools/time_patches.sh); "train" runs
-# python -m cake.train in full with --compare fla (the demo stage runs 30 steps of it); "check" runs
+# python -m cake.train in full with --compare fla and CAKE_TRAIN_ARGS (the demo stage runs 30
+# steps of it); "check" runs
 # the C++ GPU check first (with CAKE_CHECK_ARGS, e.g. "--kkt" or "--no-time") and stops on
 # failure; "profile" adds Nsight Compute on one forward + backward of workload M
 # (tools/profile_gdn.py); "stalls" the walks' (or CAKE_STALL_KERNELS') stall reasons at workload A
@@ -159,7 +160,9 @@ if [[ $stages == *" train "* ]]; then
   if python3 -c "import fla.layers" 2>/dev/null; then compare=(--compare fla); else
     echo "train: fla.layers does not import here: training with cake's layers only"; compare=()
   fi
-  python3 -m cake.train "${compare[@]}" --out "$OUT/train" 2>&1 || stage_failed+=" train"
+  # CAKE_TRAIN_ARGS: more options, e.g. "--cu-seqlens-cpu" (split at spaces)
+  python3 -m cake.train "${compare[@]}" ${CAKE_TRAIN_ARGS:-} --out "$OUT/train" 2>&1 \
+    || stage_failed+=" train"
 fi
 if [[ $stages == *" tests "* ]]; then
   # The whole of tests/python in ONE pytest process, as users run it (a crash of the process, e.g.
