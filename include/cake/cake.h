@@ -274,7 +274,8 @@ cakeResult_t cakeRmsNormBackward(const cakeRmsNormBackwardArgs_t* args, void* wo
                                  size_t workspace_bytes, void* stream);
 
 /* As cakeCheckSupport, for the norm: whether device_type's implementation would run this forward
- * and its backward. */
+ * (its backward's rules are the same on the forward's tensors; a backward's own arguments are
+ * checked by cakeRmsNormBackward). */
 cakeResult_t cakeRmsNormCheckSupport(const cakeRmsNormForwardArgs_t* args, int32_t device_type);
 
 /* How this library was built, as a JSON object: "cuda_kernels" (bool), "cuda_architectures"

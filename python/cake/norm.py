@@ -80,7 +80,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward_rule(ctx, dy, drstd):
     x, g, weight, rstd = ctx.saved_tensors
-    dy = torch.zeros_like(x) if dy is None else dy.contiguous()
+    dy = torch.zeros_like(x) if dy is None else _kernel_ready(dy)
     dx, dg, dweight = _backward(x, g, weight, rstd, dy, ctx.activation)
     return (dx, dg if g is not None else None, dweight if weight is not None else None, None,
             None)
@@ -88,6 +88,18 @@ def _backward_rule(ctx, dy, drstd):
 
 _forward.register_autograd(_backward_rule, setup_context=_setup_context)
 _backward.register_autograd(first_order_only)
+
+
+def _kernel_ready(t: Optional[Tensor]) -> Optional[Tensor]:
+    """t contiguous, and on CUDA with a 16-byte aligned base (the kernels' vector loads): a view
+    into a buffer at an odd offset is copied, as a strided one is."""
+    if t is None:
+        return None
+    t = t.contiguous()
+    # (not while torch.compile traces: fake tensors have no address)
+    if t.is_cuda and not torch.compiler.is_compiling() and t.data_ptr() % 16:
+        t = t.clone()
+    return t
 
 
 def _warn_if_cuda_refuses(args: tuple) -> None:
@@ -105,8 +117,8 @@ def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tenso
 
     Args:
         x: ``[..., N]``.
-        g: x's shape, or None (no gate); cast to x's dtype where it differs (as FLA does, e.g.
-            under autocast).
+        g: x's shape, or None (no gate); cast to x's dtype where it differs (FLA's kernel reads g
+            in its own dtype; under autocast, as the layers run, both are bfloat16 anyway).
         weight: ``[N]``, or None (ones).
         eps: added to the mean square, finite and >= 0.
         activation: of the gate: ``"swish"`` (= ``"silu"``) or ``"sigmoid"``.
@@ -115,10 +127,10 @@ def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tenso
         y in x's shape and dtype, computed in float32 on CUDA (float64 on the CPU).
         Differentiable for x, g and weight; weight's gradient is bitwise reproducible.
 
-    On CUDA tensors (the sm_90a kernels): bfloat16, float16 or float32 x, weight float32 or x's
-    dtype, N a multiple of 8 and at most 1024. CPU tensors run the FP64 reference (any float
-    dtype, any N), warning with ``cake.CudaSupportWarning`` where CUDA would refuse the call
-    (float64 calls do not warn).
+    On CUDA tensors (the sm_90a kernels): bfloat16, float16 or float32 x, weight bfloat16,
+    float16 or float32, N a multiple of 8 and at most 1024. CPU tensors run the FP64 reference
+    (any float dtype, any N), warning with ``cake.CudaSupportWarning`` where CUDA would refuse
+    the call (float64 calls do not warn).
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -140,7 +152,7 @@ def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tenso
         x = x.reshape(-1, shape[-1])
         if g is not None and g.shape == shape:
             g = g.reshape(x.shape)
-    x, g, weight = (t.contiguous() if t is not None else None for t in (x, g, weight))
+    x, g, weight = (_kernel_ready(t) for t in (x, g, weight))
     code = ACTIVATIONS[activation]
     y, rstd = _forward(x, g, weight, float(eps), code)
     # not while torch.compile traces: the query is a C++ call, a graph break

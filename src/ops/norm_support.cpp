@@ -25,13 +25,16 @@ void check_row_dtypes(cakeTensor_t const& x, std::initializer_list<Named> tensor
   }
 }
 
-// weight and dweight: float32 or x's dtype.
-void check_weight_dtypes(cakeTensor_t const& x, std::initializer_list<Named> tensors) {
+// weight and dweight: any of the kernels' three float dtypes, whatever x's (the kernels read and
+// write N of them through a runtime dtype, as flash-linear-attention's norm takes a weight of
+// another dtype than x).
+void check_weight_dtypes(std::initializer_list<Named> tensors) {
   for (auto [name, t] : tensors) {
     if (!present(*t)) continue;
-    CAKE_CHECK(t->dtype == cakeFloat32 || t->dtype == x.dtype, cakeInvalidArgument, name,
-               " must be float32 or x's dtype (", dtype_name(x.dtype),
-               ") for the CUDA kernels, got ", dtype_name(t->dtype));
+    CAKE_CHECK(t->dtype == cakeFloat32 || t->dtype == cakeBfloat16 || t->dtype == cakeFloat16,
+               cakeInvalidArgument, name,
+               " must be bfloat16, float16 or float32 for the CUDA kernels, got ",
+               dtype_name(t->dtype));
   }
 }
 
@@ -67,13 +70,13 @@ void check_norm_reference_backward(cakeRmsNormBackwardArgs_t const&, NormDims co
 
 char const* const kNormCudaSupport =
     "sm_90a kernels: bfloat16, float16 or float32 x (g, y and the gradients of x and g in x's "
-    "dtype), float32 arithmetic; weight float32 or x's dtype; float32 rstd; N a multiple of 8, "
-    "N <= 1024; contiguous tensors with 16-byte aligned rows; silu or sigmoid gate";
+    "dtype), float32 arithmetic; weight bfloat16, float16 or float32; float32 rstd; N a multiple "
+    "of 8, N <= 1024; contiguous tensors with 16-byte aligned rows; silu or sigmoid gate";
 
 void check_norm_cuda_forward(cakeRmsNormForwardArgs_t const& a, NormDims const& d) {
   check_dim(d);
   check_row_dtypes(a.x, {{"g", &a.g}, {"y", &a.y}});
-  check_weight_dtypes(a.x, {{"weight", &a.weight}});
+  check_weight_dtypes({{"weight", &a.weight}});
   check_rstd_dtype(a.rstd);
   check_contiguous({{"x", &a.x}, {"g", &a.g}, {"weight", &a.weight}});
 }
@@ -81,7 +84,7 @@ void check_norm_cuda_forward(cakeRmsNormForwardArgs_t const& a, NormDims const& 
 void check_norm_cuda_backward(cakeRmsNormBackwardArgs_t const& a, NormDims const& d) {
   check_dim(d);
   check_row_dtypes(a.x, {{"g", &a.g}, {"dy", &a.dy}, {"dx", &a.dx}, {"dg", &a.dg}});
-  check_weight_dtypes(a.x, {{"weight", &a.weight}, {"dweight", &a.dweight}});
+  check_weight_dtypes({{"weight", &a.weight}, {"dweight", &a.dweight}});
   check_rstd_dtype(a.rstd);
   check_contiguous({{"x", &a.x}, {"g", &a.g}, {"weight", &a.weight}, {"rstd", &a.rstd}});
 }

@@ -1,11 +1,14 @@
 // The norm's GPU op (src/ops/cuda/norm_cuda.cpp and the kernels of norm_fwd, norm_bwd) on the CPU
 // emulator, through the C ABI on "CUDA" tensors in host memory, against the FP64 reference
-// (ref/norm.hpp) on the same rounded inputs: bfloat16 and float32 rows of N = 64, 128, 256 (and
-// 8 and 1024, the extremes of the row layouts), row counts that leave a block's last rows empty,
-// with and without gate and weight, silu and sigmoid, an all-zero row, large values, and a pack
-// that makes the blocks walk more than one step. Outputs poisoned first; guard bytes after the
-// exact workspace stay untouched; the backward twice is bitwise equal (fixed-order reductions).
+// (ref/norm.hpp) on the same rounded inputs: bfloat16, float16 and float32 rows of N = 64, 128,
+// 256 (and 8 and 1024, the extremes of the row layouts; 24, 96, 200 and 1000, whose vector counts
+// are no power of two, so that lanes hold vectors past the row's end that they must neither read
+// nor write), row counts that leave a block's last rows empty, with and without gate and weight,
+// silu and sigmoid, an all-zero row, large values, a pack that makes the blocks walk more than
+// one step, and no rows at all. Outputs poisoned first; guard bytes after the exact workspace stay
+// untouched.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,18 +29,22 @@ using cake::emu_testing::poisoned;
 template <class T>
 T from_double(double x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(x));
+  if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(x));
   if constexpr (std::is_same_v<T, float>) return static_cast<float>(x);
 }
 
 template <class T>
 double to_double(T x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
   if constexpr (std::is_same_v<T, float>) return x;
 }
 
 template <class T>
 constexpr cakeDtype_t dtype_of() {
-  return std::is_same_v<T, __nv_bfloat16> ? cakeBfloat16 : cakeFloat32;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return cakeBfloat16;
+  if constexpr (std::is_same_v<T, __half>) return cakeFloat16;
+  return cakeFloat32;
 }
 
 template <class T>
@@ -186,6 +193,12 @@ std::vector<Case> cases() {
   }
   out.push_back({9, 8, true, true, cakeActivationSilu});     // one vector a row (bfloat16)
   out.push_back({9, 1024, true, true, cakeActivationSilu});  // the widest rows
+  // Vector counts that are no power of two (bfloat16: 3, 12, 25, 125 vectors a row over 4, 16,
+  // 32 and 32 lanes; float32: 6, 24, 50, 250, the last on 8 slots a lane).
+  for (int64_t N : {24, 96, 200, 1000}) {
+    out.push_back({19, N, true, true, cakeActivationSilu});
+    out.push_back({19, N, false, true, cakeActivationSigmoid, 1.0, true});
+  }
   return out;
 }
 
@@ -194,9 +207,50 @@ TEST(EmulatedNorm, Bfloat16MatchesReference) {
   for (Case const& c : cases()) check_case<__nv_bfloat16>(c, seed++);
 }
 
+TEST(EmulatedNorm, Float16MatchesReference) {
+  uint64_t seed = 50;
+  for (Case const& c : cases()) check_case<__half>(c, seed++);
+}
+
 TEST(EmulatedNorm, Float32MatchesReference) {
   uint64_t seed = 100;
   for (Case const& c : cases()) check_case<float>(c, seed++);
+}
+
+// No rows: the forward writes nothing, and the backward's dweight is zeros (the reduce over no
+// blocks), not what the buffer held.
+TEST(EmulatedNorm, NoRows) {
+  int64_t const N = 128;
+  std::vector<__nv_bfloat16> x(N), g(N), dy(N), dx(N), dg(N);  // 0 rows of them are read
+  std::vector<float> weight(N, 1.f), rstd(1), dweight = poisoned<float>(N);
+  std::vector<int64_t> const rows_shape = {0, N};
+  cakeRmsNormForwardArgs_t fa{};
+  fa.struct_size = sizeof fa;
+  fa.activation = cakeActivationSilu;
+  fa.eps = 1e-5;
+  fa.x = view(x.data(), rows_shape);
+  fa.g = view(g.data(), rows_shape);
+  fa.weight = view(weight.data(), {N});
+  fa.y = view(dx.data(), rows_shape);
+  fa.rstd = view(rstd.data(), {0});
+  ASSERT_EQ(cakeRmsNormForward(&fa, nullptr), cakeSuccess) << cakeGetLastError();
+  cakeRmsNormBackwardArgs_t ba{};
+  ba.struct_size = sizeof ba;
+  ba.activation = fa.activation;
+  ba.x = fa.x;
+  ba.g = fa.g;
+  ba.weight = fa.weight;
+  ba.rstd = fa.rstd;
+  ba.dy = view(dy.data(), rows_shape);
+  ba.dx = view(dx.data(), rows_shape);
+  ba.dg = view(dg.data(), rows_shape);
+  ba.dweight = view(dweight.data(), {N});
+  size_t bytes = 1;
+  ASSERT_EQ(cakeRmsNormBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
+  std::vector<unsigned char> ws(bytes + 16);
+  ASSERT_EQ(cakeRmsNormBackward(&ba, bytes ? ws.data() : nullptr, bytes, nullptr), cakeSuccess)
+      << cakeGetLastError();
+  for (int64_t c = 0; c < N; ++c) EXPECT_EQ(dweight[c], 0.f) << "column " << c;
 }
 
 // More rows than kMaxBlocks blocks hold at once: each block walks several steps and its dweight

@@ -95,10 +95,23 @@ def test_cpu_warns_where_cuda_would_refuse():
         cake.rms_norm_gated(**t)
 
 
-def test_opcheck():
+@pytest.mark.parametrize("gated, weighted", [(True, True), (False, True), (True, False),
+                                             (False, False)])
+def test_opcheck(gated, weighted):
+    """Both custom ops (the forward and the backward) against their fake kernels and autograd
+    registrations, with and without g and weight."""
     t = make(8, (3, 8))
+    g = t["g"] if gated else None
+    weight = t["weight"] if weighted else None
     torch.library.opcheck(torch.ops.cake.rms_norm_gated_forward.default,
-                          (t["x"], t["g"], t["weight"], 1e-5, 2))
+                          (t["x"], g, weight, 1e-5, 2))
+    _, rstd = torch.ops.cake.rms_norm_gated_forward(t["x"].detach(), g, weight, 1e-5, 2)
+    dy = torch.randn_like(t["x"]).detach()
+    torch.library.opcheck(
+        torch.ops.cake.rms_norm_gated_backward.default,
+        (t["x"].detach(), None if g is None else g.detach(),
+         None if weight is None else weight.detach(), rstd, dy, 2),
+        test_utils=("test_schema", "test_faketensor"))  # its own gradient: first order only
 
 
 def test_torch_compile_fullgraph():
