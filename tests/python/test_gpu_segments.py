@@ -2,9 +2,9 @@
 cu_seqlens_cpu whose documents are few and long for the SMs walks them as segments (cake.kcp on
 one rank); a KDA call runs the plain op (cake.segments says why; KDA's segments are tested through
 cake.kcp in test_gpu_kcp.py). Against the FP64 reference on the upcast inputs (the accuracy gate,
-test_gpu_gdn.check_gate); bitwise the same run to run; after the first call of a batch nothing is
-read back from the device; the plain op runs without the host offsets. Skipped without a CUDA
-device."""
+test_gpu_gdn.check_gate); bitwise the same run to run; nothing is read back from the device, in a
+batch's later calls nor in the first call of a batch of new offsets; the plain op runs without the
+host offsets. Skipped without a CUDA device."""
 
 import pytest
 import torch
@@ -104,6 +104,23 @@ def test_segments_carry_the_state_across_their_cuts(kda, routed):
 def test_no_device_reads_after_the_first_call_of_a_batch(routed):
     gpu = on_gpu(*inputs_of(False, seed=37))
     run_op(False, gpu)
+    torch.cuda.synchronize()
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run_op(False, gpu)
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+    assert len(routed) == 2
+
+
+def test_a_batch_of_new_offsets_reads_nothing_back_either(routed):
+    """A training loop's batches bring new offsets every step: planning them (the context, its
+    plan, their copies to the device) must not wait for the device either."""
+    warm = on_gpu(*inputs_of(False, seed=43))
+    run_op(False, warm)  # the op's own first-call set-up, outside the watch
+    inputs, dout, dht = test_gpu_gdn.make_inputs([4100, 3000, 5000], 1, 2, seed=47)
+    gpu = on_gpu(inputs, dout, dht)
     torch.cuda.synchronize()
     mode = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
