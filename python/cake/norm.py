@@ -120,7 +120,8 @@ def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tenso
         g: x's shape, or None (no gate); cast to x's dtype where it differs (FLA's kernel reads g
             in its own dtype; under autocast, as the layers run, both are bfloat16 anyway).
         weight: ``[N]``, or None (ones).
-        eps: added to the mean square, finite and >= 0.
+        eps: added to the mean square, finite and >= 0 (float32 on CUDA; 0 with an all-zero
+            row gives NaN, as FLA's norm does).
         activation: of the gate: ``"swish"`` (= ``"silu"``) or ``"sigmoid"``.
 
     Returns:
