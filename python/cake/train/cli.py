@@ -59,7 +59,7 @@ output:
           and left (one line per tenth of the run when stderr is not a terminal).
   stdout, at the end, per run:
     <impl> on <device>: <blocks> blocks (<layers>), d_model D, H q/k heads, HV value heads,
-        head dim K, T tokens per step, S steps
+        head dim K, T tokens per step, S steps[, host offsets]
     loss A -> B        the mean training loss (nats per byte; ln 256 = 5.55 is a uniform
                        guess) over the first and over the last steps (up to 10 each)
     fixed batch A -> B the loss on one fixed batch (not a training batch) before the first
@@ -170,10 +170,11 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def describe(run: dict, settings: dict) -> str:
     m, t = settings["model"], settings["training"]
+    host = ", host offsets" if t.get("host_offsets") and run["label"] == "cake" else ""
     return (f"{run['label']} on {settings['device']}: {len(m['layers'])} blocks "
             f"({','.join(m['layers'])}), d_model {m['d_model']}, {m['num_heads']} q/k heads, "
             f"{m['num_v_heads']} value heads, head dim {m['head_dim']}, {t['tokens_per_step']} "
-            f"tokens per step, {len(run['steps'])} steps\n"
+            f"tokens per step, {len(run['steps'])} steps{host}\n"
             f"  loss {run['loss_first']:.3f} -> {run['loss_last']:.3f} (mean of the first and "
             f"last {run['loss_window']} steps); fixed batch {run['fixed_loss_before']:.3f} -> "
             f"{run['fixed_loss_after']:.3f}\n"
