@@ -51,7 +51,7 @@ K = V = 128
 
 
 # The arms whose kernels are profiled once per cell (kernel_times.py), after the timing.
-PROFILED_ARMS = ("cake", "cake_segments", "cake_kcp_p4")
+PROFILED_ARMS = ("cake", "cake_segments", "cake_kcp_p4", "cake_kcp_plan")
 
 
 def with_host_offsets(fn):

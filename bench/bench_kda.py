@@ -17,7 +17,8 @@ Arms: "cake" (the default mode), "cake_saved", "cake_segments" (cake given cu_se
 it walks few long documents as exact segments where its plan predicts a gain; the plan leaves KDA
 out, so this arm is the plain op), "cake_kcp_p4" (cake.kcp.chunk_kda_kcp on one rank with every
 document cut into 4 exact segments: whether KDA's segments pay now that its chunk pass costs
-less than its walks), "fla" (flash-linear-attention's chunk_kda, its
+less than its walks), "cake_kcp_plan" (the same with the P of cake's segment plan, which counts
+walk steps only: 16 at P4, H = 4; 4 at H = 16), "fla" (flash-linear-attention's chunk_kda, its
 Triton kernels: FLA_DISABLE_BACKEND_DISPATCH=1 unless set otherwise), "fla_safe" (the same with
 safe_gate=True: its tensor-core intra-chunk path, valid for gates in [-5, 0)), "cudnn" (cuDNN
 frontend's Hopper KDA engine, below), "cake_control".
@@ -72,7 +73,8 @@ def load_arms():
             "cake_saved": (functools.partial(cake.chunk_kda, save_for_backward="saved"),
                            cake.__version__),
             "cake_segments": (with_host_offsets(cake.chunk_kda), cake.__version__),
-            "cake_kcp_p4": (kcp_segments(4), cake.__version__)}
+            "cake_kcp_p4": (kcp_segments(4), cake.__version__),
+            "cake_kcp_plan": (kcp_segments(0), cake.__version__)}
     # FLA's own Triton KDA: its dispatch to other backends (TileLang's fused dq/dk/dg backward,
     # taken where q/k and value heads are equal and TileLang is installed) off, read by FLA at its
     # import.
@@ -101,7 +103,7 @@ def load_arms():
 
 def kcp_segments(P: int):
     """cake.kcp.chunk_kda_kcp on a one-rank context of the call's documents with P segments
-    forced on each, with chunk_kda's signature. The context is built at the first call with a
+    forced on each (0: the segment plan's P), with chunk_kda's signature. The context is built at the first call with a
     cu_seqlens tensor (the untimed one: it reads the offsets back) and kept."""
     import cake
     contexts = {}

@@ -13,7 +13,7 @@ from conftest import import_bench
 bench_kda = import_bench("bench_kda")
 
 
-@pytest.mark.parametrize("P", [1, 4])
+@pytest.mark.parametrize("P", [0, 1, 4])
 def test_kcp_segments_arm_matches_the_op(P):
     gen = torch.Generator().manual_seed(3)
     docs, H, HV, K = [70, 1, 200], 1, 2, 8
