@@ -1,7 +1,7 @@
 """cake.layers on the GPU: against flash-linear-attention 0.6.0's own layers with the same state
-dict, the save_for_backward modes, torch.compile, KDA's layer on CUDA against itself with the
-op in FP64, CUDA-graph capture of a whole training step, and the layers on virtual ranks with
-cp_context. Skipped where there is no CUDA device (and the FLA comparison where FLA is not
+dict, the save_for_backward modes, exact segments from host offsets, torch.compile, KDA's layer
+on CUDA against itself with the op in FP64, CUDA-graph capture of a whole training step, and the
+layers on virtual ranks with cp_context. Skipped where there is no CUDA device (and the FLA comparison where FLA is not
 installed).
 
 Accuracy gate (bench/workloads.json): rel-RMS error <= 1e-2, max-abs error <= 2e-2 x max|ref|,
@@ -98,6 +98,30 @@ def test_save_for_backward_modes_agree_bitwise(mode):
     got = forward_backward(gdn(save_for_backward=mode), x, cu)
     for name in want:
         assert torch.equal(got[name], want[name]), name
+
+
+def test_gdn_layer_with_host_offsets_walks_segments_within_the_gate(monkeypatch):
+    """The main job's --cu-seqlens-cpu: few long documents at few value heads, given their host
+    offsets, take the exact segments (cake.segments) inside the layer; the output and every
+    gradient stay within the gate of the same layer without them."""
+    from conftest import record_segment_routes
+    routed = record_segment_routes(monkeypatch)
+    docs = [5000, 4100, 3000]  # 12 walks at 4 value heads on the GPU's SMs: the plan cuts
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(1, sum(docs), CONFIG["hidden_size"], generator=gen).cuda()
+    cu_cpu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
+    layer = gdn(4)
+    want = forward_backward(layer, x, cu_cpu.cuda())
+    assert routed == []
+    layer.zero_grad(set_to_none=True)
+    xs = x.detach().requires_grad_()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        o = layer(xs, cu_seqlens=cu_cpu.cuda(), cu_seqlens_cpu=cu_cpu)[0]
+    (o.float().square().sum() / xs.shape[1]).backward()
+    got = {"o": o.detach(), "dx": xs.grad, **{n: p.grad for n, p in layer.named_parameters()}}
+    assert routed == ["chunk_gated_delta_rule"]
+    for name in want:
+        assert_within_gate(got[name], want[name], name)
 
 
 def test_saved_mode_keeps_more_than_recompute():
