@@ -21,11 +21,12 @@ parameter gradients against cake's, relative RMS, once per cell.
 Arms: "cake", "cake_segments" (the same layer given cu_seqlens_cpu, with which the op walks few
 long documents as exact segments where cake's plan predicts a gain), "fla" and "cake_control".
 Cells: layers ("gdn", "kda") x ops ("fwd": the forward with autograd recording; "fwd+bwd").
-The batch: the documents of a GDN workload (default M: 32,768 tokens in 5 documents) packed in
-one row with cu_seqlens, the layer's shape that of the main job's GPU model (hidden 1024, 4 q/k
-heads, 8 value heads, head dim 128, expand_v 1). One JSON line per cell and arm, each with
-`kernels_ms`: the arm's time per kernel of one call (bench/kernel_times.py; one run after a
-warm-up, L2 not flushed: the shares, not the cell's time).
+The batch: the documents of a GDN workload (default M: 32,768 tokens in 5 documents, where cake's
+plan cuts 11 segments at 8 value heads) or of --docs (a batch of the main job: 4-6 documents of
+at most 8,192 tokens, 4 segments) packed in one row with cu_seqlens, the layer's shape that of the
+main job's GPU model (hidden 1024, 4 q/k heads, 8 value heads, head dim 128, expand_v 1). One JSON
+line per cell and arm, each with `kernels_ms`: the arm's time per kernel of one call
+(bench/kernel_times.py; one run after a warm-up, L2 not flushed: the shares, not the cell's time).
 """
 
 import argparse
@@ -151,6 +152,9 @@ def parse_args(argv=None):
     parser.add_argument("--layers", nargs="+", default=["gdn", "kda"], choices=("gdn", "kda"))
     parser.add_argument("--pack", default="M", choices=sorted(packs),
                         help="the documents of this GDN workload, packed in one row")
+    parser.add_argument("--docs", nargs="+", type=int, default=None,
+                        help="document lengths instead of --pack's (e.g. a batch of the main "
+                             "job: 8192 8192 7082 4933 3259 1110)")
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     parser.add_argument("--d-model", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=4)
@@ -160,7 +164,10 @@ def parse_args(argv=None):
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    args.docs = packs[args.pack]["docs"]
+    if args.docs is None:
+        args.docs = packs[args.pack]["docs"]
+    else:
+        args.pack = "docs"
     return args
 
 
