@@ -53,15 +53,6 @@ uint16_t double_to_half(double x) {
   return sign | static_cast<uint16_t>(((exponent + 14) << 10) | (static_cast<int>(mantissa) - 1024));
 }
 
-int64_t element_size(cakeDtype_t dtype) {
-  switch (dtype) {
-    case cakeFloat64: case cakeInt64: return 8;
-    case cakeFloat32: case cakeInt32: return 4;
-    case cakeBfloat16: case cakeFloat16: return 2;
-  }
-  return 0;
-}
-
 double load(void const* base, int64_t offset, cakeDtype_t dtype) {
   char const* p = static_cast<char const*>(base) + offset * element_size(dtype);
   switch (dtype) {
@@ -108,6 +99,15 @@ void for_each_element(cakeTensor_t const& t, F const& f) {
 }
 
 }  // namespace
+
+int64_t element_size(cakeDtype_t dtype) {
+  switch (dtype) {
+    case cakeFloat64: case cakeInt64: return 8;
+    case cakeFloat32: case cakeInt32: return 4;
+    case cakeBfloat16: case cakeFloat16: return 2;
+  }
+  return 0;
+}
 
 bool is_float(cakeDtype_t dtype) {
   return dtype == cakeFloat32 || dtype == cakeFloat64 || dtype == cakeBfloat16 ||

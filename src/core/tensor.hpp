@@ -14,6 +14,7 @@ inline bool present(cakeTensor_t const& t) { return t.data != nullptr; }
 
 bool is_float(cakeDtype_t dtype);
 char const* dtype_name(cakeDtype_t dtype);   // "bfloat16", ...
+int64_t element_size(cakeDtype_t dtype);     // bytes of one element
 std::string shape_string(cakeTensor_t const& t);          // "[1, 128, 4, 64]"
 std::string shape_string(std::vector<int64_t> const& shape);
 std::string device_string(cakeTensor_t const& t);  // "cpu", "cuda:0"

@@ -12,40 +12,30 @@
 #include "core/tensor.hpp"
 #include "kernels/conv1d_bwd/launch.hpp"
 #include "kernels/conv1d_fwd/launch.hpp"
+#include "ops/cuda/checks.hpp"
 #include "ops/cuda/device_guard.hpp"
 
 namespace cake::ops {
 
 namespace {
 
-void check_launch(cudaError_t err, char const* what) {
-  if (err != cudaSuccess)
-    throw Error(cakeCudaError,
-                concat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
-
-int dtype_bytes(cakeDtype_t dtype) { return dtype == cakeFloat32 ? 4 : 2; }
-
 // Vector loads of a stage's `channels` channels a thread: D a multiple of them and every
 // token-major base aligned to their bytes.
 bool vectorised(Conv1dDims const& d, int channels, cakeDtype_t x_dtype,
                 std::initializer_list<cakeTensor_t const*> tensors) {
   if (d.dim % channels != 0) return false;
-  auto const bytes = static_cast<uintptr_t>(channels * dtype_bytes(x_dtype));
+  auto const bytes = static_cast<uintptr_t>(channels * element_size(x_dtype));
   for (cakeTensor_t const* t : tensors) {
     if (present(*t) && reinterpret_cast<uintptr_t>(t->data) % bytes != 0) return false;
   }
   return true;
 }
 
-// The data of an optional tensor (absent: nullptr).
-void* data_or_null(cakeTensor_t const& t) { return present(t) ? t.data : nullptr; }
-
 kernels::conv1d_bwd::Workspace backward_workspace(cakeConv1dBackwardArgs_t const& a,
                                                   Conv1dDims const& d) {
   return kernels::conv1d_bwd::workspace_layout(d.batch * d.seq_len, d.dim, d.width,
-                                               dtype_bytes(a.x.dtype), present(a.dweight),
-                                               present(a.dbias));
+                                               static_cast<int>(element_size(a.x.dtype)),
+                                               present(a.dweight), present(a.dbias));
 }
 
 }  // namespace
@@ -70,23 +60,24 @@ void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d, 
   p.width = static_cast<int32_t>(d.width);
   p.activation = a.activation;
   p.x_dtype = a.x.dtype;
-  p.vectorised = vectorised(d, kernels::conv1d_fwd::channels_per_thread(dtype_bytes(a.x.dtype)),
-                            a.x.dtype, {&a.x, &a.residual, &a.y});
+  p.vectorised = vectorised(
+      d, kernels::conv1d_fwd::channels_per_thread(static_cast<int>(element_size(a.x.dtype))),
+      a.x.dtype, {&a.x, &a.residual, &a.y});
   p.x = a.x.data;
-  p.residual = data_or_null(a.residual);
+  p.residual = a.residual.data;
   p.y = a.y.data;
   p.weight = a.weight.data;
   p.weight_dtype = a.weight.dtype;
-  p.bias = data_or_null(a.bias);
+  p.bias = a.bias.data;
   p.bias_dtype = a.bias.dtype;
-  p.initial_state = data_or_null(a.initial_state);
+  p.initial_state = a.initial_state.data;
   p.initial_state_dtype = a.initial_state.dtype;
-  p.final_state = data_or_null(a.final_state);
+  p.final_state = a.final_state.data;
   p.final_state_dtype = a.final_state.dtype;
-  p.cu_seqlens = data_or_null(a.cu_seqlens);
+  p.cu_seqlens = a.cu_seqlens.data;
   p.cu_int64 = a.cu_seqlens.dtype == cakeInt64;
-  check_launch(kernels::conv1d_fwd::launch(p, static_cast<cudaStream_t>(stream)),
-               "conv1d_fwd launch");
+  cuda::check_cuda(kernels::conv1d_fwd::launch(p, static_cast<cudaStream_t>(stream)),
+                   "conv1d_fwd launch");
 }
 
 void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d, void* workspace,
@@ -107,35 +98,36 @@ void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d
   p.width = static_cast<int32_t>(d.width);
   p.activation = a.activation;
   p.x_dtype = a.x.dtype;
-  p.vectorised = vectorised(d, kernels::conv1d_bwd::channels_per_thread(dtype_bytes(a.x.dtype)),
-                            a.x.dtype, {&a.x, &a.dy, &a.dx, &a.dresidual});
+  p.vectorised = vectorised(
+      d, kernels::conv1d_bwd::channels_per_thread(static_cast<int>(element_size(a.x.dtype))),
+      a.x.dtype, {&a.x, &a.dy, &a.dx, &a.dresidual});
   p.x = a.x.data;
   p.dy = a.dy.data;
-  p.dx = data_or_null(a.dx);
-  p.dresidual = data_or_null(a.dresidual);
+  p.dx = a.dx.data;
+  p.dresidual = a.dresidual.data;
   p.weight = a.weight.data;
   p.weight_dtype = a.weight.dtype;
-  p.bias = data_or_null(a.bias);
+  p.bias = a.bias.data;
   p.bias_dtype = a.bias.dtype;
-  p.initial_state = data_or_null(a.initial_state);
+  p.initial_state = a.initial_state.data;
   p.initial_state_dtype = a.initial_state.dtype;
-  p.dht = data_or_null(a.dht);
+  p.dht = a.dht.data;
   p.dht_dtype = a.dht.dtype;
-  p.dweight = data_or_null(a.dweight);
+  p.dweight = a.dweight.data;
   p.dweight_dtype = a.dweight.dtype;
-  p.dbias = data_or_null(a.dbias);
+  p.dbias = a.dbias.data;
   p.dbias_dtype = a.dbias.dtype;
-  p.dinitial_state = data_or_null(a.dinitial_state);
+  p.dinitial_state = a.dinitial_state.data;
   p.dinitial_state_dtype = a.dinitial_state.dtype;
-  p.cu_seqlens = data_or_null(a.cu_seqlens);
+  p.cu_seqlens = a.cu_seqlens.data;
   p.cu_int64 = a.cu_seqlens.dtype == cakeInt64;
   p.tile_tokens = ws.tile_tokens;
   p.num_tiles = ws.num_tiles;
   char* base = static_cast<char*>(workspace);
   if (present(a.dweight)) p.dweight_partial = reinterpret_cast<float*>(base + ws.dweight_offset);
   if (present(a.dbias)) p.dbias_partial = reinterpret_cast<float*>(base + ws.dbias_offset);
-  check_launch(kernels::conv1d_bwd::launch(p, static_cast<cudaStream_t>(stream)),
-               "conv1d_bwd launch");
+  cuda::check_cuda(kernels::conv1d_bwd::launch(p, static_cast<cudaStream_t>(stream)),
+                   "conv1d_bwd launch");
 }
 
 }  // namespace cake::ops

@@ -1,7 +1,6 @@
 // What the GDN and KDA GPU paths (gdn_cuda.cpp, kda_cuda.cpp) share around their stages: the
-// Problem of a validated call, CUDA errors as cake::Error, the alignment the kernels' vector loads
-// need, the q/k L2 norm and the q/k gradients' reduction, and the checks of the caller's buffers
-// against the layout's sizes.
+// Problem of a validated call, the q/k L2 norm and the q/k gradients' reduction, and the checks
+// of the caller's buffers against the layout's sizes (CUDA errors and alignment: checks.hpp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,16 +15,11 @@
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
 #include "ops/cuda/carver.hpp"
+#include "ops/cuda/checks.hpp"
 
 namespace cake::ops::cuda {
 
 using bf16 = __nv_bfloat16;
-
-inline void check_cuda(cudaError_t err, char const* what) {
-  if (err != cudaSuccess)
-    throw Error(cakeCudaError,
-                concat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
-}
 
 template <class T>
 T* ptr(cakeTensor_t const& t) {
@@ -55,15 +49,6 @@ inline kernels::Problem make_problem(cakeOptions_t const& options, cakeTensor_t 
   p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
   p.scale = static_cast<float>(options.scale);
   return p;
-}
-
-// The kernels read q, k, v, dout in 16-byte vectors (cp.async), write o, dq, dk, dv in bf16 pairs
-// and move the fp32 states (initial_state, final_state, dht, dh0) two floats at a time, so those
-// base addresses must be aligned (a contiguous view at an odd offset is not).
-inline void check_aligned(char const* name, cakeTensor_t const& t, uintptr_t bytes) {
-  CAKE_CHECK(t.data == nullptr || reinterpret_cast<uintptr_t>(t.data) % bytes == 0,
-             cakeNotSupported, name, " must be ", bytes,
-             "-byte aligned for the CUDA kernels, got address ", t.data);
 }
 
 inline bool empty(kernels::Problem const& p) { return p.num_seqs == 0 || p.num_v_heads == 0; }
