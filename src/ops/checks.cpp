@@ -72,4 +72,36 @@ void check_cu_seqlens_contents(cakeTensor_t const& cu_seqlens, int64_t seq_len) 
              "cu_seqlens must end at the number of tokens T = ", seq_len, ", got ", cu.back());
 }
 
+void check_cuda_x_dtype(cakeTensor_t const& x, std::initializer_list<NamedTensor> like_x) {
+  CAKE_CHECK(x.dtype == cakeBfloat16 || x.dtype == cakeFloat16 || x.dtype == cakeFloat32,
+             cakeInvalidArgument,
+             "x must be bfloat16, float16 or float32 for the CUDA kernels, got ",
+             dtype_name(x.dtype));
+  for (auto [name, t] : like_x) {
+    if (!present(*t)) continue;
+    CAKE_CHECK(t->dtype == x.dtype, cakeInvalidArgument, name, " must have x's dtype (",
+               dtype_name(x.dtype), ") for the CUDA kernels, got ", dtype_name(t->dtype));
+  }
+}
+
+void check_cuda_small_dtypes(std::initializer_list<NamedTensor> tensors) {
+  for (auto [name, t] : tensors) {
+    if (!present(*t)) continue;
+    CAKE_CHECK(t->dtype == cakeFloat32 || t->dtype == cakeBfloat16 || t->dtype == cakeFloat16,
+               cakeInvalidArgument, name,
+               " must be float32, bfloat16 or float16 for the CUDA kernels, got ",
+               dtype_name(t->dtype));
+  }
+}
+
+void check_cuda_contiguous(std::initializer_list<NamedTensor> tensors) {
+  for (auto [name, t] : tensors) {
+    if (!present(*t)) continue;
+    CAKE_CHECK(is_contiguous(*t), cakeInvalidArgument, name,
+               " must be contiguous for the CUDA kernels (call .contiguous()), got strides that "
+               "are not row-major for shape ",
+               shape_string(*t));
+  }
+}
+
 }  // namespace cake::ops

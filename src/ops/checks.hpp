@@ -1,8 +1,11 @@
-// The argument checks shared by the ops' validations (validate.cpp, conv1d_validate.cpp): each
+// The argument checks shared by the ops' validations (validate.cpp, conv1d_validate.cpp,
+// norm_validate.cpp) and their CUDA support rules (conv1d_support.cpp, norm_support.cpp): each
 // throws a cake::Error (cakeInvalidArgument) naming the argument, the expected and the actual.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "cake/cake.h"
@@ -31,5 +34,14 @@ int64_t check_cu_seqlens(cakeTensor_t const& cu_seqlens, int64_t batch);
 // Its contents (start 0, non-decreasing, end seq_len), for CPU tensors only: reading CUDA offsets
 // on the host would synchronise the device (cake.h).
 void check_cu_seqlens_contents(cakeTensor_t const& cu_seqlens, int64_t seq_len);
+
+// The CUDA kernels' rules on tensors, an absent one passing (name, tensor):
+using NamedTensor = std::pair<char const*, cakeTensor_t const*>;
+// x bfloat16, float16 or float32, and the tensors read and written in x's dtype with it.
+void check_cuda_x_dtype(cakeTensor_t const& x, std::initializer_list<NamedTensor> like_x);
+// The small tensors (weights, biases, states), read and written through a runtime dtype:
+// float32, bfloat16 or float16, whatever x's.
+void check_cuda_small_dtypes(std::initializer_list<NamedTensor> tensors);
+void check_cuda_contiguous(std::initializer_list<NamedTensor> tensors);
 
 }  // namespace cake::ops

@@ -57,7 +57,7 @@ def shapes(n):
     (dict(g=FakeCuda((R, N), "float32")),
      r"^g must have x's dtype \(bfloat16\) for the CUDA kernels, got float32"),
     (dict(weight=FakeCuda((N,), "float64")),
-     r"^weight must be bfloat16, float16 or float32 for the CUDA kernels, got float64"),
+     r"^weight must be float32, bfloat16 or float16 for the CUDA kernels, got float64"),
     (dict(rstd=FakeCuda((R,), "bfloat16")), r"^rstd must be float32 for the CUDA kernels"),
     (dict(x=FakeCuda((R, N), strides=(1, R))), r"^x must be contiguous"),
 ], ids=lambda x: None if isinstance(x, dict) else "")
