@@ -16,6 +16,7 @@ namespace {
 
 using cake::binding::buffer_of;
 using cake::binding::check;
+using cake::binding::check_without_gil;
 using cake::binding::OptionalArray;
 using cake::binding::result;
 using cake::binding::view;
@@ -102,12 +103,9 @@ void bind_conv1d(nb::module_& m) {
           return result([&] {
             cakeConv1dForwardArgs_t const args = CAKE_CONV1D_FORWARD_ARGS;
             auto const [ws, ws_bytes] = buffer_of(workspace);
-            cakeResult_t code;
-            {
-              nb::gil_scoped_release release;
-              code = cakeConv1dForward(&args, ws, ws_bytes, reinterpret_cast<void*>(stream));
-            }
-            check(code);
+            check_without_gil([&] {
+              return cakeConv1dForward(&args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+            });
           });
         });
   m.def("conv1d_backward",
@@ -115,12 +113,9 @@ void bind_conv1d(nb::module_& m) {
           return result([&] {
             cakeConv1dBackwardArgs_t const args = CAKE_CONV1D_BACKWARD_ARGS;
             auto const [ws, ws_bytes] = buffer_of(workspace);
-            cakeResult_t code;
-            {
-              nb::gil_scoped_release release;
-              code = cakeConv1dBackward(&args, ws, ws_bytes, reinterpret_cast<void*>(stream));
-            }
-            check(code);
+            check_without_gil([&] {
+              return cakeConv1dBackward(&args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+            });
           });
         });
 }

@@ -28,6 +28,7 @@ namespace {
 
 using cake::binding::buffer_of;
 using cake::binding::check;
+using cake::binding::check_without_gil;
 using cake::binding::OptionalArray;
 using cake::binding::placeholder;
 using cake::binding::result;
@@ -191,13 +192,10 @@ NB_MODULE(_C, m) {
                                                   A_log, dt_bias, o, final_state);
       auto const [sv, sv_bytes] = buffer_of(saved);
       auto const [ws, ws_bytes] = buffer_of(workspace);
-      cakeResult_t code;
-      {
-        nb::gil_scoped_release release;
-        code = cakeForward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
+      check_without_gil([&] {
+        return cakeForward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
                            reinterpret_cast<void*>(stream));
-      }
-      check(code);
+      });
     });
   });
 
@@ -228,13 +226,10 @@ NB_MODULE(_C, m) {
                         dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias);
       auto const [sv, sv_bytes] = buffer_of(saved);
       auto const [ws, ws_bytes] = buffer_of(workspace);
-      cakeResult_t code;
-      {
-        nb::gil_scoped_release release;
-        code = cakeBackward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
+      check_without_gil([&] {
+        return cakeBackward(&opts, &args, sv, sv_bytes, ws, ws_bytes,
                             reinterpret_cast<void*>(stream));
-      }
-      check(code);
+      });
     });
   });
   bind_kcp(m);

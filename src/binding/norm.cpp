@@ -16,6 +16,7 @@ namespace {
 
 using cake::binding::buffer_of;
 using cake::binding::check;
+using cake::binding::check_without_gil;
 using cake::binding::OptionalArray;
 using cake::binding::result;
 using cake::binding::view;
@@ -78,24 +79,16 @@ void bind_norm(nb::module_& m) {
   m.def("norm_forward", [](CAKE_NORM_FORWARD_PARAMS, uintptr_t stream) {
     return result([&] {
       cakeRmsNormForwardArgs_t const args = CAKE_NORM_FORWARD_ARGS;
-      cakeResult_t code;
-      {
-        nb::gil_scoped_release release;
-        code = cakeRmsNormForward(&args, reinterpret_cast<void*>(stream));
-      }
-      check(code);
+      check_without_gil([&] { return cakeRmsNormForward(&args, reinterpret_cast<void*>(stream)); });
     });
   });
   m.def("norm_backward", [](CAKE_NORM_BACKWARD_PARAMS, OptionalArray workspace, uintptr_t stream) {
     return result([&] {
       cakeRmsNormBackwardArgs_t const args = CAKE_NORM_BACKWARD_ARGS;
       auto const [ws, ws_bytes] = buffer_of(workspace);
-      cakeResult_t code;
-      {
-        nb::gil_scoped_release release;
-        code = cakeRmsNormBackward(&args, ws, ws_bytes, reinterpret_cast<void*>(stream));
-      }
-      check(code);
+      check_without_gil([&] {
+        return cakeRmsNormBackward(&args, ws, ws_bytes, reinterpret_cast<void*>(stream));
+      });
     });
   });
 }

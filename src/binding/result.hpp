@@ -20,6 +20,18 @@ inline void check(cakeResult_t code) {
   if (code != cakeSuccess) throw Error(code, cakeGetLastError());
 }
 
+// Calls a C entry point that does the work (the kernels' launches, or the CPU reference's whole
+// computation) without the GIL, so that other Python threads go on, then checks its result.
+template <class Call>
+void check_without_gil(Call&& call) {
+  cakeResult_t code;
+  {
+    nanobind::gil_scoped_release release;
+    code = call();
+  }
+  check(code);
+}
+
 // Runs body under cake::guard and returns the (code, message, value) triple.
 template <class F>
 nanobind::tuple result(F&& body) {
