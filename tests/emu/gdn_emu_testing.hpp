@@ -1,18 +1,23 @@
 // What the emulated kernel tests add to gdn_testing.hpp: errors against a reference pooled over
-// draws, the line and verdict of a case, and bf16 outputs widened for them.
+// draws, the line and verdict of a case, and the element types (bf16, fp16, fp32) to and from
+// double, random and poisoned buffers of them, and host buffers seen as CUDA tensors.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/tensor.hpp"
 #include "gdn_testing.hpp"
 
 namespace cake::emu_testing {
@@ -79,10 +84,47 @@ std::vector<T> poisoned(size_t n) {
   return x;
 }
 
-inline std::vector<double> widen(std::vector<__nv_bfloat16> const& x) {
+template <class T>
+T from_double(double x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(x));
+  if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(x));
+  if constexpr (std::is_same_v<T, float>) return static_cast<float>(x);
+}
+
+template <class T>
+double to_double(T x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
+  if constexpr (std::is_same_v<T, float>) return x;
+}
+
+template <class T>
+constexpr cakeDtype_t dtype_of() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return cakeBfloat16;
+  if constexpr (std::is_same_v<T, __half>) return cakeFloat16;
+  return cakeFloat32;
+}
+
+template <class T>
+std::vector<double> widen(std::vector<T> const& x) {
   std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_double(x[i]);
   return out;
+}
+
+// n values ~ N(0, scale^2) rounded to T.
+template <class T>
+std::vector<T> random_values(size_t n, std::mt19937& rng, double scale = 1.0) {
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<T> x(n);
+  for (auto& e : x) e = from_double<T>(normal(rng));
+  return x;
+}
+
+// A host buffer seen as a dense CUDA tensor (what the emulator runs on).
+template <class T>
+cakeTensor_t cuda_view(T const* data, std::vector<int64_t> const& shape) {
+  return dense_view(const_cast<T*>(data), dtype_of<T>(), cakeCUDA, shape);
 }
 
 // x [BT, H, K] from its terms per value head x_hv [BT, HV, K]: each q/k head's value heads

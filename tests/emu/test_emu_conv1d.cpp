@@ -21,50 +21,11 @@
 
 namespace {
 
+using cake::emu_testing::cuda_view;
 using cake::emu_testing::Errors;
 using cake::emu_testing::poisoned;
-
-template <class T>
-T from_double(double x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(x));
-  if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(x));
-  if constexpr (std::is_same_v<T, float>) return static_cast<float>(x);
-}
-
-template <class T>
-double to_double(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
-  if constexpr (std::is_same_v<T, float>) return x;
-}
-
-template <class T>
-constexpr cakeDtype_t dtype_of() {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return cakeBfloat16;
-  if constexpr (std::is_same_v<T, __half>) return cakeFloat16;
-  return cakeFloat32;
-}
-
-template <class T>
-std::vector<double> widen(std::vector<T> const& x) {
-  std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = to_double(x[i]);
-  return out;
-}
-
-// n values ~ N(0, 1) rounded to T, and their doubles.
-template <class T>
-std::vector<T> random_values(size_t n, std::mt19937& rng) {
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<T> x(n);
-  for (auto& e : x) e = from_double<T>(normal(rng));
-  return x;
-}
-
-template <class T>
-cakeTensor_t view(T const* data, std::vector<int64_t> const& shape) {
-  return cake::dense_view(const_cast<T*>(data), dtype_of<T>(), cakeCUDA, shape);
-}
+using cake::emu_testing::random_values;
+using cake::emu_testing::widen;
 
 struct Case {
   std::vector<int64_t> lengths;
@@ -101,14 +62,14 @@ void check_case(Case const& c, uint64_t seed) {
   cakeConv1dForwardArgs_t fa{};
   fa.struct_size = sizeof fa;
   fa.activation = cakeActivationSilu;
-  fa.x = view(x.data(), {1, T_, D});
-  fa.weight = view(weight.data(), {D, W});
-  fa.bias = view(bias.data(), {D});
-  fa.residual = view(residual.data(), {1, T_, D});
-  fa.initial_state = view(h0.data(), {N, D, W});
+  fa.x = cuda_view(x.data(), {1, T_, D});
+  fa.weight = cuda_view(weight.data(), {D, W});
+  fa.bias = cuda_view(bias.data(), {D});
+  fa.residual = cuda_view(residual.data(), {1, T_, D});
+  fa.initial_state = cuda_view(h0.data(), {N, D, W});
   fa.cu_seqlens = cake::dense_view(cu.data(), cakeInt64, cakeCUDA, {N + 1});
-  fa.y = view(y.data(), {1, T_, D});
-  fa.final_state = view(ht.data(), {N, D, W});
+  fa.y = cuda_view(y.data(), {1, T_, D});
+  fa.final_state = cuda_view(ht.data(), {N, D, W});
   size_t fwd_bytes = 1;
   ASSERT_EQ(cakeConv1dForwardWorkspaceSize(&fa, &fwd_bytes), cakeSuccess) << cakeGetLastError();
   EXPECT_EQ(fwd_bytes, 0u);
@@ -124,13 +85,13 @@ void check_case(Case const& c, uint64_t seed) {
     ba.bias = fa.bias;
     ba.initial_state = fa.initial_state;
     ba.cu_seqlens = fa.cu_seqlens;
-    ba.dy = view(dy.data(), {1, T_, D});
-    ba.dht = view(dht.data(), {N, D, W});
-    ba.dx = view(dx.data(), {1, T_, D});
-    ba.dweight = view(dw.data(), {D, W});
-    ba.dbias = view(db.data(), {D});
-    ba.dresidual = view(dres.data(), {1, T_, D});
-    ba.dinitial_state = view(dh0.data(), {N, D, W});
+    ba.dy = cuda_view(dy.data(), {1, T_, D});
+    ba.dht = cuda_view(dht.data(), {N, D, W});
+    ba.dx = cuda_view(dx.data(), {1, T_, D});
+    ba.dweight = cuda_view(dw.data(), {D, W});
+    ba.dbias = cuda_view(db.data(), {D});
+    ba.dresidual = cuda_view(dres.data(), {1, T_, D});
+    ba.dinitial_state = cuda_view(dh0.data(), {N, D, W});
     size_t bytes = 0;
     ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
     constexpr size_t kGuard = 1024;
@@ -229,20 +190,20 @@ void check_plain(bool packed, int64_t D, int W, uint64_t seed) {
              : cakeTensor_t{};
   cakeConv1dForwardArgs_t fa{};
   fa.struct_size = sizeof fa;
-  fa.x = view(x.data(), {B, T_, D});
-  fa.weight = view(weight.data(), {D, W});
+  fa.x = cuda_view(x.data(), {B, T_, D});
+  fa.weight = cuda_view(weight.data(), {D, W});
   fa.cu_seqlens = cu_view;
-  fa.y = view(y.data(), {B, T_, D});
-  fa.final_state = view(ht.data(), {N, D, W});
+  fa.y = cuda_view(y.data(), {B, T_, D});
+  fa.final_state = cuda_view(ht.data(), {N, D, W});
   ASSERT_EQ(cakeConv1dForward(&fa, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
   cakeConv1dBackwardArgs_t ba{};
   ba.struct_size = sizeof ba;
   ba.x = fa.x;
   ba.weight = fa.weight;
   ba.cu_seqlens = cu_view;
-  ba.dy = view(dy.data(), {B, T_, D});
-  ba.dx = view(dx.data(), {B, T_, D});
-  ba.dweight = view(dw.data(), {D, W});
+  ba.dy = cuda_view(dy.data(), {B, T_, D});
+  ba.dx = cuda_view(dx.data(), {B, T_, D});
+  ba.dweight = cuda_view(dw.data(), {D, W});
   size_t bytes = 0;
   ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
   std::vector<unsigned char> ws(bytes + 256);

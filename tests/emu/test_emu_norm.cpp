@@ -23,50 +23,12 @@
 
 namespace {
 
+using cake::emu_testing::cuda_view;
 using cake::emu_testing::Errors;
+using cake::emu_testing::from_double;
 using cake::emu_testing::poisoned;
-
-template <class T>
-T from_double(double x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(x));
-  if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(x));
-  if constexpr (std::is_same_v<T, float>) return static_cast<float>(x);
-}
-
-template <class T>
-double to_double(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
-  if constexpr (std::is_same_v<T, float>) return x;
-}
-
-template <class T>
-constexpr cakeDtype_t dtype_of() {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return cakeBfloat16;
-  if constexpr (std::is_same_v<T, __half>) return cakeFloat16;
-  return cakeFloat32;
-}
-
-template <class T>
-std::vector<double> widen(std::vector<T> const& x) {
-  std::vector<double> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = to_double(x[i]);
-  return out;
-}
-
-// n values ~ N(0, scale^2) rounded to T.
-template <class T>
-std::vector<T> random_values(size_t n, double scale, std::mt19937& rng) {
-  std::normal_distribution<double> normal(0.0, scale);
-  std::vector<T> x(n);
-  for (auto& e : x) e = from_double<T>(normal(rng));
-  return x;
-}
-
-template <class T>
-cakeTensor_t view(T const* data, std::vector<int64_t> const& shape) {
-  return cake::dense_view(const_cast<T*>(data), dtype_of<T>(), cakeCUDA, shape);
-}
+using cake::emu_testing::random_values;
+using cake::emu_testing::widen;
 
 struct Case {
   int64_t rows, dim;
@@ -101,11 +63,11 @@ void check_case(Case const& c, uint64_t seed) {
   std::mt19937 rng(static_cast<unsigned>(seed));
   int64_t const R = c.rows, N = c.dim;
   double const eps = 1e-5;
-  std::vector<T> x = random_values<T>(R * N, c.scale, rng);
+  std::vector<T> x = random_values<T>(R * N, rng, c.scale);
   if (c.zero_row) std::fill(x.begin() + N, x.begin() + 2 * N, from_double<T>(0.0));
-  std::vector<T> const g = random_values<T>(R * N, 2.0, rng),
-                       dy = random_values<T>(R * N, 1.0, rng);
-  std::vector<float> const weight = random_values<float>(N, 1.0, rng);
+  std::vector<T> const g = random_values<T>(R * N, rng, 2.0),
+                       dy = random_values<T>(R * N, rng, 1.0);
+  std::vector<float> const weight = random_values<float>(N, rng, 1.0);
 
   cake::ref::NormShape const shape{R, N};
   std::vector<double> const xd = widen(x), gd = widen(g), wd = widen(weight), dyd = widen(dy);
@@ -129,11 +91,11 @@ void check_case(Case const& c, uint64_t seed) {
   fa.struct_size = sizeof fa;
   fa.activation = c.activation;
   fa.eps = eps;
-  fa.x = view(x.data(), rows_shape);
-  fa.g = optional(c.gated, view(g.data(), rows_shape));
-  fa.weight = optional(c.weighted, view(weight.data(), {N}));
-  fa.y = view(y.data(), rows_shape);
-  fa.rstd = view(rstd.data(), {R});
+  fa.x = cuda_view(x.data(), rows_shape);
+  fa.g = optional(c.gated, cuda_view(g.data(), rows_shape));
+  fa.weight = optional(c.weighted, cuda_view(weight.data(), {N}));
+  fa.y = cuda_view(y.data(), rows_shape);
+  fa.rstd = cuda_view(rstd.data(), {R});
   ASSERT_EQ(cakeRmsNormForward(&fa, nullptr), cakeSuccess) << cakeGetLastError();
 
   auto backward = [&](std::vector<T>& dx, std::vector<T>& dg, std::vector<float>& dw) {
@@ -144,10 +106,10 @@ void check_case(Case const& c, uint64_t seed) {
     ba.g = fa.g;
     ba.weight = fa.weight;
     ba.rstd = fa.rstd;
-    ba.dy = view(dy.data(), rows_shape);
-    ba.dx = view(dx.data(), rows_shape);
-    ba.dg = optional(c.gated, view(dg.data(), rows_shape));
-    ba.dweight = optional(c.weighted, view(dw.data(), {N}));
+    ba.dy = cuda_view(dy.data(), rows_shape);
+    ba.dx = cuda_view(dx.data(), rows_shape);
+    ba.dg = optional(c.gated, cuda_view(dg.data(), rows_shape));
+    ba.dweight = optional(c.weighted, cuda_view(dw.data(), {N}));
     size_t bytes = 0;
     ASSERT_EQ(cakeRmsNormBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
     EXPECT_EQ(bytes > 0, c.weighted);
@@ -228,11 +190,11 @@ TEST(EmulatedNorm, NoRows) {
   fa.struct_size = sizeof fa;
   fa.activation = cakeActivationSilu;
   fa.eps = 1e-5;
-  fa.x = view(x.data(), rows_shape);
-  fa.g = view(g.data(), rows_shape);
-  fa.weight = view(weight.data(), {N});
-  fa.y = view(dx.data(), rows_shape);
-  fa.rstd = view(rstd.data(), {0});
+  fa.x = cuda_view(x.data(), rows_shape);
+  fa.g = cuda_view(g.data(), rows_shape);
+  fa.weight = cuda_view(weight.data(), {N});
+  fa.y = cuda_view(dx.data(), rows_shape);
+  fa.rstd = cuda_view(rstd.data(), {0});
   ASSERT_EQ(cakeRmsNormForward(&fa, nullptr), cakeSuccess) << cakeGetLastError();
   cakeRmsNormBackwardArgs_t ba{};
   ba.struct_size = sizeof ba;
@@ -241,10 +203,10 @@ TEST(EmulatedNorm, NoRows) {
   ba.g = fa.g;
   ba.weight = fa.weight;
   ba.rstd = fa.rstd;
-  ba.dy = view(dy.data(), rows_shape);
-  ba.dx = view(dx.data(), rows_shape);
-  ba.dg = view(dg.data(), rows_shape);
-  ba.dweight = view(dweight.data(), {N});
+  ba.dy = cuda_view(dy.data(), rows_shape);
+  ba.dx = cuda_view(dx.data(), rows_shape);
+  ba.dg = cuda_view(dg.data(), rows_shape);
+  ba.dweight = cuda_view(dweight.data(), {N});
   size_t bytes = 1;
   ASSERT_EQ(cakeRmsNormBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
   std::vector<unsigned char> ws(bytes + 16);
