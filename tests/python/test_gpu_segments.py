@@ -101,9 +101,8 @@ def test_segments_carry_the_state_across_their_cuts(kda, routed):
     check_gate(got, ref, f"{'kda' if kda else 'gdn'} segments, state carried")
 
 
-def test_no_device_reads_after_the_first_call_of_a_batch(routed):
-    gpu = on_gpu(*inputs_of(False, seed=37))
-    run_op(False, gpu)
+def run_reading_nothing_back(gpu):
+    """run_op (GDN) under torch's sync debug mode "error": any read back from the device raises."""
     torch.cuda.synchronize()
     mode = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
@@ -111,6 +110,12 @@ def test_no_device_reads_after_the_first_call_of_a_batch(routed):
         run_op(False, gpu)
     finally:
         torch.cuda.set_sync_debug_mode(mode)
+
+
+def test_no_device_reads_after_the_first_call_of_a_batch(routed):
+    gpu = on_gpu(*inputs_of(False, seed=37))
+    run_op(False, gpu)
+    run_reading_nothing_back(gpu)
     assert len(routed) == 2
 
 
@@ -120,14 +125,7 @@ def test_a_batch_of_new_offsets_reads_nothing_back_either(routed):
     warm = on_gpu(*inputs_of(False, seed=43))
     run_op(False, warm)  # the op's own first-call set-up, outside the watch
     inputs, dout, dht = test_gpu_gdn.make_inputs([4100, 3000, 5000], 1, 2, seed=47)
-    gpu = on_gpu(inputs, dout, dht)
-    torch.cuda.synchronize()
-    mode = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        run_op(False, gpu)
-    finally:
-        torch.cuda.set_sync_debug_mode(mode)
+    run_reading_nothing_back(on_gpu(inputs, dout, dht))
     assert len(routed) == 2
 
 
