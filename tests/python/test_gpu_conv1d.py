@@ -13,6 +13,7 @@ import torch
 
 import cake
 from cake import abi
+from test_layers import assert_within_gate
 
 pytestmark = [
     pytest.mark.gpu,
@@ -73,13 +74,8 @@ def reference(inputs, dy, dht):
 
 
 def check_gate(got, ref):
-    for name, r in ref.items():
-        g = got[name].cpu().double()
-        assert torch.isfinite(g).all(), f"{name}: not finite (an unwritten element?)"
-        err = g - r
-        rel_rms = (err.square().mean().sqrt() / r.square().mean().sqrt().clamp_min(1e-30)).item()
-        max_rel = (err.abs().max() / r.abs().max().clamp_min(1e-30)).item()
-        assert rel_rms <= 1e-2 and max_rel <= 2e-2, f"{name}: rel-RMS {rel_rms}, max {max_rel}"
+    for name, r in ref.items():  # a non-finite element: one the kernels never wrote?
+        assert_within_gate(got[name].cpu(), r, name)
 
 
 ADVERSARIAL = [1, 2, 3, 4, 5]
