@@ -11,14 +11,13 @@ initial_state[n, d, W + j] (-W <= j < 0; zero without one):
 """
 
 import math
-import warnings
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from . import abi
-from .ops import CudaSupportWarning, first_order_only
+from .ops import first_order_only, warn_if_cuda_refuses
 
 # cakeActivation_t of the names flash-linear-attention accepts.
 ACTIVATIONS = {None: 0, "silu": 1, "swish": 1}
@@ -118,14 +117,6 @@ _forward.register_autograd(_backward_rule, setup_context=_setup_context)
 _backward.register_autograd(first_order_only)
 
 
-def _warn_if_cuda_refuses(args: tuple) -> None:
-    error = abi.conv1d_support_error(*args, device_type=abi.CUDA)
-    if isinstance(error, ValueError):
-        warnings.warn(f"causal_conv1d ran on the CPU reference, but CUDA tensors would be "
-                      f"refused: {error} (cake.build_info() says what CUDA accepts)",
-                      CudaSupportWarning, stacklevel=3)
-
-
 def causal_conv1d(
     x: Tensor,
     weight: Tensor,
@@ -201,6 +192,10 @@ def causal_conv1d(
     # not while torch.compile traces: the query is a C++ call, a graph break
     if (x.device.type == "cpu" and x.dtype != torch.float64
             and not torch.compiler.is_compiling()):
-        _warn_if_cuda_refuses((x, weight, bias, residual, initial_state, cu_seqlens, y,
-                               final_state if output_final_state else None, code))
+        warn_if_cuda_refuses(
+            "causal_conv1d",
+            abi.conv1d_support_error(x, weight, bias, residual, initial_state, cu_seqlens, y,
+                                     final_state if output_final_state else None, code,
+                                     device_type=abi.CUDA),
+            stacklevel=3)
     return y.view(shape), final_state if output_final_state else None

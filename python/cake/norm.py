@@ -12,7 +12,6 @@ with act swish (= silu, g * sigmoid(g)) or sigmoid; weight and g optional.
 """
 
 import math
-import warnings
 from typing import Optional
 
 import torch
@@ -20,7 +19,7 @@ from torch import Tensor
 
 from . import abi
 from .conv1d import _stream, _workspace
-from .ops import CudaSupportWarning, first_order_only
+from .ops import first_order_only, warn_if_cuda_refuses
 
 # cakeActivation_t of the gate activations flash-linear-attention accepts.
 ACTIVATIONS = {"swish": 1, "silu": 1, "sigmoid": 2}
@@ -102,14 +101,6 @@ def _kernel_ready(t: Optional[Tensor]) -> Optional[Tensor]:
     return t
 
 
-def _warn_if_cuda_refuses(args: tuple) -> None:
-    error = abi.norm_support_error(*args, device_type=abi.CUDA)
-    if isinstance(error, ValueError):
-        warnings.warn(f"rms_norm_gated ran on the CPU reference, but CUDA tensors would be "
-                      f"refused: {error} (cake.build_info() says what CUDA accepts)",
-                      CudaSupportWarning, stacklevel=3)
-
-
 def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tensor] = None,
                    eps: float = 1e-5, activation: str = "swish") -> Tensor:
     """RMSNorm over the last dimension, times act(g): ``x / sqrt(mean(x^2) + eps) * weight *
@@ -159,5 +150,8 @@ def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tenso
     # not while torch.compile traces: the query is a C++ call, a graph break
     if (x.device.type == "cpu" and x.dtype != torch.float64
             and not torch.compiler.is_compiling()):
-        _warn_if_cuda_refuses((x, g, weight, y, rstd, float(eps), code))
+        warn_if_cuda_refuses(
+            "rms_norm_gated",
+            abi.norm_support_error(x, g, weight, y, rstd, float(eps), code, device_type=abi.CUDA),
+            stacklevel=3)
     return y.view(shape)

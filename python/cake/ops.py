@@ -251,13 +251,14 @@ class CudaSupportWarning(UserWarning):
     the same call on CUDA tensors raises ValueError. float64 calls (gradcheck) do not warn."""
 
 
-def _warn_if_cuda_refuses(opts: DeltaOptions, inputs: tuple, outputs: tuple, scale: float):
-    error = abi.support_error(*inputs, *outputs, opts.variant, scale, *opts.flags(), 0,
-                              device_type=abi.CUDA)
+def warn_if_cuda_refuses(op_name: str, error, stacklevel: int) -> None:
+    """A CPU call's support query for CUDA (abi.*support_error): where it is a ValueError (CUDA
+    tensors would be refused), a CudaSupportWarning naming op_name, at stacklevel as
+    warnings.warn counts it from here."""
     if isinstance(error, ValueError):
-        warnings.warn(f"{opts.op.name} ran on the CPU reference, but CUDA tensors would be "
+        warnings.warn(f"{op_name} ran on the CPU reference, but CUDA tensors would be "
                       f"refused: {error} (cake.build_info() says what CUDA accepts)",
-                      CudaSupportWarning, stacklevel=5)
+                      CudaSupportWarning, stacklevel=stacklevel)
 
 
 def check_call(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor,
@@ -301,8 +302,11 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
     # skip it (their eager runs warn).
     if (q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta))
             and not torch.compiler.is_compiling()):
-        _warn_if_cuda_refuses(opts, inputs, (o, final_state if opts.output_final_state else None),
-                              scale)
+        outputs = (o, final_state if opts.output_final_state else None)
+        warn_if_cuda_refuses(opts.op.name,
+                             abi.support_error(*inputs, *outputs, opts.variant, scale,
+                                               *opts.flags(), 0, device_type=abi.CUDA),
+                             stacklevel=5)
     if not opts.output_final_state:
         final_state = None
     elif opts.state_v_first:
