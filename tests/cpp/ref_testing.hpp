@@ -100,6 +100,24 @@ double directional_derivative(std::vector<double>& x, std::vector<double> const&
   return (plus - minus) / (2 * eps);
 }
 
+// The gradient of a scalar function f of x by central differences, one element at a time (for
+// small x): (f(x + h e_i) - f(x - h e_i)) / 2h.
+template <class F>
+std::vector<double> finite_difference_gradient(std::vector<double>& x, F const& f,
+                                               double h = 1e-6) {
+  std::vector<double> grad(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double const keep = x[i];
+    x[i] = keep + h;
+    double const up = f();
+    x[i] = keep - h;
+    double const down = f();
+    x[i] = keep;
+    grad[i] = (up - down) / (2 * h);
+  }
+  return grad;
+}
+
 inline double dot(std::vector<double> const& a, std::vector<double> const& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];

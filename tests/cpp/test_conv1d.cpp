@@ -20,6 +20,7 @@ namespace {
 using cake::ref::Activation;
 using cake::ref::Conv1dShape;
 using cake::testing::dot;
+using cake::testing::finite_difference_gradient;
 using cake::testing::random_vector;
 using cake::testing::rel_error;
 using Vec = std::vector<double>;
@@ -159,18 +160,8 @@ TEST(Conv1dReference, BackwardMatchesFiniteDifferences) {
       return dot(f.y, ry) + dot(f.ht, rh);
     };
     auto check = [&](char const* name, Vec& input, Vec const& grad) {
-      Vec fd(input.size());
-      for (size_t i = 0; i < input.size(); ++i) {
-        double const keep = input[i], h = 1e-6;
-        input[i] = keep + h;
-        double const up = loss();
-        input[i] = keep - h;
-        double const down = loss();
-        input[i] = keep;
-        fd[i] = (up - down) / (2 * h);
-      }
       SCOPED_TRACE(std::string(name) + ", W = " + std::to_string(W));
-      EXPECT_LT(rel_error(grad, fd), 1e-7);
+      EXPECT_LT(rel_error(grad, finite_difference_gradient(input, loss)), 1e-7);
     };
     check("dx", p.x, dx);
     check("dweight", p.weight, dw);

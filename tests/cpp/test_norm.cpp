@@ -17,6 +17,7 @@ namespace {
 
 using cake::ref::GateActivation;
 using cake::testing::dot;
+using cake::testing::finite_difference_gradient;
 using cake::testing::random_vector;
 using cake::testing::rel_error;
 using Vec = std::vector<double>;
@@ -134,18 +135,8 @@ TEST(NormReference, BackwardMatchesFiniteDifferences) {
         {dx.data(), c.gated ? dg.data() : nullptr, c.weighted ? dw.data() : nullptr});
     auto loss = [&] { return dot(forward(p).y, r); };
     auto check = [&](char const* what, Vec& input, Vec const& grad) {
-      Vec fd(input.size());
-      for (size_t i = 0; i < input.size(); ++i) {
-        double const keep = input[i], h = 1e-6;
-        input[i] = keep + h;
-        double const up = loss();
-        input[i] = keep - h;
-        double const down = loss();
-        input[i] = keep;
-        fd[i] = (up - down) / (2 * h);
-      }
       SCOPED_TRACE(std::string(what) + ", " + name(c));
-      EXPECT_LT(rel_error(grad, fd), 1e-7);
+      EXPECT_LT(rel_error(grad, finite_difference_gradient(input, loss)), 1e-7);
     };
     check("dx", p.x, dx);
     if (c.gated) check("dg", p.g, dg);
