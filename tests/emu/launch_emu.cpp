@@ -167,6 +167,8 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::conv1d_fwd
 
 namespace cake::kernels::conv1d_bwd {
+alignas(16) char smem_raw[sizeof(ReduceShared)];
+
 cudaError_t launch(Params const& p, cudaStream_t) {
   return conv1d::dispatch(p.x_dtype, p.width, [&](auto variant) {
     using T = typename decltype(variant)::Type;
@@ -182,7 +184,7 @@ cudaError_t launch(Params const& p, cudaStream_t) {
     }
     if (has_reduce(p)) {
       conv1d::Grid const g = reduce_grid(p);
-      emu::launch(Dim3{g.x, g.y}, Dim3{kReduceThreads}, {}, [&] { conv1d_reduce_kernel(p); });
+      emu::launch(Dim3{g.x, g.y}, Dim3{kReduceThreads}, smem_raw, [&] { conv1d_reduce_kernel(p); });
     }
     return cudaSuccess;
   });

@@ -9,8 +9,9 @@
 // document's last token, the pending ones, with the next document's g taken as zero). Its tile's
 // sums of dweight and dbias go to the workspace, one row per tile.
 // conv1d_state_bwd_kernel: dinitial_state, one thread per (document, channel).
-// conv1d_reduce_kernel: dweight and dbias, each element the sum of the tiles' rows in tile order
-// (the same order on every run: bitwise reproducible).
+// conv1d_reduce_kernel: dweight and dbias, each element the sum of the tiles' rows: 32 elements
+// a block, warp w summing tiles w, w + 8, ... in tile order, then the eight warps' sums added in
+// warp order (an order fixed by the shapes: bitwise reproducible).
 #pragma once
 
 #include "kernels/common/conv1d.cuh"
@@ -39,8 +40,13 @@ inline conv1d::Grid tile_grid(Params const& p) {
 inline conv1d::Grid state_grid(Params const& p) {
   return {static_cast<unsigned>(p.num_seqs), conv1d::blocks(p.dim, kStateThreads)};
 }
+inline constexpr int kReduceWarps = kReduceThreads / 32;
+// The reduction's shared memory (dynamic: the kernels' one form): each warp's 32 sums.
+struct ReduceShared {
+  float part[kReduceWarps][32];
+};
 inline conv1d::Grid reduce_grid(Params const& p) {
-  return {conv1d::blocks(int64_t{p.dim} * (p.width + 1), kReduceThreads), 1};
+  return {conv1d::blocks(int64_t{p.dim} * (p.width + 1), 32), 1};
 }
 inline bool has_tiles(Params const& p) { return p.num_tokens > 0 && p.dim > 0; }
 inline bool has_states(Params const& p) {
@@ -222,22 +228,48 @@ __global__ void __launch_bounds__(kStateThreads)
   }
 }
 
-// One thread per element of dweight [D * W] then dbias [D].
+// Elements k of dweight [D * W] then dbias [D], 32 a block (lane l: k = 32 blockIdx.x + l). A
+// warp's loads run kAhead tiles ahead of its adds, so that they are in flight together.
 __global__ void __launch_bounds__(kReduceThreads)
     conv1d_reduce_kernel(__grid_constant__ Params const p) {
-  int64_t const k = int64_t{blockIdx.x} * kReduceThreads + threadIdx.x;
+  constexpr int kAhead = 4;
+  extern __shared__ __align__(16) char smem_raw[];
+  auto& part = reinterpret_cast<ReduceShared*>(smem_raw)->part;
+  int const lane = static_cast<int>(threadIdx.x) % 32;
+  int const warp = static_cast<int>(threadIdx.x) / 32;
+  int64_t const k = int64_t{blockIdx.x} * 32 + lane;
   int64_t const taps = int64_t{p.dim} * p.width;
+  float const* src = nullptr;  // the element's value in tile 0; tile t's at src[t * stride]
+  int64_t stride = 0;
+  if (k < taps && p.dweight != nullptr) {
+    src = p.dweight_partial + k;
+    stride = taps;
+  } else if (k >= taps && k < taps + p.dim && p.dbias != nullptr) {
+    src = p.dbias_partial + (k - taps);
+    stride = p.dim;
+  }
+  float acc = 0.f;
+  if (src != nullptr) {
+    int64_t tile = warp;
+    for (; tile + (kAhead - 1) * kReduceWarps < p.num_tiles; tile += kAhead * kReduceWarps) {
+      float v[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) v[j] = src[(tile + j * kReduceWarps) * stride];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) acc += v[j];
+    }
+    for (; tile < p.num_tiles; tile += kReduceWarps) acc += src[tile * stride];
+  }
+  part[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0 || src == nullptr) return;
+  float sum = part[0][lane];
+#pragma unroll
+  for (int w = 1; w < kReduceWarps; ++w) sum += part[w][lane];
   if (k < taps) {
-    if (p.dweight == nullptr) return;
-    float acc = 0.f;
-    for (int64_t tile = 0; tile < p.num_tiles; ++tile) acc += p.dweight_partial[tile * taps + k];
-    conv1d::store_small(p.dweight, p.dweight_dtype, k, acc);
-  } else if (k < taps + p.dim) {
-    if (p.dbias == nullptr) return;
-    int64_t const c = k - taps;
-    float acc = 0.f;
-    for (int64_t tile = 0; tile < p.num_tiles; ++tile) acc += p.dbias_partial[tile * p.dim + c];
-    conv1d::store_small(p.dbias, p.dbias_dtype, c, acc);
+    conv1d::store_small(p.dweight, p.dweight_dtype, k, sum);
+  } else {
+    conv1d::store_small(p.dbias, p.dbias_dtype, k - taps, sum);
   }
 }
 

@@ -17,7 +17,7 @@ cudaError_t launch(Params const& p, cudaStream_t stream) {
     }
     if (has_reduce(p)) {
       conv1d::Grid const g = reduce_grid(p);
-      conv1d_reduce_kernel<<<dim3(g.x, g.y), kReduceThreads, 0, stream>>>(p);
+      conv1d_reduce_kernel<<<dim3(g.x, g.y), kReduceThreads, sizeof(ReduceShared), stream>>>(p);
     }
     return cudaGetLastError();
   });
