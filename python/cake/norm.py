@@ -34,10 +34,21 @@ def _outputs_like(x: Tensor) -> tuple[Tensor, Tensor]:
     return y, x.new_empty(math.prod(x.shape[:-1]), dtype=rstd_dtype)
 
 
+def _aligned(t: Optional[Tensor]) -> Optional[Tensor]:
+    """t, or on CUDA a copy of it where its base is not 16-byte aligned (a view into a buffer at
+    an odd offset): the kernels load rows as 16-byte vectors. Called inside the custom ops, whose
+    tensors are always real ones (torch.compile traces the ops' fake kernels instead, and a fake
+    tensor has no address)."""
+    if t is not None and t.is_cuda and t.data_ptr() % 16:
+        return t.clone()
+    return t
+
+
 @torch.library.custom_op("cake::rms_norm_gated_forward", mutates_args=())
 def _forward(x: Tensor, g: Optional[Tensor], weight: Optional[Tensor], eps: float,
              activation: int) -> tuple[Tensor, Tensor]:
     """y and rstd."""
+    x, g, weight = _aligned(x), _aligned(g), _aligned(weight)
     y, rstd = _outputs_like(x)
     abi.norm_forward(x, g, weight, y, rstd, eps, activation, _stream(x))
     return y, rstd
@@ -58,6 +69,7 @@ def _like(t: Optional[Tensor], fallback: Tensor) -> Tensor:
 def _backward(x: Tensor, g: Optional[Tensor], weight: Optional[Tensor], rstd: Tensor, dy: Tensor,
               activation: int) -> list[Tensor]:
     """dx, dg, dweight; an empty tensor stands for an absent input's."""
+    x, g, weight, dy = _aligned(x), _aligned(g), _aligned(weight), _aligned(dy)
     dx, dg, dweight = _like(x, x), _like(g, x), _like(weight, x)
     args = (x, g, weight, rstd, dy, dx, dg if g is not None else None,
             dweight if weight is not None else None, activation)
@@ -79,7 +91,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward_rule(ctx, dy, drstd):
     x, g, weight, rstd = ctx.saved_tensors
-    dy = torch.zeros_like(x) if dy is None else _kernel_ready(dy)
+    dy = torch.zeros_like(x) if dy is None else dy.contiguous()
     dx, dg, dweight = _backward(x, g, weight, rstd, dy, ctx.activation)
     return (dx, dg if g is not None else None, dweight if weight is not None else None, None,
             None)
@@ -87,18 +99,6 @@ def _backward_rule(ctx, dy, drstd):
 
 _forward.register_autograd(_backward_rule, setup_context=_setup_context)
 _backward.register_autograd(first_order_only)
-
-
-def _kernel_ready(t: Optional[Tensor]) -> Optional[Tensor]:
-    """t contiguous, and on CUDA with a 16-byte aligned base (the kernels' vector loads): a view
-    into a buffer at an odd offset is copied, as a strided one is."""
-    if t is None:
-        return None
-    t = t.contiguous()
-    # (not while torch.compile traces: fake tensors have no address)
-    if t.is_cuda and not torch.compiler.is_compiling() and t.data_ptr() % 16:
-        t = t.clone()
-    return t
 
 
 def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tensor] = None,
@@ -144,7 +144,7 @@ def rms_norm_gated(x: Tensor, g: Optional[Tensor] = None, weight: Optional[Tenso
         x = x.reshape(-1, shape[-1])
         if g is not None and g.shape == shape:
             g = g.reshape(x.shape)
-    x, g, weight = (_kernel_ready(t) for t in (x, g, weight))
+    x, g, weight = (None if t is None else t.contiguous() for t in (x, g, weight))
     code = ACTIVATIONS[activation]
     y, rstd = _forward(x, g, weight, float(eps), code)
     # not while torch.compile traces: the query is a C++ call, a graph break
