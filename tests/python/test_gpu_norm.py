@@ -73,10 +73,13 @@ def reference(inputs, dy, activation="swish", eps=1e-5):
 
 def check_gate(got, ref, dtype=torch.bfloat16):
     """The accuracy gate for 16-bit rows; float32 rows, computed in float32 throughout, to 1e-5
-    (a kernel that rounded through a 16-bit type would fail it)."""
-    rms_bound, max_bound = (1e-5, 1e-5) if dtype == torch.float32 else (1e-2, 2e-2)
+    (a kernel that rounded through a 16-bit type would fail it), except an output returned in a
+    16-bit type (dweight in a bfloat16 weight's dtype), which the rounding at its end alone puts
+    at ~1e-3: the 16-bit gate there."""
     assert set(got) == set(ref)
     for name, r in ref.items():  # a non-finite element: one the kernels never wrote?
+        tight = dtype == torch.float32 and got[name].dtype == torch.float32
+        rms_bound, max_bound = (1e-5, 1e-5) if tight else (1e-2, 2e-2)
         assert_within_gate(got[name].cpu(), r, name, rel_rms=rms_bound, max_abs=max_bound)
 
 
