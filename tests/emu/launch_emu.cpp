@@ -134,7 +134,7 @@ cudaError_t launch_backward(Params const& p, cudaStream_t) {
     emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { gate_bwd_kernel(p); });
   }
   if (wants_reduce(p)) {
-    emu::launch(Dim3{reduce_blocks(slots)}, Dim3{kThreads}, smem_raw,
+    emu::launch(Dim3{reduce_blocks(slots)}, Dim3{kReduceThreads}, smem_raw,
                 [&] { gate_reduce_kernel(p); });
     if (p.dA_log != nullptr) {
       emu::launch(Dim3{blocks(p.num_v_heads)}, Dim3{kThreads}, {}, [&] { gate_head_kernel(p); });

@@ -15,9 +15,10 @@
 // are short (HV = 48 slots of GDN's g and of beta at 48 value heads): so no thread walks a long
 // run of tokens one load at a time. The elementwise kernels take the tensor flat, kUnroll elements
 // a thread with their loads issued first. The backward's sums are deterministic: a warp owns 32
-// adjacent slots of a tile of kTileTokens tokens and adds them in token order (gate_bwd_kernel,
-// partials [tiles, 2, slots]); gate_reduce_kernel adds a slot's tiles with its block's eight warps
-// each taking every eighth tile in order, then the warps' sums in warp order; gate_head_kernel a
+// adjacent slots of a tile of tile_tokens(slots) tokens and adds them in token order
+// (gate_bwd_kernel, partials [tiles, 2, slots]); gate_reduce_kernel adds a slot's tiles with its
+// block's 32 warps each taking every 32nd tile in order, then the warps' sums in warp order;
+// gate_head_kernel a
 // value head's W slots in order. Every order depends on the shapes alone.
 #pragma once
 
@@ -35,6 +36,10 @@ inline constexpr int kThreads = 256;
 inline constexpr int kWarps = kThreads / 32;
 // Elements (or tokens) a thread loads before it computes any of them.
 inline constexpr int kUnroll = 4;
+// gate_reduce_kernel's block: 32 warps, so that a slot's thousands of tiles (at hundreds of
+// thousands of tokens) are a short walk for each.
+inline constexpr int kReduceThreads = 1024;
+inline constexpr int kReduceWarps = kReduceThreads / 32;
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
@@ -117,11 +122,11 @@ __global__ void __launch_bounds__(kThreads) gate_bwd_kernel(__grid_constant__ Pa
   int const j = static_cast<int>(blockIdx.x * 32 + threadIdx.x % 32);
   if (j >= slots) return;  // the kernel has no barrier or warp collective
   SlotConstants const k = slot_constants(p, j);
-  int64_t const tiles = num_tiles(p.num_tokens);
+  int64_t const tiles = num_tiles(p.num_tokens, slots), tile_size = tile_tokens(slots);
   for (int64_t tile = int64_t{blockIdx.y} * kWarps + threadIdx.x / 32; tile < tiles;
        tile += int64_t{gridDim.y} * kWarps) {
-    int64_t const t0 = tile * kTileTokens;
-    int64_t const t1 = t0 + kTileTokens < p.num_tokens ? t0 + kTileTokens : p.num_tokens;
+    int64_t const t0 = tile * tile_size;
+    int64_t const t1 = t0 + tile_size < p.num_tokens ? t0 + tile_size : p.num_tokens;
     float sum_dx = 0.f, sum_term = 0.f;
     for (int64_t t = t0; t < t1; t += kUnroll) {
       float x[kUnroll] = {}, dg[kUnroll] = {};
@@ -160,28 +165,29 @@ __global__ void __launch_bounds__(kThreads) gate_bwd_kernel(__grid_constant__ Pa
 
 // The warps' sums of gate_reduce_kernel, per warp and lane.
 struct ReduceShared {
-  float dx[kWarps][32];
-  float term[kWarps][32];
+  float dx[kReduceWarps][32];
+  float term[kReduceWarps][32];
 };
 
 // ddt_bias from the tiles' sums for slots 32 x .. 32 x + 31 of block x: warp w adds tiles w,
-// w + kWarps, ... in order, then warp 0 the warps' sums in order. The slot's sum of the A_log
+// w + kReduceWarps, ... in order, then warp 0 the warps' sums in order. The slot's sum of the A_log
 // terms goes to partials[1, j] (tile 0's, which only this block reads, and only before the
 // barrier) for gate_head_kernel. Grid: reduce_blocks(HV W).
-__global__ void __launch_bounds__(kThreads) gate_reduce_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kReduceThreads)
+    gate_reduce_kernel(__grid_constant__ Params const p) {
   extern __shared__ __align__(16) char smem_raw[];
   ReduceShared& sums = *reinterpret_cast<ReduceShared*>(smem_raw);
   int const slots = p.num_v_heads * p.width;
   int const lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   int const j = static_cast<int>(blockIdx.x * 32) + lane;
-  int64_t const tiles = num_tiles(p.num_tokens);
+  int64_t const tiles = num_tiles(p.num_tokens, slots);
   float sum_dx = 0.f, sum_term = 0.f;
   if (j < slots) {
-    for (int64_t tile = warp; tile < tiles; tile += int64_t{kWarps} * kUnroll) {
+    for (int64_t tile = warp; tile < tiles; tile += int64_t{kReduceWarps} * kUnroll) {
       float dx[kUnroll] = {}, term[kUnroll] = {};
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        int64_t const i = tile + int64_t{u} * kWarps;
+        int64_t const i = tile + int64_t{u} * kReduceWarps;
         if (i < tiles) {
           dx[u] = p.partials[(i * 2) * slots + j];
           term[u] = p.partials[(i * 2 + 1) * slots + j];
@@ -199,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) gate_reduce_kernel(__grid_constant__
   __syncthreads();
   if (warp != 0 || j >= slots) return;
   float total_dx = 0.f, total_term = 0.f;
-  for (int w = 0; w < kWarps; ++w) {
+  for (int w = 0; w < kReduceWarps; ++w) {
     total_dx += sums.dx[w][lane];
     total_term += sums.term[w][lane];
   }
@@ -232,7 +238,7 @@ struct Grid {
   unsigned x, y;
 };
 inline Grid tile_grid(int slots, int64_t num_tokens) {
-  int64_t const groups = (num_tiles(num_tokens) + kWarps - 1) / kWarps;
+  int64_t const groups = (num_tiles(num_tokens, slots) + kWarps - 1) / kWarps;
   return {static_cast<unsigned>((slots + 31) / 32),
           static_cast<unsigned>(groups < 65535 ? groups : 65535)};
 }

@@ -23,7 +23,7 @@ cudaError_t launch_backward(Params const& p, cudaStream_t stream) {
   }
   // With no tokens the sums are zero: the reduction still writes them.
   if (wants_reduce(p)) {
-    gate_reduce_kernel<<<reduce_blocks(slots), kThreads, sizeof(ReduceShared), stream>>>(p);
+    gate_reduce_kernel<<<reduce_blocks(slots), kReduceThreads, sizeof(ReduceShared), stream>>>(p);
     if (p.dA_log != nullptr) gate_head_kernel<<<blocks(p.num_v_heads), kThreads, 0, stream>>>(p);
   }
   if (p.num_tokens > 0 && wants_beta_bwd(p)) {

@@ -8,17 +8,22 @@
 
 namespace cake::kernels::gate {
 
-// Tokens per tile of the backward's sums (one partial sum per tile and slot of dt_bias).
-inline constexpr int kTileTokens = 256;
+// Tokens per tile of the backward's sums (one partial sum per tile and slot). A warp walks its
+// tile kUnroll tokens at a time, one dependent batch of loads after another, and there are as
+// many warps as tiles times groups of 32 slots. A short row (GDN's HV slots, at most 64) gets
+// short tiles, so that the walks are short and many enough to fill the GPU (32,768 tokens at 8
+// value heads: 512 tiles, 16 batches of loads a warp); a long row (KDA's HV K) has warps enough
+// and keeps its partials small with long tiles.
+constexpr int64_t tile_tokens(int64_t slots) { return slots <= 64 ? 64 : 256; }
 
-constexpr int64_t num_tiles(int64_t num_tokens) {
-  return (num_tokens + kTileTokens - 1) / kTileTokens;
+constexpr int64_t num_tiles(int64_t num_tokens, int64_t slots) {
+  return (num_tokens + tile_tokens(slots) - 1) / tile_tokens(slots);
 }
 
 // The backward's workspace of sums for rows of `slots` elements: [tiles, 2, slots], at least one
 // tile (the reduction keeps its per-slot totals in tile 0's place).
 constexpr int64_t partials_elements(int64_t num_tokens, int64_t slots) {
-  int64_t const tiles = num_tiles(num_tokens);
+  int64_t const tiles = num_tiles(num_tokens, slots);
   return (tiles > 0 ? tiles : 1) * 2 * slots;
 }
 
