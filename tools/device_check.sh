@@ -169,14 +169,17 @@ if [[ $stages == *" tests "* ]]; then
   # a segmentation fault when cake raises for CUDA tensors, shows here; one process per test hid
   # one). On a timeout SIGABRT makes faulthandler print where it hangs; 30 s later SIGKILL.
   start=$SECONDS
-  # CAKE_PYTEST_K (a pytest -k expression, e.g. "kda or kcp") splits the tests over calls when
-  # the call is short; CAKE_PYTEST_TIMEOUT (default: what is left of 540 s since the start) ends
-  # pytest inside the call's own limit of 600 s, so that its log, the slowest tests' durations,
-  # the cache packs and the later stages come back.
+  # CAKE_PYTEST_K (a pytest -k expression, e.g. "kda or kcp") or CAKE_PYTEST_FILES (paths,
+  # e.g. the files that use the GPU, when the CPU-only tests need not run there) split the tests
+  # over calls when the call is short; CAKE_PYTEST_TIMEOUT (default: what is left of 540 s since
+  # the start) ends pytest inside the call's own limit of 600 s, so that its log, the slowest
+  # tests' durations, the cache packs and the later stages come back. -v names each test as it
+  # runs, so that a log cut by the timeout names the test it stopped in.
   left=$((540 - SECONDS))
   limit=${CAKE_PYTEST_TIMEOUT:-$((left > 60 ? left : 60))}
-  timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -q -rs --durations=20 \
-    tests/python ${CAKE_PYTEST_K:+-k "$CAKE_PYTEST_K"} > "$OUT/gpu_tests.log" 2>&1
+  timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -v -rfEs --durations=20 \
+    ${CAKE_PYTEST_FILES:-tests/python} ${CAKE_PYTEST_K:+-k "$CAKE_PYTEST_K"} \
+    > "$OUT/gpu_tests.log" 2>&1
   rc=$?
   if [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge "$limit" ]; }; then
     tail -40 "$OUT/gpu_tests.log"
