@@ -211,6 +211,51 @@ def test_segment_plan_rule_and_override():
             kcp.build_context(cu, world_size=2, rank=0, segments=bad)
 
 
+def test_span_batches_cover_every_span_once(monkeypatch):
+    """Spans of many lengths (1 to 700 rows, a chunk, one past it) in batches: every span's rows,
+    tokens and item exactly once among the real rows, the padding flagged and pointing inside
+    its span; with the batches' row budget forced down, each length takes several."""
+    from cake.kcp import plan
+    gen = torch.Generator().manual_seed(5)
+    lengths = [1, 63, 64, 65, 128, 129, 700] + torch.randint(1, 300, (20,), generator=gen).tolist()
+    spans, at, row = [], 0, 0
+    for item, n in enumerate(lengths):
+        spans.append((item, at, row, n))
+        at, row = at + n + 3, row + n  # a shard with other tokens between the spans
+    for budget in (plan.SPAN_BATCH_ROWS, 128):
+        monkeypatch.setattr(plan, "SPAN_BATCH_ROWS", budget)
+        batches = plan.span_batches(spans, torch.device("cpu"))
+        seen = {}
+        for b in batches:
+            n, L = b.rows.shape
+            assert L >= 64 and L & (L - 1) == 0 and (budget >= L * n or n == 1)
+            assert torch.equal(b.real.flatten().nonzero().squeeze(1), b.real_at)
+            assert torch.equal(b.rows.flatten()[b.real_at], b.real_rows)
+            assert torch.equal(b.tokens.flatten()[b.real_at], b.real_tokens)
+            for j, item in enumerate(b.items.tolist()):
+                _, at, row, length = spans[item]
+                assert L // 2 < length <= L or L == 64
+                real = b.real[j]
+                assert real.sum().item() == length and real[:length].all()
+                assert torch.equal(b.rows[j][real], torch.arange(row, row + length))
+                assert torch.equal(b.tokens[j][real], torch.arange(at, at + length))
+                assert ((b.rows[j] >= row) & (b.rows[j] < row + length)).all()
+                seen[item] = seen.get(item, 0) + 1
+        assert seen == {item: 1 for item in range(len(spans))}
+        if budget == 128:
+            assert len(batches) > len({b.rows.shape[1] for b in batches})
+
+
+def test_small_span_batches_give_the_same_results(monkeypatch):
+    """The segments' o and C products with one span per batch (the batches' row budget at one
+    chunk) against the single-rank op, as test_kcp_equals_single_rank."""
+    from cake.kcp import plan
+    monkeypatch.setattr(plan, "SPAN_BATCH_ROWS", 64)
+    for kda in (False, True):
+        t, opts = mild(*make_case(7, kda=kda, cu=PACKS["empty"], HV=2, initial_state=True))
+        _check_kcp(kda, t, opts, 3, "zigzag", 3, 7)
+
+
 def test_segments_are_walked(monkeypatch):
     """P = 3 on one rank holding the "long" pack: the 11-chunk document is walked as 3 segments
     (chunks 4, 4, 3) in the summary walks, which also give its o; the short documents are walked

@@ -151,26 +151,38 @@ def _segment_summaries(opts: _Options, walk, q, k, v, g, beta, A_log, dt_bias, s
 
 
 def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tensor) -> None:
-    """o [1, T_local, HV, V] of the summarised segments, o_0 + O_M S_in, one segment at a time.
-    The product runs in o's dtype (bf16 on the GPU: tensor cores, fp32 accumulation; S_in
-    rounded to bf16 as the walk's own tensor-core products round its state), the sum in the
-    state dtype."""
+    """o [1, T_local, HV, V] of the summarised segments, o_0 + O_M S_in, one batched product per
+    batch of spans (plan.SpanBatch). The product runs in o's dtype (bf16 on the GPU: tensor cores,
+    fp32 accumulation; S_in rounded to bf16 as the walk's own tensor-core products round its
+    state), the sum in the state dtype."""
     sd, dt = seg_in.dtype, o.dtype
+    HV, K = o_m.shape[2], o_m.shape[3]
     with _phase("outputs"):
         s_in = seg_in.to(dt)
-        for s, at, row_at, n in plan.summary_spans:
-            o_s = torch.einsum("thk,hkv->thv", o_m[0, row_at:row_at + n], s_in[s])
-            o[0, at:at + n] = (o_0[0, row_at:row_at + n].to(sd) + o_s.to(sd)).to(dt)
+        for batch in plan.summary_spans:
+            n, L = batch.rows.shape
+            o_m_rows = o_m[0].index_select(0, batch.rows.flatten()).view(n, L, HV, K)
+            o_s = torch.einsum("bthk,bhkv->bthv", o_m_rows, s_in.index_select(0, batch.items))
+            o_s = o_s.flatten(0, 1).index_select(0, batch.real_at)
+            o[0, batch.real_tokens] = (o_0[0].index_select(0, batch.real_rows).to(sd)
+                                       + o_s.to(sd)).to(dt)
 
 
 def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
     """C [R', HV, K, V] of the adjoint rows: O_M^T dout over each one's tokens (in dout's
-    dtype, as the products above)."""
+    dtype, as the products above), one batched product per batch of spans; the padding rows'
+    dout are zero, so that they add nothing."""
+    HV, K, V = o_m.shape[2], o_m.shape[3], d_o.shape[3]
+    c = torch.empty(plan.num_adjoints, HV, K, V, dtype=sd, device=o_m.device)
     with _phase("adjoint_products"):
         d_o = d_o.to(o_m.dtype)
-        return torch.stack([
-            torch.einsum("thk,thv->hkv", o_m[0, row_at:row_at + n], d_o[0, at:at + n]).to(sd)
-            for at, row_at, n in plan.adjoint_spans])
+        for batch in plan.adjoint_spans:
+            n, L = batch.rows.shape
+            o_m_rows = o_m[0].index_select(0, batch.rows.flatten()).view(n, L, HV, K)
+            d_o_rows = d_o[0].index_select(0, batch.tokens.flatten()).view(n, L, HV, V)
+            d_o_rows.masked_fill_(~batch.real.view(n, L, 1, 1), 0)
+            c[batch.items] = torch.einsum("bthk,bthv->bhkv", o_m_rows, d_o_rows).to(sd)
+    return c
 
 
 def _rows_of(records: Tensor, K: int):
@@ -298,7 +310,7 @@ class _KCPFunction(torch.autograd.Function):
 
         # O_M is kept for the adjoints' C only (O_M^T dout); a call without adjoints keeps none.
         fctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, seg_in, m_all,
-                               o_m if plan.adjoint_spans else None, bad)
+                               o_m if plan.num_adjoints else None, bad)
         fctx.kcp = (ctx, opts, plan, h0 is not None, (HV, K, V), slots.backward_slots)
         fctx.set_materialize_grads(False)
         return o, final_state
@@ -314,7 +326,7 @@ class _KCPFunction(torch.autograd.Function):
         m_t = lambda rows: m_all[rows].transpose(-1, -2)  # noqa: E731 - M^T of summary rows
 
         # C of the segments of the fragments with state_in or cut: [R', HV, K, V].
-        c_all = _adjoint_c(plan, o_m, d_o, sd) if plan.adjoint_spans else None
+        c_all = _adjoint_c(plan, o_m, d_o, sd) if plan.num_adjoints else None
 
         # The state_in fragments' adjoint records (their segments composed from the last back,
         # the final state's gradient folded into a document's last piece), sent at their slots.

@@ -26,7 +26,11 @@ from ..options import CHUNK_SIZE
 def upload(values: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
     """values as a tensor on device, copied from pinned memory without waiting for the device
     (a plain torch.tensor(..., device="cuda") waits for the stream)."""
-    host = torch.tensor(list(values), dtype=dtype)
+    return upload_tensor(torch.tensor(list(values), dtype=dtype), device)
+
+
+def upload_tensor(host: Tensor, device: torch.device) -> Tensor:
+    """A host tensor on device, as upload does."""
     if device.type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
@@ -59,6 +63,58 @@ def make_scan(columns: Sequence[Sequence[Sequence[int]]], device: torch.device) 
 
 
 @dataclass(frozen=True)
+class SpanBatch:
+    """Spans of the summaries walk (runs of rows, each one segment's) padded to one length L, so
+    that one batched product serves them all (cake.kcp.ops: o from O_M S_in, C = O_M^T dout).
+
+    items: int64 [n], per span what it reads or writes (its segment, or its adjoint row).
+    rows: int64 [n, L], each span's rows in the summaries walk, the padding its first row again.
+    tokens: int64 [n, L], the same rows' tokens in the shard, padded likewise.
+    real: bool [n, L], true on the span's own rows (false on the padding).
+    real_at: int64 [m], the positions of the m real rows in rows.flatten();
+    real_rows, real_tokens: int64 [m], their rows in the walk and their tokens in the shard.
+    """
+    items: Tensor
+    rows: Tensor
+    tokens: Tensor
+    real: Tensor
+    real_at: Tensor
+    real_rows: Tensor
+    real_tokens: Tensor
+
+
+# Rows of one batched product of spans at most (beyond it, a length's spans take several): at 48
+# value heads and K = 128, ~400 MB of bf16 operand, so that the padded copies stay bounded.
+SPAN_BATCH_ROWS = 32768
+
+
+def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[SpanBatch, ...]:
+    """spans (item, first token in the shard, first row in the summaries walk, rows) as few
+    batched products as their lengths allow: spans padded to the next power of two of their
+    length (at least a chunk), so that at most half of a product's rows are padding, and a
+    length's spans in batches of at most SPAN_BATCH_ROWS rows (at least one span). A segment's
+    tokens are one run of the shard and one of the walk, so a span is three integers."""
+    by_length: dict[int, list] = {}
+    for span in spans:
+        L = max(CHUNK_SIZE, 1 << max(span[3] - 1, 0).bit_length())
+        by_length.setdefault(L, []).append(span)
+    batches = []
+    for L, group in sorted(by_length.items()):
+        step = max(1, SPAN_BATCH_ROWS // L)
+        for i in range(0, len(group), step):
+            items, at, row_at, n = torch.tensor(group[i:i + step], dtype=torch.int64).unbind(1)
+            t = torch.arange(L)
+            real = t < n[:, None]  # [spans, L]
+            offset = torch.where(real, t, 0)
+            rows, tokens = row_at[:, None] + offset, at[:, None] + offset
+            real_at = real.flatten().nonzero().squeeze(1)
+            batches.append(SpanBatch(*(upload_tensor(x, device) for x in (
+                items, rows, tokens, real, real_at, rows.flatten()[real_at],
+                tokens.flatten()[real_at]))))
+    return tuple(batches)
+
+
+@dataclass(frozen=True)
 class WalkSet:
     """Some of the rank's segments walked as one packed problem (one sequence per segment).
 
@@ -85,14 +141,13 @@ class CallPlan:
     twice (from S_in = 0 and from S_in = I with v = 0); rest: the other segments, walked once
     from their true S_in. Rows: a segment's position in the summaries walk (records, M) or in the
     adjoints (C).
-    summary_spans: per summary row, (segment, its first token in the shard, its first token in
-    the summaries walk, its tokens) on the host: where its o is put together from the summary
-    walks' outputs.
+    summary_spans: the summary rows' spans (items: their segments), batched: where their o is
+    put together from the summary walks' outputs.
     """
     num_segments: int
     shard: WalkSet
     summaries: Optional[WalkSet]
-    summary_spans: tuple[tuple[int, int, int, int], ...]
+    summary_spans: tuple[SpanBatch, ...]
     rest: Optional[WalkSet]
     # Forward records of the state_out fragments: their segments' records composed (scan over
     # the records' rows), sent at out_slots; the first pieces among them (positions in that list
@@ -113,9 +168,10 @@ class CallPlan:
     # Final states: the last segments of the documents' last pieces, and those documents.
     last_segments: Optional[Tensor]
     last_documents: Optional[Tensor]
-    # Per adjoint row, (its first token in the shard, in the summaries walk, its tokens) on the
-    # host: the tokens whose outputs' gradients make its C (None without gradients).
-    adjoint_spans: Optional[tuple[tuple[int, int, int], ...]] = None
+    # The adjoint rows' spans (items: the rows), batched: the tokens whose outputs' gradients
+    # make each row's C; and how many rows there are (0 without gradients).
+    adjoint_spans: tuple[SpanBatch, ...] = ()
+    num_adjoints: int = 0
     # Adjoint records of the state_in fragments, from the last segment back: (C row, M row);
     # sent at adjoint_slots; the documents' last pieces among them take dht into their record.
     adjoint_records: Optional[Scan] = None
@@ -194,14 +250,14 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     for s in summaries.segments if summaries else ():
         spans.append((s, seg_cu[s], at, seg_cu[s + 1] - seg_cu[s]))
         at += seg_cu[s + 1] - seg_cu[s]
-    spans = tuple(spans)
     outs = [i for i, f in enumerate(fragments) if f.state_out]
     firsts = [j for j, i in enumerate(outs) if fragments[i].piece == 0] if has_h0 else []
     ins = [i for i, f in enumerate(fragments) if f.state_in]
     own = [i for i, f in enumerate(fragments) if not f.state_in] if has_h0 else []
     lasts = [i for i, f in enumerate(fragments) if not f.state_out]
     plan = CallPlan(
-        num_segments=S, shard=shard, summaries=summaries, summary_spans=spans, rest=rest,
+        num_segments=S, shard=shard, summaries=summaries,
+        summary_spans=span_batches(spans, device), rest=rest,
         out_records=make_scan([[[row[s] for s in segs(i)] for i in outs]], device)
         if outs else None,
         out_slots=i64([fragments[i].summary_slot for i in outs]),
@@ -228,7 +284,9 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     back = lambda i: segs(i)[::-1]  # noqa: E731
     ends = [j for j, i in enumerate(ins) if not fragments[i].state_out]
     return dataclasses.replace(
-        plan, adjoint_spans=tuple(spans[row[s]][1:] for s in adjoint_segments),
+        plan, adjoint_spans=span_batches([(j,) + spans[row[s]][1:]
+                                          for j, s in enumerate(adjoint_segments)], device),
+        num_adjoints=len(adjoint_segments),
         adjoint_records=make_scan([[[arow[s] for s in back(i)] for i in ins],
                                    [[row[s] for s in back(i)] for i in ins]], device)
         if ins else None,
