@@ -116,7 +116,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cu-seqlens-cpu", action="store_true",
                         help="give cake's layers each batch's document offsets on the host too "
                              "(cu_seqlens_cpu): cake's op then walks a few long documents as "
-                             "exact segments in parallel where its plan predicts a gain")
+                             "exact segments in parallel where its plan predicts a gain "
+                             "(measured slower than without at the GPU defaults' batches)")
     parser.add_argument("--checkpoint", action="store_true",
                         help="recompute each block in the backward (torch.utils.checkpoint): "
                              "less activation memory, more time")
