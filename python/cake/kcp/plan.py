@@ -92,11 +92,16 @@ def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[Sp
     """spans (item, first token in the shard, first row in the summaries walk, rows) as few
     batched products as their lengths allow: spans padded to the next power of two of their
     length (at least a chunk), so that at most half of a product's rows are padding, and a
-    length's spans in batches of at most SPAN_BATCH_ROWS rows (at least one span). A segment's
-    tokens are one run of the shard and one of the walk, so a span is three integers."""
+    length's spans in batches of at most SPAN_BATCH_ROWS rows (at least one span); a span longer
+    than half of that is a batch of its own, unpadded. A segment's tokens are one run of the
+    shard and one of the walk, so a span is three integers. Spans of no rows are left out (their
+    o has no row, their C is zero)."""
     by_length: dict[int, list] = {}
     for span in spans:
-        L = max(CHUNK_SIZE, 1 << max(span[3] - 1, 0).bit_length())
+        n = span[3]
+        if n == 0:
+            continue
+        L = n if n > SPAN_BATCH_ROWS // 2 else max(CHUNK_SIZE, 1 << (n - 1).bit_length())
         by_length.setdefault(L, []).append(span)
     batches = []
     for L, group in sorted(by_length.items()):
