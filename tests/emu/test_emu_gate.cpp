@@ -2,9 +2,10 @@
 // FP64 formulas of src/ref/preprocess.cpp on the inputs as the kernels read them: g from the raw
 // gate in both forms, beta's sigmoid, and the backward's dg_raw, dbeta_raw, dt_bias's sums per
 // slot and A_log's per value head. The raw inputs in bfloat16, float16 and float32 (outputs in
-// those dtypes), widths 1 (GDN) and 128 (KDA), token counts across tile edges (256 tokens a
-// tile), more tiles than a block's warps take in one round of the reduction (8 x 4), rows of more
-// than one group of 32 slots, and none; and the optional pointers absent: no A_log (bounded
+// those dtypes), widths 1 (GDN) and 128 (KDA), token counts across tile edges (64 tokens a tile
+// for rows of at most 64 slots, else 256), rows of 64 and 65 slots, more tiles than a block's
+// warps take in one round of the reduction (32 x 4), rows of more than one group of 32 slots,
+// and none; and the optional pointers absent: no A_log (bounded
 // form) or dt_bias, no dg_raw (the sums alone), no partials (dg_raw alone). Outputs poisoned
 // first; two runs bitwise equal.
 #include <gtest/gtest.h>
@@ -208,6 +209,8 @@ void check(int64_t bt, int hv, int width, cakeDtype_t dtype, double lower_bound,
 
 TEST(EmulatedGate, SoftplusFormMatchesFp64) {
   for (int64_t bt : {1, 255, 257, 600, 9000}) check(bt, 3, 1, cakeBfloat16, 0);
+  check(200, 64, 1, cakeBfloat16, 0);    // the longest row of 64-token tiles
+  check(33000, 65, 1, cakeBfloat16, 0);  // 256-token tiles: 129, past one round of 128
   check(300, 2, 128, cakeFloat16, 0);
   check(2309, 40, 1, cakeBfloat16, 0);
 }

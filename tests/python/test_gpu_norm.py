@@ -130,6 +130,37 @@ def test_misaligned_view_is_copied_not_refused():
     assert torch.equal(y, cake.rms_norm_gated(inputs["x"], inputs["g"], inputs["weight"]))
 
 
+def test_compiled_backward_of_misaligned_views():
+    """torch.compile (aot_eager: the backward rule traced on fake tensors) of the norm on x and
+    dy at odd offsets of their buffers (not 16-byte aligned): the same y and gradients as the
+    eager call on aligned copies."""
+    inputs, dy = make_inputs((64, 128), seed=8)
+
+    def misaligned(t, requires_grad=False):
+        """t's values as a view one element into a buffer: (the view, the buffer)."""
+        buffer = torch.zeros(t.numel() + 1, dtype=t.dtype, device="cuda")
+        buffer[1:].copy_(t.flatten())
+        buffer.requires_grad_(requires_grad)
+        return buffer[1:].view(t.shape), buffer
+
+    def grads(fn, x_view, x_leaf, dy):
+        g, w = inputs["g"].clone().requires_grad_(), inputs["weight"].clone().requires_grad_()
+        y = fn(x_view, g, w)
+        y.backward(dy)
+        return y.detach(), x_leaf.grad, g.grad, w.grad
+
+    x, x_buffer = misaligned(inputs["x"], requires_grad=True)
+    dy_view, _ = misaligned(dy)
+    assert x.data_ptr() % 16 and dy_view.data_ptr() % 16
+    compiled = torch.compile(cake.rms_norm_gated, backend="aot_eager", fullgraph=True)
+    y, dx_buffer, dg, dw = grads(compiled, x, x_buffer, dy_view)
+    x_eager = inputs["x"].clone().requires_grad_()
+    want = grads(cake.rms_norm_gated, x_eager, x_eager, dy)
+    assert torch.equal(y, want[0])
+    assert torch.equal(dx_buffer[1:].view(x.shape), want[1])
+    assert torch.equal(dg, want[2]) and torch.equal(dw, want[3])
+
+
 def test_deterministic_bitwise():
     inputs, dy = make_inputs((32768, 8, 128), seed=7)
     a, b = run(inputs, dy), run(inputs, dy)
