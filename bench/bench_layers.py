@@ -19,7 +19,8 @@ layer's parameters and input included in neither arm). Agreement: FLA's output a
 parameter gradients against cake's, relative RMS, once per cell.
 
 Arms: "cake", "cake_segments" (the same layer given cu_seqlens_cpu, with which the op walks few
-long documents as exact segments where cake's plan predicts a gain), "fla" and "cake_control".
+long documents as exact segments where cake's plan predicts a gain), "cake_saved" (GDN: a twin
+with the same weights in save_for_backward="saved" mode), "fla" and "cake_control".
 Cells: layers ("gdn", "kda") x ops ("fwd": the forward with autograd recording; "fwd+bwd").
 The batch: the documents of a GDN workload (default M: 32,768 tokens in 5 documents, where cake's
 plan cuts 11 segments at 8 value heads) or of --docs (a batch of the main job: 4-6 documents of
@@ -62,13 +63,20 @@ def make_layer(library: str, kind: str, args):
 
 def load_arms(kind: str, args):
     """name -> (layer, version, extra forward keywords): cake's layer, the same given the host
-    copy of cu_seqlens (cake_segments: exact segments where cake's plan predicts a gain), FLA's
-    with cake's weights, and cake's control."""
+    copy of cu_seqlens (cake_segments: exact segments where cake's plan predicts a gain), a twin
+    in saved mode (cake_saved, GDN: the forward keeps the whole saved set, h per chunk included,
+    so that the backward walks once: time against memory), FLA's with cake's weights, and cake's
+    control."""
     import cake
     torch.manual_seed(0)
     cake_layer = make_layer("cake", kind, args)
     arms = {"cake": (cake_layer, cake.__version__, {}),
             "cake_segments": (cake_layer, cake.__version__, {"cu_seqlens_cpu": True})}
+    if kind == "gdn":  # (cake's KDA layer has no save_for_backward of its own)
+        saved_layer = make_layer("cake", kind, args)
+        saved_layer.load_state_dict(cake_layer.state_dict())
+        saved_layer.save_for_backward = "saved"
+        arms["cake_saved"] = (saved_layer, cake.__version__, {})
     try:
         import fla
         fla_layer = make_layer("fla", kind, args)
