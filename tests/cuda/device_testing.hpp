@@ -73,7 +73,9 @@ inline constexpr int kWorkloadAHV = 48;
 
 // The workloads of bench/workloads.json that the op timings take (gdn_check --workload):
 // documents, q/k and value heads, and the op: GDN's single-GPU ones, and KDA's P4 at H = HV = 4,
-// 16 and 64 and its grouped shape (A's documents, 16 / 48 heads).
+// 16 and 64 and its grouped shape (A's documents, 16 / 48 heads); and "job", a batch of the main
+// job (python -m cake.train's GPU defaults: 4 q/k and 8 value heads, 32,768 tokens in 6
+// documents: 48 walks on 132 SMs, where the walks' chunk steps set the op's time).
 struct Workload {
   char const* name;
   std::vector<int32_t> docs;
@@ -93,6 +95,7 @@ inline std::vector<Workload> const kWorkloads{
     {"kda-P4-16", kKdaP4Docs, 16, 16, true},
     {"kda-P4-64", kKdaP4Docs, 64, 64, true},
     {"kda-A", kWorkloadADocs, kWorkloadAH, kWorkloadAHV, true},
+    {"job", {8192, 8192, 7082, 4933, 3259, 1110}, 4, 8},
 };
 
 // cu_seqlens of packed documents of the given lengths.

@@ -11,7 +11,7 @@
 //   cake_cuda_check --walk-bwd the fused backward's stage check and timing only (walk_bwd_check.cu)
 //   cake_cuda_check --no-time  accuracy cases only
 //   cake_cuda_check --time     timings only
-//   cake_cuda_check --workload G   the op timings at workload G (GDN's A, G, M, N or KDA's
+//   cake_cuda_check --workload G   the op timings at workload G (GDN's A, G, M, N, job or KDA's
 //                              kda-P4-4, kda-P4-16, kda-P4-64, kda-A; default A)
 //   cake_cuda_check --once     one forward and one backward per mode at workload A (for a profiler)
 //   cake_cuda_check --once-small  the same on one document of 8192 tokens
