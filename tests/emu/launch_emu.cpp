@@ -195,10 +195,10 @@ namespace cake::kernels::norm_fwd {
 alignas(16) char smem_raw[4 * 1024];  // the weight of the widest row, N = 1024
 cudaError_t launch(Params const& p, cudaStream_t) {
   if (p.rows == 0) return cudaSuccess;
-  return norm::dispatch(p.x_dtype, p.slots, [&](auto variant) {
+  return norm::dispatch(p.x_dtype, p.layout.slots, [&](auto variant) {
     using T = typename decltype(variant)::Type;
     constexpr int S = decltype(variant)::kSlots;
-    emu::launch(Dim3{u(p.num_blocks)}, Dim3{kThreads}, {smem_raw, smem_bytes(p)},
+    emu::launch(Dim3{u(p.layout.num_blocks)}, Dim3{kThreads}, {smem_raw, smem_bytes(p)},
                 [&] { norm_fwd_kernel<T, S>(p); });
     return cudaSuccess;
   });
@@ -208,11 +208,11 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 namespace cake::kernels::norm_bwd {
 alignas(16) char smem_raw[4 * 1024 * (1 + kWarps)];  // weight and warp sums at N = 1024
 cudaError_t launch(Params const& p, cudaStream_t) {
-  return norm::dispatch(p.x_dtype, p.slots, [&](auto variant) {
+  return norm::dispatch(p.x_dtype, p.layout.slots, [&](auto variant) {
     using T = typename decltype(variant)::Type;
     constexpr int S = decltype(variant)::kSlots;
     if (p.rows > 0) {
-      emu::launch(Dim3{u(p.num_blocks)}, Dim3{kThreads}, {smem_raw, smem_bytes(p)},
+      emu::launch(Dim3{u(p.layout.num_blocks)}, Dim3{kThreads}, {smem_raw, smem_bytes(p)},
                   [&] { norm_bwd_kernel<T, S>(p); });
     }
     if (p.dweight != nullptr) {

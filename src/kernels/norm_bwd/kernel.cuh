@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_kernel(__grid_constant__ Pa
   float* warp_sums = weight + p.dim;
   norm::stage_weight(p.weight, p.weight_dtype, p.dim, weight);
 
-  int const lanes = p.lanes, vectors = p.dim / V;
+  int const lanes = p.layout.lanes, vectors = p.dim / V;
   int const lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   int const part = lane % lanes;
   int const rows_per_block = kThreads / lanes;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   int const c = static_cast<int>(blockIdx.x) * kReduceColumns + column;
   float sum = 0.f;
   if (c < p.dim) {
-    for (int64_t b = slice; b < p.num_blocks; b += kReduceSlices) {
+    for (int64_t b = slice; b < p.layout.num_blocks; b += kReduceSlices) {
       sum += p.dweight_partial[b * p.dim + c];
     }
   }

@@ -4,13 +4,13 @@
 namespace cake::kernels::norm_bwd {
 
 cudaError_t launch(Params const& p, cudaStream_t stream) {
-  return norm::dispatch(p.x_dtype, p.slots, [&](auto variant) {
+  return norm::dispatch(p.x_dtype, p.layout.slots, [&](auto variant) {
     using T = typename decltype(variant)::Type;
     constexpr int S = decltype(variant)::kSlots;
     bool launched = false;
     if (p.rows > 0) {
       norm_bwd_kernel<T, S>
-          <<<static_cast<unsigned>(p.num_blocks), kThreads, smem_bytes(p), stream>>>(p);
+          <<<static_cast<unsigned>(p.layout.num_blocks), kThreads, smem_bytes(p), stream>>>(p);
       launched = true;
     }
     if (p.dweight != nullptr) {

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_kernel(__grid_constant__ Pa
   float* weight = reinterpret_cast<float*>(smem_raw);
   norm::stage_weight(p.weight, p.weight_dtype, p.dim, weight);
 
-  int const lanes = p.lanes, vectors = p.dim / V;
+  int const lanes = p.layout.lanes, vectors = p.dim / V;
   int const part = static_cast<int>(threadIdx.x) % lanes;  // this lane's place in its row
   int const rows_per_block = kThreads / lanes;
   int const group = static_cast<int>(threadIdx.x) / lanes;  // its row in the block's step

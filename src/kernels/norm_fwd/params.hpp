@@ -4,15 +4,14 @@
 #include <cstdint>
 
 #include "cake/cake.h"
+#include "kernels/common/norm_rows.hpp"
 
 namespace cake::kernels::norm_fwd {
 
 struct Params {
   int64_t rows = 0;
-  int32_t dim = 0;    // N, a multiple of 8, at most 1024
-  int32_t lanes = 0;  // norm::RowLayout of rows, dim and x's dtype
-  int32_t slots = 0;
-  int64_t num_blocks = 0;
+  int32_t dim = 0;         // N, a multiple of 8, at most 1024
+  norm::RowLayout layout;  // of rows, dim and x's dtype
   int32_t activation = 0;  // cakeActivation_t of the gate
   float eps = 0.f;
   cakeDtype_t x_dtype = cakeBfloat16;  // x, g, y

@@ -40,14 +40,11 @@ void norm_cuda_forward(cakeRmsNormForwardArgs_t const& a, NormDims const& d, voi
   cuda::check_aligned("g", a.g, 16);
   cuda::check_aligned("y", a.y, 16);
   cuda::DeviceGuard const device(a.x.device_id);
-  kernels::norm::RowLayout const layout = kernels::norm::row_layout(
-      d.rows, static_cast<int>(d.dim), static_cast<int>(element_size(a.x.dtype)));
   kernels::norm_fwd::Params p;
   p.rows = d.rows;
   p.dim = static_cast<int32_t>(d.dim);
-  p.lanes = layout.lanes;
-  p.slots = layout.slots;
-  p.num_blocks = layout.num_blocks;
+  p.layout = kernels::norm::row_layout(d.rows, static_cast<int>(d.dim),
+                                       static_cast<int>(element_size(a.x.dtype)));
   p.activation = a.activation;
   p.eps = static_cast<float>(a.eps);
   p.x_dtype = a.x.dtype;
@@ -77,9 +74,7 @@ void norm_cuda_backward(cakeRmsNormBackwardArgs_t const& a, NormDims const& d, v
   kernels::norm_bwd::Params p;
   p.rows = d.rows;
   p.dim = static_cast<int32_t>(d.dim);
-  p.lanes = ws.layout.lanes;
-  p.slots = ws.layout.slots;
-  p.num_blocks = ws.layout.num_blocks;
+  p.layout = ws.layout;
   p.activation = a.activation;
   p.x_dtype = a.x.dtype;
   p.x = a.x.data;
