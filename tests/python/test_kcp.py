@@ -231,13 +231,13 @@ def test_span_batches_cover_every_span_once(monkeypatch):
             n, L = b.rows.shape
             assert (L >= 64 and L & (L - 1) == 0 and budget >= L * n) or \
                 (n == 1 and L > budget // 2)  # a long span alone, unpadded
-            assert torch.equal(b.real.flatten().nonzero().squeeze(1), b.real_at)
+            assert torch.equal((~b.padding).flatten().nonzero().squeeze(1), b.real_at)
             assert torch.equal(b.rows.flatten()[b.real_at], b.real_rows)
             assert torch.equal(b.tokens.flatten()[b.real_at], b.real_tokens)
             for j, item in enumerate(b.items.tolist()):
                 _, at, row, length = spans[item]
                 assert L // 2 < length <= L or L == 64 or (L == length > budget // 2)
-                real = b.real[j]
+                real = ~b.padding[j]
                 assert real.sum().item() == length and real[:length].all()
                 assert torch.equal(b.rows[j][real], torch.arange(row, row + length))
                 assert torch.equal(b.tokens[j][real], torch.arange(at, at + length))

@@ -150,19 +150,22 @@ def _segment_summaries(opts: _Options, walk, q, k, v, g, beta, A_log, dt_bias, s
     return o_0, b, o_m, m
 
 
+def _gather(x: Tensor, rows: Tensor) -> Tensor:
+    """x [1, T, ...] at rows [n, L] (a plan.SpanBatch's): [n, L, ...]."""
+    return x[0].index_select(0, rows.flatten()).view(*rows.shape, *x.shape[2:])
+
+
 def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tensor) -> None:
     """o [1, T_local, HV, V] of the summarised segments, o_0 + O_M S_in, one batched product per
     batch of spans (plan.SpanBatch). The product runs in o's dtype (bf16 on the GPU: tensor cores,
     fp32 accumulation; S_in rounded to bf16 as the walk's own tensor-core products round its
     state), the sum in the state dtype."""
     sd, dt = seg_in.dtype, o.dtype
-    HV, K = o_m.shape[2], o_m.shape[3]
     with _phase("outputs"):
         s_in = seg_in.to(dt)
         for batch in plan.summary_spans:
-            n, L = batch.rows.shape
-            o_m_rows = o_m[0].index_select(0, batch.rows.flatten()).view(n, L, HV, K)
-            o_s = torch.einsum("bthk,bhkv->bthv", o_m_rows, s_in.index_select(0, batch.items))
+            o_s = torch.einsum("bthk,bhkv->bthv", _gather(o_m, batch.rows),
+                               s_in.index_select(0, batch.items))
             o_s = o_s.flatten(0, 1).index_select(0, batch.real_at)
             o[0, batch.real_tokens] = (o_0[0].index_select(0, batch.real_rows).to(sd)
                                        + o_s.to(sd)).to(dt)
@@ -177,11 +180,10 @@ def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
     with _phase("adjoint_products"):
         d_o = d_o.to(o_m.dtype)
         for batch in plan.adjoint_spans:
-            n, L = batch.rows.shape
-            o_m_rows = o_m[0].index_select(0, batch.rows.flatten()).view(n, L, HV, K)
-            d_o_rows = d_o[0].index_select(0, batch.tokens.flatten()).view(n, L, HV, V)
-            d_o_rows.masked_fill_(~batch.real.view(n, L, 1, 1), 0)
-            c[batch.items] = torch.einsum("bthk,bthv->bhkv", o_m_rows, d_o_rows).to(sd)
+            d_o_rows = _gather(d_o, batch.tokens)
+            d_o_rows.masked_fill_(batch.padding[..., None, None], 0)
+            c[batch.items] = torch.einsum("bthk,bthv->bhkv", _gather(o_m, batch.rows),
+                                          d_o_rows).to(sd)
     return c
 
 
