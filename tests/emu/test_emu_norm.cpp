@@ -58,6 +58,24 @@ void expect_gate(char const* name, std::vector<U> const& got, std::vector<double
   EXPECT_LE(e.max_rel(), fp32 ? 1e-5 : 2e-2);
 }
 
+// The backward's arguments after the forward `fa`: its activation, x, g, weight and rstd, and
+// the given dy and gradients (an empty tensor: a gradient not wanted).
+cakeRmsNormBackwardArgs_t backward_args(cakeRmsNormForwardArgs_t const& fa, cakeTensor_t dy,
+                                        cakeTensor_t dx, cakeTensor_t dg, cakeTensor_t dweight) {
+  cakeRmsNormBackwardArgs_t ba{};
+  ba.struct_size = sizeof ba;
+  ba.activation = fa.activation;
+  ba.x = fa.x;
+  ba.g = fa.g;
+  ba.weight = fa.weight;
+  ba.rstd = fa.rstd;
+  ba.dy = dy;
+  ba.dx = dx;
+  ba.dg = dg;
+  ba.dweight = dweight;
+  return ba;
+}
+
 template <class T>
 void check_case(Case const& c, uint64_t seed) {
   std::mt19937 rng(static_cast<unsigned>(seed));
@@ -99,17 +117,10 @@ void check_case(Case const& c, uint64_t seed) {
   ASSERT_EQ(cakeRmsNormForward(&fa, nullptr), cakeSuccess) << cakeGetLastError();
 
   auto backward = [&](std::vector<T>& dx, std::vector<T>& dg, std::vector<float>& dw) {
-    cakeRmsNormBackwardArgs_t ba{};
-    ba.struct_size = sizeof ba;
-    ba.activation = c.activation;
-    ba.x = fa.x;
-    ba.g = fa.g;
-    ba.weight = fa.weight;
-    ba.rstd = fa.rstd;
-    ba.dy = cuda_view(dy.data(), rows_shape);
-    ba.dx = cuda_view(dx.data(), rows_shape);
-    ba.dg = optional(c.gated, cuda_view(dg.data(), rows_shape));
-    ba.dweight = optional(c.weighted, cuda_view(dw.data(), {N}));
+    cakeRmsNormBackwardArgs_t ba =
+        backward_args(fa, cuda_view(dy.data(), rows_shape), cuda_view(dx.data(), rows_shape),
+                      optional(c.gated, cuda_view(dg.data(), rows_shape)),
+                      optional(c.weighted, cuda_view(dw.data(), {N})));
     size_t bytes = 0;
     ASSERT_EQ(cakeRmsNormBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
     EXPECT_EQ(bytes > 0, c.weighted);
@@ -196,17 +207,9 @@ TEST(EmulatedNorm, NoRows) {
   fa.y = cuda_view(dx.data(), rows_shape);
   fa.rstd = cuda_view(rstd.data(), {0});
   ASSERT_EQ(cakeRmsNormForward(&fa, nullptr), cakeSuccess) << cakeGetLastError();
-  cakeRmsNormBackwardArgs_t ba{};
-  ba.struct_size = sizeof ba;
-  ba.activation = fa.activation;
-  ba.x = fa.x;
-  ba.g = fa.g;
-  ba.weight = fa.weight;
-  ba.rstd = fa.rstd;
-  ba.dy = cuda_view(dy.data(), rows_shape);
-  ba.dx = cuda_view(dx.data(), rows_shape);
-  ba.dg = cuda_view(dg.data(), rows_shape);
-  ba.dweight = cuda_view(dweight.data(), {N});
+  cakeRmsNormBackwardArgs_t ba =
+      backward_args(fa, cuda_view(dy.data(), rows_shape), cuda_view(dx.data(), rows_shape),
+                    cuda_view(dg.data(), rows_shape), cuda_view(dweight.data(), {N}));
   size_t bytes = 1;
   ASSERT_EQ(cakeRmsNormBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
   std::vector<unsigned char> ws(bytes + 16);
