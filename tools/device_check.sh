@@ -30,14 +30,16 @@
 # one GDN and one KDA layer of cake against FLA's with the same weights, kernel by kernel
 # (bench/bench_layers.py, with CAKE_LAYERS_BENCH_ARGS, into layers_bench.jsonl); "kcp1_bench"
 # context parallelism on one GPU, each rank's share replayed alone (bench/bench_kcp_one_gpu.py,
-# with CAKE_KCP1_BENCH_ARGS, into kcp1_bench.jsonl); on a machine of several GPUs, "kcp_check"
+# with CAKE_KCP1_BENCH_ARGS, into kcp1_bench.jsonl); "step_profile" where a training step of the
+# main job goes, cake's and FLA's (tools/profile_step.py, with CAKE_STEP_PROFILE_ARGS, into
+# step_profile.json and its log); on a machine of several GPUs, "kcp_check"
 # cake.kcp across them (tools/kcp_multi_gpu.sh: W = 2, 4, 8 as the GPUs allow, or CAKE_KCP_W;
 # NCCL) into kcp_check.log, and "kcp_bench" the KCP benchmark (bench/bench_kcp.py under torchrun
 # at W = CAKE_KCP_W, default every GPU, with CAKE_KCP_BENCH_ARGS) into kcp_bench.jsonl. Without a
 # build there when tools/stage_device.sh has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench layers_bench kcp1_bench kcp_check kcp_bench "
+known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench layers_bench step_profile kcp1_bench kcp_check kcp_bench "
 for stage in ${CAKE_STAGES:-}; do
   if [[ $known != *" $stage "* ]]; then
     echo "device_check: unknown stage '$stage' in CAKE_STAGES (known:$known)"
@@ -274,6 +276,11 @@ fi
 if [[ $stages == *" layers_bench "* ]]; then
   python3 bench/bench_layers.py --out "$OUT/layers_bench.jsonl" ${CAKE_LAYERS_BENCH_ARGS:-} 2>&1 \
     || stage_failed+=" layers_bench"
+fi
+if [[ $stages == *" step_profile "* ]]; then
+  python3 tools/profile_step.py --out "$OUT/step_profile.json" ${CAKE_STEP_PROFILE_ARGS:-} 2>&1 \
+    | tee "$OUT/step_profile.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || stage_failed+=" step_profile"
 fi
 if [[ $stages == *" kda_bench "* ]]; then
   python3 bench/bench_kda.py --out "$OUT/kda_bench.jsonl" ${CAKE_KDA_BENCH_ARGS:-} 2>&1 \
