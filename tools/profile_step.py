@@ -30,22 +30,16 @@ from kernel_times import _kernels, short_name  # noqa: E402
 
 from cake.train.cli import DEFAULTS  # noqa: E402
 from cake.train.corpus import batches  # noqa: E402
-from cake.train.loop import autocast, parameter_groups  # noqa: E402
+from cake.train.loop import parameter_groups, train_step  # noqa: E402
 from cake.train.model import LanguageModel, ModelConfig  # noqa: E402
 
 WARMUP_STEPS = 3
 
 
-def one_step(model, optimizer, batch, host_offsets: bool, device) -> tuple[float, float, float]:
+def one_step(model, optimizer, batch, host_offsets: bool) -> tuple[float, float, float]:
     """(wall ms, issue ms, loss) of one training step."""
     start = time.perf_counter()
-    host = batch.cu_seqlens_cpu if host_offsets and model.impl == "cake" else None
-    with autocast(device):
-        loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens, host)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
+    loss = train_step(model, optimizer, batch, host_offsets)
     issued = time.perf_counter()
     value = loss.item()
     end = time.perf_counter()
@@ -66,16 +60,16 @@ def profile_impl(impl: str, args, weights) -> dict:
     data = batches(d["tokens"], 0)
     step_batches = [next(data).to(device) for _ in range(WARMUP_STEPS + args.steps + 1)]
     for batch in step_batches[:WARMUP_STEPS]:
-        one_step(model, optimizer, batch, args.cu_seqlens_cpu, device)
+        one_step(model, optimizer, batch, args.cu_seqlens_cpu)
     torch.cuda.synchronize()
     walls, issues = [], []
     for batch in step_batches[WARMUP_STEPS:-1]:
-        wall, issue, _ = one_step(model, optimizer, batch, args.cu_seqlens_cpu, device)
+        wall, issue, _ = one_step(model, optimizer, batch, args.cu_seqlens_cpu)
         walls.append(wall)
         issues.append(issue)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        one_step(model, optimizer, step_batches[-1], args.cu_seqlens_cpu, device)
+        one_step(model, optimizer, step_batches[-1], args.cu_seqlens_cpu)
         torch.cuda.synchronize()
     totals: dict[str, float] = {}
     for event, ms in _kernels(prof.events()):

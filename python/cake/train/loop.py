@@ -71,6 +71,18 @@ def fixed_batch_loss(model: LanguageModel, batch, device: torch.device) -> float
         return model.loss(batch.inputs, batch.targets, batch.cu_seqlens).item()
 
 
+def train_step(model: LanguageModel, optimizer, batch, host_offsets: bool) -> torch.Tensor:
+    """One optimizer step on batch; returns the loss, still on the device (no host wait)."""
+    host = batch.cu_seqlens_cpu if host_offsets and model.impl == "cake" else None
+    with autocast(batch.inputs.device):
+        loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens, host)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
 def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
     """Trains model in place; returns the run's record (see cli.EPILOG for its fields)."""
     device = config.device
@@ -88,13 +100,7 @@ def train(model: LanguageModel, config: TrainConfig, label: str) -> dict:
         batch = next(data).to(device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
-        host = batch.cu_seqlens_cpu if config.host_offsets and model.impl == "cake" else None
-        with autocast(device):
-            loss = model.loss(batch.inputs, batch.targets, batch.cu_seqlens, host)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = train_step(model, optimizer, batch, config.host_offsets)
         losses.append(loss.item())  # synchronises: the step's time is complete
         seconds.append(time.perf_counter() - start)
         progress.update(step + 1, losses[-1], (step + 1) * config.tokens_per_step / seconds[-1])
