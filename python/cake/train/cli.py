@@ -42,7 +42,8 @@ next step). Each step is new text, so the training loss also estimates the loss 
 text.
 
 The model: a byte embedding, one block per entry of --layers (RMSNorm, the layer, residual,
-RMSNorm, SwiGLU MLP, residual), RMSNorm and a byte head; AdamW (betas 0.9, 0.95, weight decay
+RMSNorm, SwiGLU MLP of 2/3 x 4 x d_model rounded up to a multiple of 256, as FLA's models
+size it, residual), RMSNorm and a byte head; AdamW (betas 0.9, 0.95, weight decay
 0.01) with a linear warm-up over the first 10% of the steps and a cosine decay to 10% of --lr,
 gradients clipped to norm 1. On CUDA it runs under bfloat16 autocast (cake's kernels take
 bfloat16 q, k, v); on the CPU in float32 on cake's FP64 reference.
