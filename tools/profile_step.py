@@ -16,7 +16,10 @@ host waits), then one profiled step.
 """
 
 import argparse
+import datetime
+import importlib.metadata
 import json
+import os
 import statistics
 import sys
 import time
@@ -26,12 +29,15 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "bench"))
+from bench_gdn import git_commit  # noqa: E402
 from kernel_times import _kernels, short_name  # noqa: E402
 
 from cake.train.cli import DEFAULTS  # noqa: E402
 from cake.train.corpus import batches  # noqa: E402
 from cake.train.loop import parameter_groups, train_step  # noqa: E402
 from cake.train.model import LanguageModel, ModelConfig  # noqa: E402
+
+import cake  # noqa: E402
 
 WARMUP_STEPS = 3
 
@@ -77,11 +83,25 @@ def profile_impl(impl: str, args, weights) -> dict:
         totals[key] = totals.get(key, 0.0) + ms
     busy = sum(totals.values())
     top = dict(sorted(totals.items(), key=lambda kv: -kv[1])[:args.top])
-    return {"impl": impl, "wall_ms": statistics.median(walls),
+    return {**header(args), "impl": impl, "wall_ms": statistics.median(walls),
             "issue_ms": statistics.median(issues), "gpu_busy_ms": busy,
             "kernels": len(totals), "top_kernels_ms": top,
             "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
             "model": model, "walls": walls}
+
+
+def header(args) -> dict:
+    """What a result line names besides its numbers: date, GPU, commit, versions, settings."""
+    versions = {"cake": cake.__version__, "torch": torch.__version__}
+    try:
+        versions["fla"] = importlib.metadata.version("flash-linear-attention")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
+            "commit": os.environ.get("CAKE_COMMIT") or git_commit(),
+            "tool": "tools/profile_step.py", "versions": versions,
+            "model": "cake.train GPU defaults", "cu_seqlens_cpu": args.cu_seqlens_cpu,
+            "save_for_backward": args.save_for_backward}
 
 
 def main() -> None:
