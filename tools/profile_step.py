@@ -9,10 +9,10 @@ Why: the main job's step (107 ms at the GPU defaults on the H100) is longer than
 layers' kernels measured alone (bench/bench_layers.py) and the MLPs'; a step whose GPU is busy
 for most of its wall time is bound by the kernels, one whose host takes as long as the step is
 bound by the Python that issues them, and the two call for different work. The model, batches
-and optimizer are the main job's (cake.train at the GPU defaults); each impl runs 3 warm-up steps
-(allocation, autotuning), then --steps steps timed one by one (wall: from the step's first call
-to the loss on the host; issue: from the first call to the end of optimizer.step(), before the
-host waits), then one profiled step.
+and optimizer are the main job's (cake.train at the GPU defaults), every impl starting from the
+same weights; each impl runs 3 warm-up steps (allocation, autotuning), then --steps steps timed
+one by one (wall: from the step's first call to the loss on the host; issue: from the first call
+to the end of optimizer.step(), before the host waits), then one profiled step.
 """
 
 import argparse
@@ -30,7 +30,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "bench"))
 from bench_gdn import git_commit  # noqa: E402
-from kernel_times import _kernels, short_name  # noqa: E402
+from kernel_times import kernel_times  # noqa: E402
 
 from cake.train.cli import DEFAULTS  # noqa: E402
 from cake.train.corpus import batches  # noqa: E402
@@ -42,52 +42,47 @@ import cake  # noqa: E402
 WARMUP_STEPS = 3
 
 
-def one_step(model, optimizer, batch, host_offsets: bool) -> tuple[float, float, float]:
-    """(wall ms, issue ms, loss) of one training step."""
+def one_step(model, optimizer, batch, host_offsets: bool) -> tuple[float, float]:
+    """(wall ms, issue ms) of one training step."""
     start = time.perf_counter()
     loss = train_step(model, optimizer, batch, host_offsets)
     issued = time.perf_counter()
-    value = loss.item()
+    loss.item()
     end = time.perf_counter()
-    return (end - start) * 1e3, (issued - start) * 1e3, value
+    return (end - start) * 1e3, (issued - start) * 1e3
 
 
-def profile_impl(impl: str, args, weights) -> dict:
-    device = torch.device("cuda")
+def model_config(args) -> ModelConfig:
+    """The main job's model at its GPU defaults, in args' save_for_backward mode."""
     d = DEFAULTS["cuda"]
-    config = ModelConfig(layers=tuple(d["layers"].split(",")), d_model=d["d_model"],
-                         num_heads=d["heads"], num_v_heads=d["v_heads"], head_dim=d["head_dim"],
-                         save_for_backward=args.save_for_backward)
-    model = LanguageModel(config, impl=impl)
-    if weights is not None:
-        model.load_state_dict(weights)
+    return ModelConfig(layers=tuple(d["layers"].split(",")), d_model=d["d_model"],
+                       num_heads=d["heads"], num_v_heads=d["v_heads"], head_dim=d["head_dim"],
+                       save_for_backward=args.save_for_backward)
+
+
+def profile_impl(impl: str, args, weights: dict) -> dict:
+    """The result line of impl's model, started from weights."""
+    device = torch.device("cuda")
+    model = LanguageModel(model_config(args), impl=impl)
+    model.load_state_dict(weights)
     model.to(device).train()
     optimizer = torch.optim.AdamW(parameter_groups(model), lr=1e-4, betas=(0.9, 0.95))
-    data = batches(d["tokens"], 0)
+    data = batches(DEFAULTS["cuda"]["tokens"], 0)
     step_batches = [next(data).to(device) for _ in range(WARMUP_STEPS + args.steps + 1)]
     for batch in step_batches[:WARMUP_STEPS]:
         one_step(model, optimizer, batch, args.cu_seqlens_cpu)
     torch.cuda.synchronize()
     walls, issues = [], []
     for batch in step_batches[WARMUP_STEPS:-1]:
-        wall, issue, _ = one_step(model, optimizer, batch, args.cu_seqlens_cpu)
+        wall, issue = one_step(model, optimizer, batch, args.cu_seqlens_cpu)
         walls.append(wall)
         issues.append(issue)
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        one_step(model, optimizer, step_batches[-1], args.cu_seqlens_cpu)
-        torch.cuda.synchronize()
-    totals: dict[str, float] = {}
-    for event, ms in _kernels(prof.events()):
-        key = short_name(event.name)
-        totals[key] = totals.get(key, 0.0) + ms
-    busy = sum(totals.values())
-    top = dict(sorted(totals.items(), key=lambda kv: -kv[1])[:args.top])
+    totals = kernel_times(lambda: one_step(model, optimizer, step_batches[-1],
+                                           args.cu_seqlens_cpu), warmup=0)
     return {**header(args), "impl": impl, "wall_ms": statistics.median(walls),
-            "issue_ms": statistics.median(issues), "gpu_busy_ms": busy,
-            "kernels": len(totals), "top_kernels_ms": top,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-            "model": model, "walls": walls}
+            "issue_ms": statistics.median(issues), "gpu_busy_ms": sum(totals.values()),
+            "kernels": len(totals), "top_kernels_ms": dict(list(totals.items())[:args.top]),
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30, "walls": walls}
 
 
 def header(args) -> dict:
@@ -115,13 +110,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("step_profile.json"))
     args = parser.parse_args()
     torch.manual_seed(0)
-    weights = None
+    weights = LanguageModel(model_config(args), impl="cake").state_dict()  # every impl's start
     results = []
     for impl in args.impls:
         r = profile_impl(impl, args, weights)
-        if weights is None:
-            weights = {k: v.detach().cpu() for k, v in r["model"].state_dict().items()}
-        del r["model"]
         results.append(r)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()

@@ -5,9 +5,8 @@
 // those dtypes), widths 1 (GDN) and 128 (KDA), token counts across tile edges (64 tokens a tile
 // for rows of at most 64 slots, else 256), rows of 64 and 65 slots, more tiles than a block's
 // warps take in one round of the reduction (32 x 4), rows of more than one group of 32 slots,
-// and none; and the optional pointers absent: no A_log (bounded
-// form) or dt_bias, no dg_raw (the sums alone), no partials (dg_raw alone). Outputs poisoned
-// first; two runs bitwise equal.
+// and none; and the optional pointers absent: no A_log (bounded form) or dt_bias, no dg_raw (the
+// sums alone), no partials (dg_raw alone). Outputs poisoned first; two runs bitwise equal.
 #include <gtest/gtest.h>
 
 #include <cstring>

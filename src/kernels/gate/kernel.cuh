@@ -18,8 +18,7 @@
 // adjacent slots of a tile of tile_tokens(slots) tokens and adds them in token order
 // (gate_bwd_kernel, partials [tiles, 2, slots]); gate_reduce_kernel adds a slot's tiles with its
 // block's 32 warps each taking every 32nd tile in order, then the warps' sums in warp order;
-// gate_head_kernel a
-// value head's W slots in order. Every order depends on the shapes alone.
+// gate_head_kernel a value head's W slots in order. Every order depends on the shapes alone.
 #pragma once
 
 #include <cuda_runtime_api.h>
