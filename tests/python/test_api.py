@@ -572,6 +572,30 @@ def test_saved_mode_needs_a_gradient(monkeypatch):
     assert calls == [1, 0, 0, 0, 2]
 
 
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_unused_outputs_get_no_zero_gradients(kda, monkeypatch):
+    # Autograd hands the backward None for outputs the loss does not use (the final state here,
+    # and the saved set's blob always), not tensors of zeros that every backward would allocate
+    # and fill (the blob is the saved set's size on CUDA); the gradients stay the reference's.
+    dhts = []
+    backward = cake.ops._backward
+
+    def recording(*args):
+        dhts.append(args[11])
+        return backward(*args)
+
+    monkeypatch.setattr(cake.ops, "_backward", recording)
+    t, opts = make_case(1407, kda=kda, cu=[0, 5, 12], initial_state=True)
+    o, ht = call_cake(kda, t, dict(opts, output_final_state=True))
+    do, _ = cotangents(o, ht, 1407)
+    got = gradients(o, None, do, None, leaves(t))
+    ro, _ = call_reference(kda, t, dict(opts, output_final_state=True))
+    want = gradients(ro, None, do, None, leaves(t))
+    assert dhts == [None]
+    for name, a, b in zip(leaf_names(t), got, want):
+        assert_rel(a, b, 1e-9, name)
+
+
 def test_saved_buffer_plumbing():
     # cake.abi takes the saved set as an optional uint8 tensor; recompute mode refuses one.
     from cake import abi

@@ -94,6 +94,25 @@ def test_empty_documents_pass_the_state_through():
         torch.testing.assert_close(g, g_ref, rtol=1e-12, atol=1e-12)
 
 
+def test_unused_final_state_gets_no_zero_gradient(monkeypatch):
+    # Autograd hands the backward None for an unused final state, not zeros it would allocate and
+    # fill (and the kernel read) every call; the gradients stay torch's.
+    dhts = []
+    backward = cake.conv1d._backward
+
+    def recording(*args):
+        dhts.append(args[6])
+        return backward(*args)
+
+    monkeypatch.setattr(cake.conv1d, "_backward", recording)
+    t, cu = make(6, [3, 5], 3, 4)
+    y, _ = cake.causal_conv1d(**t, output_final_state=True, activation="silu", cu_seqlens=cu)
+    y_ref, _ = torch_conv(**t, cu_seqlens=cu, activation="silu")
+    for g, g_ref in zip(grads(t, (y,), 7), grads(t, (y_ref,), 7)):
+        torch.testing.assert_close(g, g_ref, rtol=1e-12, atol=1e-12)
+    assert dhts == [None]
+
+
 @pytest.mark.parametrize("W", [2, 4])
 def test_gradcheck(W):
     t, cu = make(11, [1, W - 1, W + 2], 3, W)
