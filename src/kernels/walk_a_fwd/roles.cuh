@@ -105,11 +105,13 @@ struct alignas(1024) ChunkTiles<ChannelDecay> {
   float glast[kHeadDim];         // G of the chunk's last token, per key channel
   float beta[kChunk];            // beta; 0 past the end
 };
-// The bytes one chunk's TMA copies bring (Q, K, V, A; ChannelDecay: also kbar and, with o, P)
+// The bytes one chunk's TMA copies bring (K, V, A, and Q with o; ChannelDecay: also kbar and,
+// with o, P). The h-walk (no o) reads no Q: neither Q h nor P is formed there.
 template <class Decay, bool kWithO>
 inline constexpr uint32_t kTmaBytes =
-    Decay::kGatedKkt ? (4 * kChunk * kHeadDim + (kWithO ? 2 : 1) * kChunk * kChunk) * 2
-                     : (3 * kChunk * kHeadDim + kChunk * kChunk) * 2;
+    Decay::kGatedKkt
+        ? ((kWithO ? 4 : 3) * kChunk * kHeadDim + (kWithO ? 2 : 1) * kChunk * kChunk) * 2
+        : ((kWithO ? 3 : 2) * kChunk * kHeadDim + kChunk * kChunk) * 2;
 
 template <class Decay>
 struct SharedStorage;
@@ -341,7 +343,9 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
       int const row = static_cast<int>(t0);
       uint64_t* const bar = &s.tiles_landed[jj % 2];
       for (int half = 0; half < 2; ++half) {  // 64 columns each, kChunk x 64 elements apart
-        tma_load_2d(t.q + half * kChunk * 64, &rp.q_map, qk_head * kHeadDim + 64 * half, row, bar);
+        if constexpr (kWithO)
+          tma_load_2d(t.q + half * kChunk * 64, &rp.q_map, qk_head * kHeadDim + 64 * half, row,
+                      bar);
         tma_load_2d(t.k + half * kChunk * 64, &rp.k_map, qk_head * kHeadDim + 64 * half, row, bar);
         tma_load_2d(t.v + half * kChunk * 64, &rp.v_map, hv * kHeadDim + 64 * half, row, bar);
         if constexpr (Decay::kGatedKkt)
