@@ -88,9 +88,11 @@ typedef struct {
    *      cakeBackward reads it instead of recomputing those stages (a faster backward, more
    *      memory held; GDN on the H200 at a pack of 262,144 tokens and 48 value heads: forward +
    *      backward 38.5 ms against 44.7 in recompute mode, measured 2026-11-30).
-   *   2, inverse mode: the saved set holds only the chunk inverses and what comes with them (GDN
-   *      on CUDA: A in bf16, the gate cumsum G and beta in fp32; about what FLA keeps between its
-   *      forward and backward), so cakeBackward recomputes the rest but not those.
+   *   2, inverse mode: the saved set holds the chunk inverses and what comes with them (GDN on
+   *      CUDA: A in bf16, the gate cumsum G and beta in fp32, and with use_qk_l2norm the
+   *      normalised q, k in bf16 with each row's rstd in fp32; about what FLA keeps between its
+   *      forward and backward), so cakeBackward recomputes the rest (the states per chunk) but
+   *      not those.
    * All modes give bitwise identical results. The CPU reference always recomputes (its saved set
    * has 0 bytes) and accepts any mode. */
   int32_t save_for_backward;
@@ -150,7 +152,11 @@ cakeResult_t cakeForward(const cakeOptions_t* options, const cakeForwardArgs_t* 
 
 /* Backward: the gradients of every input given in args. In saved and inverse modes, saved is the
  * saved set its forward wrote with the same options and inputs (read only: one saved set serves
- * any number of backwards); in recompute mode NULL with saved_bytes = 0. */
+ * any number of backwards); in recompute mode NULL with saved_bytes = 0. For GDN on CUDA with
+ * use_qk_l2norm in saved and inverse modes the saved set holds the normalised q and k, and
+ * cakeBackward reads no element of args.q or args.k: only their shapes, dtypes and device are
+ * checked, any strides, so a caller need not keep q and k (e.g. a one-element tensor expanded to
+ * their shape stands in). KDA's backward checks q and k as its forward does, in every mode. */
 cakeResult_t cakeBackward(const cakeOptions_t* options, const cakeBackwardArgs_t* args,
                           const void* saved, size_t saved_bytes, void* workspace,
                           size_t workspace_bytes, void* stream);

@@ -99,13 +99,14 @@ def chunk_gated_delta_rule(
         head_first: removed (an error when given), as in flash-linear-attention.
         save_for_backward: what the CUDA forward keeps for the backward. ``"inverse"`` (the
             default of ``cake.set_default_save_for_backward``): the chunk inverses, the gate
-            cumsum and beta, about 0.14 KB per token and value head (what flash-linear-attention
-            keeps besides its inputs); the backward recomputes the rest. ``"saved"``: also the
-            normalised q/k and the chunk states, about 0.8 KB per token and value head, so the
-            backward recomputes nothing. ``"recompute"``: nothing, for the least activation
-            memory. Bitwise identical results; nothing is saved without a gradient or on the CPU
-            (the reference recomputes). Inside ``torch.utils.checkpoint`` the saved set is
-            dropped and rebuilt with the other saved tensors.
+            cumsum and beta, about 0.14 KB per token and value head, and with
+            ``use_qk_l2norm_in_kernel`` the normalised q/k and their rstd in place of q and k
+            (what flash-linear-attention keeps); the backward recomputes the rest. ``"saved"``:
+            also the normalised q/k and the chunk states, about 0.8 KB per token and value head,
+            so the backward recomputes nothing. ``"recompute"``: nothing, for the least
+            activation memory. Bitwise identical results; nothing is saved without a gradient or
+            on the CPU (the reference recomputes). Inside ``torch.utils.checkpoint`` the saved
+            set is dropped and rebuilt with the other saved tensors.
     {cuda}
 
     Returns:

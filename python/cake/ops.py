@@ -6,10 +6,14 @@ reference in C++ (outputs in the input dtype); CUDA tensors run the kernels wher
 
 Saved, inverse and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward``
 also returns the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference
-always recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds only
-what ``kkt_solve`` writes (GDN: the chunk inverses, the gate cumsum, beta; KDA: also P, and G's last
-rows; the backward recomputes the rest); in recompute mode the blob is empty and the backward
-recomputes the forward's stages.
+always recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds (GDN)
+all but the states per chunk (the chunk inverses, the gate cumsum, beta and, with the q/k L2 norm,
+the normalised q, k and their rows' rstd) or (KDA) what ``kkt_solve`` writes but the walks'
+operands (the chunk inverses, P, beta and G's last rows); the backward recomputes the rest; in
+recompute mode the blob is empty and the backward recomputes the forward's stages. Where GDN's blob
+holds the normalised q and k, the backward reads no element of q or k (include/cake/cake.h), so
+autograd keeps neither: one-element stand-ins of their shape go to ``cake::backward`` (KDA keeps
+them).
 """
 
 import warnings
@@ -30,8 +34,9 @@ def set_default_save_for_backward(mode: str) -> str:
     "saved": the forward keeps what the backward needs, so the backward skips recomputing the
     forward's stages (the saved set is held from forward to backward, about 0.8 KB per token and
     value head on CUDA). "inverse" (the initial default): the forward keeps the chunk inverses
-    (about 0.14 KB per token and value head, what flash-linear-attention keeps), the backward
-    recomputes the rest. "recompute": nothing is kept; the backward recomputes all (the least
+    (about 0.14 KB per token and value head) and, with the q/k L2 norm, the normalised q, k and
+    their rstd in place of q and k (what flash-linear-attention keeps); the backward recomputes
+    the rest. "recompute": nothing is kept; the backward recomputes all (the least
     activation memory). Results are bitwise identical in every mode.
     """
     global _default_save_for_backward
@@ -193,13 +198,24 @@ def _setup_context(ctx, inputs, output):
     # 1.6 GB at workload A in inverse mode, 8 GB in saved mode) and a zero final-state gradient.
     ctx.set_materialize_grads(False)
     saved = output[2]  # the saved set; empty in recompute mode (and always on the CPU)
-    ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, saved)
     ctx.variant = variant
     ctx.options = dict(zip(_OPTION_NAMES, options))
+    # GDN's saved set with the L2 norm holds q̂, k̂ and their rstd (saved and inverse modes, on
+    # CUDA): the backward reads no element of q or k then, so they are not kept, only their shape.
+    # KDA keeps q and k (its CUDA backward checks them in every mode).
+    ctx.qk_standin = None
+    if variant == GDN and ctx.options["use_qk_l2norm"] and saved.numel() > 0:
+        ctx.qk_standin = ((q.shape, q.dtype), (k.shape, k.dtype), q.device)
+        q = k = None
+    ctx.save_for_backward(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, saved)
 
 
 def _backward_rule(ctx, dout, dfinal_state, dsaved):
     q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, saved = ctx.saved_tensors
+    if ctx.qk_standin is not None:  # one element each, expanded to the shape (stride 0)
+        (q_shape, q_dtype), (k_shape, k_dtype), device = ctx.qk_standin
+        q = torch.empty(1, dtype=q_dtype, device=device).expand(q_shape)
+        k = torch.empty(1, dtype=k_dtype, device=device).expand(k_shape)
     opts = ctx.options
     dht = dfinal_state if opts["output_final_state"] and dfinal_state is not None else None
     if dout is None:

@@ -39,11 +39,15 @@ void check_activation_input(char const* name, cakeTensor_t const& t) {
 }
 
 // The inputs shared by the forward and the backward, as the kernels read them (GDN's and KDA's
-// alike; the shared validation has checked g's shape for the variant).
+// alike; the shared validation has checked g's shape for the variant). qk_elements_read: whether
+// the call reads q's and k's elements (not so in GDN's backward with use_qk_l2norm in saved and
+// inverse modes, whose saved set holds q̂, k̂ and rstd): where it does not, their strides are free
+// (a caller may pass a one-element tensor expanded to the shape).
 void check_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q, cakeTensor_t const& k,
                        cakeTensor_t const& v, cakeTensor_t const& g, cakeTensor_t const& beta,
                        cakeTensor_t const& initial_state, cakeTensor_t const& cu_seqlens,
-                       cakeTensor_t const& A_log, cakeTensor_t const& dt_bias, Dims const& d) {
+                       cakeTensor_t const& A_log, cakeTensor_t const& dt_bias, Dims const& d,
+                       bool qk_elements_read) {
   CAKE_CHECK(d.head_dim_k == 128 && d.head_dim_v == 128, cakeNotSupported,
              "the CUDA kernels support head dims K = V = 128, got K = ", d.head_dim_k,
              ", V = ", d.head_dim_v);
@@ -75,7 +79,7 @@ void check_cuda_inputs(cakeOptions_t const& options, cakeTensor_t const& q, cake
                          {"cu_seqlens", &cu_seqlens},
                          {"A_log", &A_log},
                          {"dt_bias", &dt_bias}}) {
-    check_contiguous(name, *t);
+    if (qk_elements_read || (t != &q && t != &k)) check_contiguous(name, *t);
   }
 }
 
@@ -90,6 +94,10 @@ void check_reference_forward(cakeOptions_t const&, cakeForwardArgs_t const&, Dim
 
 void check_reference_backward(cakeOptions_t const&, cakeBackwardArgs_t const&, Dims const& d) {
   check_head_dims_cpu(d);
+}
+
+bool cuda_backward_reads_qk(cakeOptions_t const& options) {
+  return !(options.variant == cakeGdn && options.use_qk_l2norm && options.save_for_backward != 0);
 }
 
 char const* const kGdnCudaSupport =
@@ -109,7 +117,7 @@ char const* const kKdaCudaSupport =
 void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args,
                         Dims const& d) {
   check_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
-                    args.cu_seqlens, args.A_log, args.dt_bias, d);
+                    args.cu_seqlens, args.A_log, args.dt_bias, d, true);
   check_dtype("o", args.o, cakeBfloat16, "the CUDA kernels write bfloat16 o");
   if (present(args.final_state)) {
     check_dtype("final_state", args.final_state, cakeFloat32, "states are float32 on CUDA");
@@ -119,7 +127,7 @@ void check_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& a
 void check_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,
                          Dims const& d) {
   check_cuda_inputs(options, args.q, args.k, args.v, args.g, args.beta, args.initial_state,
-                    args.cu_seqlens, args.A_log, args.dt_bias, d);
+                    args.cu_seqlens, args.A_log, args.dt_bias, d, cuda_backward_reads_qk(options));
   check_dtype("dout", args.dout, cakeBfloat16, "the CUDA kernels read bfloat16 dout");
   if (present(args.dht)) check_dtype("dht", args.dht, cakeFloat32, "states are float32");
   for (auto [name, t, dtype] :

@@ -3,6 +3,7 @@
 // whose outputs (poisoned with NaN first) are checked element by element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -651,18 +652,19 @@ TEST(Validation, SavedSetOnCudaTensors) {
   ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws), cakeSuccess);
   ASSERT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bws), cakeSuccess);
   // The saved set as docs/design/gdn-hopper.md lists it, each region 256-byte aligned, no slack:
-  // normalised q and k (bf16 [BT, H, K]), G (fp32 [BT, HV]), A (bf16 [BT, HV, 64]), beta (fp32
-  // [BT, HV]) and h (bf16 [num_slots = BT / 64 + N + 1 = 4, HV, 128, 128]).
+  // normalised q and k (bf16 [BT, H, K]) and their rows' rstd (fp32 [BT, H]), G (fp32 [BT, HV]),
+  // A (bf16 [BT, HV, 64]), beta (fp32 [BT, HV]) and h (bf16 [num_slots = BT / 64 + N + 1 = 4, HV,
+  // 128, 128]).
   auto const up = [](size_t n) { return (n + 255) / 256 * 256; };
-  size_t const bt = CudaShapes::T, hv = CudaShapes::HV, d = CudaShapes::D;
-  size_t const expected = up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) +
-                          up(bt * hv * 4) + 4 * hv * d * d * 2;
+  size_t const bt = CudaShapes::T, hv = CudaShapes::HV, d = CudaShapes::D, h = CudaShapes::H;
+  size_t const qk_norm = up(bt * h * d * 2) * 2 + up(bt * h * 4) * 2;
+  size_t const expected = qk_norm + up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4) +
+                          4 * hv * d * d * 2;
   EXPECT_EQ(saved, expected);
   // The forward's scratch (each region 256-byte aligned, plus 256 bytes of slack for any base):
-  // q and k normalised, G, A and beta in recompute mode; nothing but the slack in saved mode, whose
-  // saved set moves to `saved`. The backward's scratch loses the recompute.
-  EXPECT_EQ(fws_recompute,
-            up(bt * d * 2) * 2 + up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4 + 256);
+  // q and k normalised with their rstd, G, A and beta in recompute mode; nothing but the slack in
+  // saved mode, whose saved set moves to `saved`. The backward's scratch loses the recompute.
+  EXPECT_EQ(fws_recompute, qk_norm + up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4 + 256);
   EXPECT_EQ(fws, 256u);
   EXPECT_LT(bws, bws_recompute);
 
@@ -697,33 +699,71 @@ TEST(Validation, SavedSetOnCudaTensors) {
   expect_error(cakeForward(&c.options, &odd_h0, aligned, saved, scratch.data(), fws, nullptr),
                cakeNotSupported, {"initial_state must be 8-byte aligned"});
 
-  // Inverse mode: the saved set is kkt_solve's outputs (G, A, beta); the forward's scratch holds
-  // q and k normalised (its kkt_solve and walk read them) and the slack. The backward's scratch
-  // holds what it reruns (q and k normalised, h, and the h-walk's flags: N x HV ints) and dq, dk
-  // per value head, not G, A and beta.
+  // Inverse mode: the saved set is all but h (q and k normalised with their rstd, G, A, beta);
+  // the forward's scratch is the slack. The backward's scratch holds what it reruns (h, and the
+  // h-walk's flags: N x HV ints) and dq, dk per value head, not G, A, beta nor q̂, k̂.
   c.options.save_for_backward = 2;
   size_t saved_inverse = 0, fws_inverse = 0, bws_inverse = 0;
   ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_inverse), cakeSuccess);
   ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws_inverse), cakeSuccess);
   ASSERT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bws_inverse), cakeSuccess);
   size_t const solved = up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4);
-  EXPECT_EQ(saved_inverse, up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4);
-  EXPECT_EQ(fws_inverse, up(bt * d * 2) * 2 + 256);
+  EXPECT_EQ(saved_inverse, qk_norm + up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4);
+  EXPECT_EQ(fws_inverse, 256u);
   size_t const flags = 1 * hv * 4;  // after dk's terms, whose size is a multiple of 256 bytes
-  EXPECT_EQ(bws_inverse, bws + up(bt * d * 2) * 2 + 4 * hv * d * d * 2 + flags);
-  EXPECT_EQ(bws_recompute, bws_inverse + solved);
+  EXPECT_EQ(bws_inverse, bws + 4 * hv * d * d * 2 + flags);
+  EXPECT_EQ(bws_recompute, bws_inverse + qk_norm + solved);
 
   // Without use_qk_l2norm: no q, k normalised anywhere.
   c.options.use_qk_l2norm = 0;
   size_t saved_inverse_no_l2 = 0;
   ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_inverse_no_l2), cakeSuccess);
   ASSERT_EQ(cakeForwardWorkspaceSize(&c.options, &c.fwd, &fws_inverse), cakeSuccess);
-  EXPECT_EQ(saved_inverse_no_l2, saved_inverse) << "the inverse saved set holds no q, k";
+  EXPECT_EQ(saved_inverse_no_l2, saved_inverse - qk_norm) << "no q, k normalised to keep";
   EXPECT_EQ(fws_inverse, 256u);
   c.options.save_for_backward = 1;
   size_t saved_no_l2 = 0;
   ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_no_l2), cakeSuccess);
-  EXPECT_EQ(saved_no_l2, saved - up(bt * d * 2) * 2) << "without use_qk_l2norm q, k are not saved";
+  EXPECT_EQ(saved_no_l2, saved - qk_norm) << "without use_qk_l2norm q, k are not saved";
+}
+
+// With use_qk_l2norm, GDN's CUDA backward of saved and inverse modes reads no element of q or k
+// (include/cake/cake.h): any strides pass there (a one-element stand-in expanded to the shape), but
+// not in recompute mode, nor without the norm, nor in the forward, nor in KDA's backward. The support checks are host
+// code (src/ops/support.cpp), so a build without CUDA checks them too, then answers
+// cakeNotImplemented where a CUDA build goes on.
+TEST(Validation, CudaBackwardTakesQkStandInsWhereItReadsNone) {
+  CudaShapes c;
+  size_t bytes = 0;
+  bool const cuda = cakeForwardSavedSize(&c.options, &c.fwd, &bytes) != cakeNotImplemented;
+  cakeResult_t const accepted = cuda ? cakeSuccess : cakeNotImplemented;
+  for (cakeTensor_t* t : {&c.bwd.q, &c.bwd.k, &c.fwd.q, &c.fwd.k})
+    std::fill(t->strides, t->strides + t->ndim, 0);
+  for (int mode : {1, 2}) {
+    c.options.save_for_backward = mode;
+    EXPECT_EQ(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bytes), accepted)
+        << "mode " << mode << ": " << last_error();
+    expect_error(cakeForwardWorkspaceSize(&c.options, &c.fwd, &bytes), cakeInvalidArgument,
+                 {"q must be contiguous for the CUDA kernels"});
+  }
+  c.options.save_for_backward = 0;
+  expect_error(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bytes), cakeInvalidArgument,
+               {"q must be contiguous for the CUDA kernels"});
+  c.options.save_for_backward = 2;
+  c.options.use_qk_l2norm = 0;
+  expect_error(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bytes), cakeInvalidArgument,
+               {"q must be contiguous for the CUDA kernels"});
+  // KDA's backward keeps q and k checked in every mode (cuda_backward_reads_qk).
+  std::vector<float> gate(CudaShapes::T * CudaShapes::HV * CudaShapes::D);
+  c.options.variant = cakeKda;
+  c.options.use_qk_l2norm = 1;
+  c.bwd.g = view(gate.data(), cakeFloat32, {1, CudaShapes::T, CudaShapes::HV, CudaShapes::D});
+  c.bwd.g.device_type = cakeCUDA;
+  for (int mode : {0, 1, 2}) {
+    c.options.save_for_backward = mode;
+    expect_error(cakeBackwardWorkspaceSize(&c.options, &c.bwd, &bytes), cakeInvalidArgument,
+                 {"q must be contiguous for the CUDA kernels"});
+  }
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -96,9 +96,11 @@ struct OpRun {
 // mode: options.save_for_backward (0 recompute, 1 saved, 2 inverse); all_grads = false: dq, dk
 // and dh0 absent (as a caller that freezes q, k and the initial state); l2: with the q/k L2 norm;
 // gate: KDA's (else GDN); act: the op activates g and beta from act's raw inputs (in place of the
-// problem's and the gate's).
+// problem's and the gate's); nan_qk_in_backward: the backward gets as q and k one NaN expanded to
+// their shape (stride 0, as the Python autograd's stand-ins), the forward the real ones.
 OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false,
-             ChannelGate const& gate = {}, Activations const* act = nullptr) {
+             ChannelGate const& gate = {}, Activations const* act = nullptr,
+             bool nan_qk_in_backward = false) {
   namespace op = cake::ops;
   int64_t const BT = pr.BT;
   int64_t const gate_width = gate.kda ? K : 1;
@@ -165,6 +167,14 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   gr.dh0 = poisoned<float>(pr.states_size());
   cakeBackwardArgs_t ba{};
   set_inputs(ba);
+  bf16 nan;
+  if (nan_qk_in_backward) {
+    uint16_t const nan_bits = 0x7fc0;
+    std::memcpy(&nan, &nan_bits, 2);
+    ba.q = ba.k = view(&nan, cakeBfloat16, {1, BT, pr.H, K});
+    std::fill(ba.q.strides, ba.q.strides + 4, 0);
+    ba.k = ba.q;
+  }
   ba.dout = view(pr.dout16.data(), cakeBfloat16, {1, BT, pr.HV, K});
   ba.dht = view(pr.dht32.data(), cakeFloat32, {pr.N, pr.HV, K, K});
   ba.dq = view(gr.dq.data(), cakeBfloat16, {1, BT, pr.H, K});
@@ -335,10 +345,27 @@ TEST(EmulatedOp, NoTokensPassTheStatesThrough) {
   }
 }
 
-// With the L2 norm the forward's q̂, k̂ stay in its workspace except in saved mode, so the
-// recompute and inverse backwards rerun qk_norm into theirs.
+// With the L2 norm the forward's q̂, k̂ and rstd stay in its workspace in recompute mode, whose
+// backward reruns qk_norm into its own; saved and inverse modes keep them in the saved set.
 TEST(EmulatedOp, L2NormEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
   check_modes(Case{"docs 1,64,65,70 GVA 1/2 l2", {1, 64, 65, 70}}, true);
+}
+
+// With the L2 norm, GDN's saved and inverse backwards read q̂, k̂ and rstd from the saved set and
+// no element of q or k (include/cake/cake.h: a caller need not keep them): NaN there changes no
+// bit.
+TEST(EmulatedOp, L2NormSavedSetsReadNoQk) {
+  Problem const pr = fresh_problem(Case{"docs 1,64,65 GVA 1/2 l2", {1, 64, 65}});
+  for (int mode : {1, 2}) {
+    OpRun const real = run_op(pr, mode, true, true);
+    OpRun const nan = run_op(pr, mode, true, true, {}, nullptr, true);
+    Grads const& a = real.grads;
+    Grads const& b = nan.grads;
+    EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) &&
+                bitwise_equal(a.dv, b.dv) && bitwise_equal(a.dg, b.dg) &&
+                bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dh0, b.dh0))
+        << "mode " << mode << ": the backward read q or k";
+  }
 }
 
 // A gradient left absent changes no other bit: the backward's arithmetic does not depend on which

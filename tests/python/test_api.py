@@ -619,8 +619,9 @@ def test_saved_buffer_plumbing():
 
 def test_shape_only_saved_size_query():
     # The query the fake implementation uses; it needs a CUDA build, not a GPU. Layout as in
-    # docs/design/gdn-hopper.md, each region 256-byte aligned: saved mode q, k normalised; G; A;
-    # beta; h per chunk (130 // 64 + 1 + 1 = 4 slots); inverse mode G; A; beta.
+    # docs/design/gdn-hopper.md, each region 256-byte aligned: saved mode q, k normalised; their
+    # rows' rstd; G; A; beta; h per chunk (130 // 64 + 1 + 1 = 4 slots); inverse mode the same
+    # without h.
     from cake import abi
     from cake.options import GDN, KDA
 
@@ -631,19 +632,20 @@ def test_shape_only_saved_size_query():
         assert "without CUDA" in str(e)
         pytest.skip("needs a build with CUDA (CAKE_CUDA=ON); no GPU needed")
     up = lambda n: -(-n // 256) * 256  # noqa: E731
-    assert nbytes == (2 * up(130 * 128 * 2) + up(130 * 2 * 4) + up(130 * 2 * 64 * 2)
-                      + up(130 * 2 * 4) + 4 * 2 * 128 * 128 * 2)
+    qk = 2 * up(130 * 128 * 2) + 2 * up(130 * 4)
+    assert nbytes == (qk + up(130 * 2 * 4) + up(130 * 2 * 64 * 2) + up(130 * 2 * 4)
+                      + 4 * 2 * 128 * 128 * 2)
     inverse = up(130 * 2 * 4) + up(130 * 2 * 64 * 2) + 130 * 2 * 4
-    assert abi.cuda_saved_size_of_shapes(GDN, *shapes, 2) == inverse
+    assert abi.cuda_saved_size_of_shapes(GDN, *shapes, 2) == qk + inverse
     assert abi.cuda_saved_size_of_shapes(GDN, *shapes[:3], False, 2) == inverse  # no q, k there
     assert abi.cuda_saved_size_of_shapes(GDN, *shapes, 0) == 0
     with pytest.raises(ValueError, match="K = V = 128"):
         abi.cuda_saved_size_of_shapes(GDN, [1, 130, 1, 64], [1, 130, 2, 64], None, True, 1)
-    # KDA (docs/design/kda-hopper.md): saved mode: q, k normalised; G's last row per chunk
-    # [slots, HV, K]; A; beta; P; qg, kg, kbar; h per chunk. Inverse mode: G's last rows, A, beta,
-    # P (the chunk pass's products). Recompute mode keeps nothing.
+    # KDA (docs/design/kda-hopper.md): saved mode: q, k normalised; their rows' rstd; G's last row
+    # per chunk [slots, HV, K]; A; beta; P; qg, kg, kbar; h per chunk. Inverse mode: G's last rows,
+    # A, beta, P (the chunk pass's products). Recompute mode keeps nothing.
     kda = abi.cuda_saved_size_of_shapes(KDA, *shapes, 1)
-    assert kda == (2 * up(130 * 128 * 2) + up(4 * 2 * 128 * 4) + up(130 * 2 * 64 * 2)
+    assert kda == (qk + up(4 * 2 * 128 * 4) + up(130 * 2 * 64 * 2)
                    + up(130 * 2 * 4) + up(130 * 2 * 64 * 2) + 3 * up(130 * 2 * 128 * 2)
                    + 4 * 2 * 128 * 128 * 2)
     kda_inverse = (up(4 * 2 * 128 * 4) + up(130 * 2 * 64 * 2) + up(130 * 2 * 4)

@@ -420,13 +420,12 @@ def test_saved_size_query_matches_the_forward():
             assert (queried > 0) == (mode != 0)
             assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
                                               mode) == queried
-        # A saved-mode forward writes its saved set into the blob: its workspace is only the
-        # alignment slack (q̂, k̂ of the L2 norm are in the blob too); an inverse-mode forward's
-        # holds q̂, k̂ with the L2 norm (G, A and beta go to the blob); the recompute-mode
-        # forward's holds q̂, k̂, G, A and beta.
+        # Saved- and inverse-mode forwards write their sets into the blob (q̂, k̂ and rstd of the
+        # L2 norm too): their workspace is only the alignment slack; the recompute-mode
+        # forward's holds q̂, k̂, rstd, G, A and beta.
         qk = 2 * T * H * K * 2 if l2 else 0  # q̂, k̂ in bf16, each a multiple of 256 bytes
         assert abi.forward_workspace_size(*ins, *opts, MODES["saved"]) == 256
-        assert abi.forward_workspace_size(*ins, *opts, MODES["inverse"]) == 256 + qk
+        assert abi.forward_workspace_size(*ins, *opts, MODES["inverse"]) == 256
         assert abi.forward_workspace_size(*ins, *opts, MODES["recompute"]) > 256 + qk
 
 
@@ -457,6 +456,31 @@ def test_saved_mode_through_autograd_and_compile():
         for mode in ("saved", "inverse"):
             for a, b in zip(want, step(fn, mode)):
                 assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_autograd_keeps_no_qk_where_the_saved_set_has_them(mode):
+    """With the L2 norm, saved and inverse modes keep q̂, k̂ and rstd in the saved set and the
+    backward reads no element of q or k, so autograd must not hold them (FLA's activation
+    memory); recompute mode needs them. Gradients as in recompute mode, bitwise."""
+    inputs, dout, dht = make_inputs([300, 65], 2, 4, seed=31)
+    x = {n: None if t is None else t.cuda().requires_grad_(t.is_floating_point())
+         for n, t in inputs.items()}
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+        o, ht = cake.chunk_gated_delta_rule(
+            x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=x["initial_state"],
+            output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu_seqlens"],
+            save_for_backward=mode)
+    held = {t.untyped_storage().data_ptr() for t in kept}
+    qk = {x[n].untyped_storage().data_ptr() for n in ("q", "k")}
+    holds_qk = not held.isdisjoint(qk)
+    assert holds_qk == (mode == "recompute"), f"{mode}: autograd holds q/k: {holds_qk}"
+    torch.autograd.backward([o, ht], [dout.cuda(), dht.cuda()])
+    got = [x[n].grad.clone() for n in ("q", "k", "v", "g", "beta", "initial_state")]
+    want = run_gpu(inputs, dout, dht, True, mode="recompute")
+    for name, a in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0"), got):
+        assert torch.equal(a, want[name].to(a.device)), f"{mode}: {name}"
 
 
 def test_cuda_errors_are_clear():

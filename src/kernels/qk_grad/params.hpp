@@ -12,8 +12,11 @@ struct Params {
   int32_t num_qk_heads = 0;            // H
   int32_t group_size = 0;              // HV / H
   bool use_l2norm = false;
-  __nv_bfloat16 const* q = nullptr;    // [BT, H, K]  the caller's q (before the norm)
-  __nv_bfloat16 const* k = nullptr;    // [BT, H, K]
+  // With use_l2norm, the norm's outputs (qk_norm): read only then
+  __nv_bfloat16 const* q_norm = nullptr;  // [BT, H, K] q̂ = q rstd_q, bf16
+  __nv_bfloat16 const* k_norm = nullptr;  // [BT, H, K] k̂
+  float const* q_rstd = nullptr;          // [BT, H]
+  float const* k_rstd = nullptr;          // [BT, H]
   float const* dq_hv = nullptr;        // [BT, HV, K] dq's terms per value head (walk_a_bwd)
   float const* dk_hv = nullptr;        // [BT, HV, K] dk's terms per value head (walk_a_bwd)
   __nv_bfloat16* dq = nullptr;         // [BT, H, K]  out

@@ -13,6 +13,8 @@ struct Params {
   __nv_bfloat16 const* k = nullptr;      // [BT, H, K]
   __nv_bfloat16* q_norm = nullptr;       // [BT, H, K] out
   __nv_bfloat16* k_norm = nullptr;       // [BT, H, K] out
+  float* q_rstd = nullptr;               // [BT, H] out: each row's 1 / sqrt(sum x^2 + 1e-6)
+  float* k_rstd = nullptr;               // [BT, H] out (qk_grad's norm backward reads both)
 };
 
 }  // namespace cake::kernels::qk_norm

@@ -2,16 +2,18 @@
 //
 // Forward:  [qk_norm] -> kkt_solve (G, A = (I + diag(beta) L)^-1, beta in fp32) -> walk_a_fwd
 //           (o, the final state; in saved mode also h per chunk)
-// Backward: the saved set (normalised q/k, G, A, beta, h per chunk) comes from the forward or
-//           from its recompute [qk_norm] -> kkt_solve -> the h-walk (walk_a_fwd without o); then
-//           walk_a_bwd (one reverse walk: dq, dk per value head, dv, dbeta, dg, dh0) -> qk_grad
-//           (dq, dk summed over the value heads, L2-norm backward).
+// Backward: the saved set (normalised q/k and their rows' rstd, G, A, beta, h per chunk) comes
+//           from the forward or from its recompute [qk_norm] -> kkt_solve -> the h-walk
+//           (walk_a_fwd without o); then walk_a_bwd (one reverse walk: dq, dk per value head, dv,
+//           dbeta, dg, dh0) -> qk_grad (dq, dk summed over the value heads, L2-norm backward from
+//           q̂, k̂ and rstd).
 // Three modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm],
 // kkt_solve and the h-walk into its workspace; in saved mode the forward's kkt_solve and walk
 // write all of it into the caller's saved buffer and the backward reads it from there; in inverse
-// mode the saved buffer holds kkt_solve's outputs and the backward reruns [qk_norm] and the
+// mode the saved buffer holds all but h ([q̂, k̂, rstd], G, A, beta) and the backward reruns the
 // h-walk. The same kernels on the same inputs (the h-walk's h is the forward walk's, product for
-// product), so the modes agree bitwise.
+// product), so the modes agree bitwise. With use_qk_l2norm the backward of the saved and inverse
+// modes reads no element of q or k (include/cake/cake.h), so a caller need not keep them.
 // docs/design/gdn-hopper.md says why the work is split this way.
 #include "ops/gdn_cuda.hpp"
 
@@ -25,6 +27,7 @@
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "ops/cuda/gdn_workspace.hpp"
 #include "ops/cuda/stages.hpp"
+#include "ops/support.hpp"
 
 namespace cake::ops {
 
@@ -105,7 +108,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
+  normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
 
   // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk (into the
   // saved set in saved and inverse modes). Then the walk: o and the final state, and in saved mode
@@ -126,8 +129,10 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
                        void* stream_ptr) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
   bool const l2 = options.use_qk_l2norm != 0;
-  check_aligned("q", args.q, 16);
-  check_aligned("k", args.k, 16);
+  if (cuda_backward_reads_qk(options)) {
+    check_aligned("q", args.q, 16);
+    check_aligned("k", args.k, 16);
+  }
   check_aligned("v", args.v, 16);
   check_aligned("dout", args.dout, 16);
   check_aligned("dq", args.dq, 4);
@@ -148,8 +153,10 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   SaveMode const mode = save_mode(options);
   if (mode != SaveMode::kSaved) {  // recompute what the saved set does not hold
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
-    normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
-    if (mode == SaveMode::kRecompute) run_kkt_solve(p, in, k_used, b, stream);
+    if (mode == SaveMode::kRecompute) {
+      normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
+      run_kkt_solve(p, in, k_used, b, stream);
+    }
     // the h-walk, with a flag per walk (cleared first, in stream order: capturable) that lets
     // each reverse walk start as soon as its own h is stored
     clear_walk_flags(b.walk_done, p, stream);
@@ -178,7 +185,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
   check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
 
-  reduce_qk_grads(p, l2, args, b.dq_hv, b.dk_hv, p.group_size(), stream);
+  reduce_qk_grads(p, l2, b, args, b.dq_hv, b.dk_hv, p.group_size(), stream);
 }
 
 }  // namespace cake::ops

@@ -12,10 +12,11 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   bool const kept = mode != SaveMode::kRecompute;  // the saved arena holds something
   Carver saved_arena(kept ? saved : nullptr, Carver::kFixed);
   Carver scratch(workspace, Carver::kRelocatable);
-  // Where each part of the saved set lives: kkt_solve's outputs (G, A, beta) in the saved arena in
-  // saved and inverse modes, the rest (q̂, k̂, h) there in saved mode only; else in the workspace.
+  // Where each part of the saved set lives: q̂, k̂ with their rstd (qk_norm) and kkt_solve's
+  // outputs (G, A, beta) in the saved arena in saved and inverse modes, h there in saved mode
+  // only; else in the workspace.
   Carver& solved = kept ? saved_arena : scratch;
-  Carver& rest = mode == SaveMode::kSaved ? saved_arena : scratch;
+  Carver& h_arena = mode == SaveMode::kSaved ? saved_arena : scratch;
   bool const backward = pass == Pass::kBackward;
   GdnBuffers b;
   int64_t const bt = p.num_tokens;
@@ -25,14 +26,16 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
 
   // The saved set, in one order for forward and backward: both carve the same offsets.
   if (use_qk_l2norm) {
-    b.q_norm = rest.take<bf16>(qk_rows * kHeadDim);
-    b.k_norm = rest.take<bf16>(qk_rows * kHeadDim);
+    b.q_norm = solved.take<bf16>(qk_rows * kHeadDim);
+    b.k_norm = solved.take<bf16>(qk_rows * kHeadDim);
+    b.q_rstd = solved.take<float>(qk_rows);
+    b.k_rstd = solved.take<float>(qk_rows);
   }
   b.gcum = solved.take<float>(v_rows);
   b.a = solved.take<bf16>(v_rows * kChunk);
   b.beta_f32 = solved.take<float>(v_rows);
   // A forward that saves no h needs none (its walk keeps the state on chip).
-  if (backward || mode == SaveMode::kSaved) b.h = rest.take<bf16>(states);
+  if (backward || mode == SaveMode::kSaved) b.h = h_arena.take<bf16>(states);
 
   if (backward) {
     b.dq_hv = scratch.take<float>(v_rows * kHeadDim);

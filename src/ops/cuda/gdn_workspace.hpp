@@ -2,10 +2,11 @@
 // caller's memory into the intermediate tensors of forward and backward. It answers both arenas:
 //   saved      the "saved set", what the backward reads of the forward's stages; the forward writes
 //              it and the backward reads it: all of it in saved mode (options.save_for_backward
-//              = 1), kkt_solve's outputs (G, A, beta) in inverse mode (2);
+//              = 1), all but h in inverse mode (2): with use_qk_l2norm q̂, k̂ and their rows'
+//              rstd (qk_norm), then kkt_solve's outputs (G, A, beta);
 //   workspace  scratch memory of one call, dead when the call's work has run. What the mode does
-//              not keep lives here (a forward writes q̂, k̂, G, A and beta there in recompute mode,
-//              q̂, k̂ in inverse mode, no h; the backward recomputes what is not kept).
+//              not keep lives here (a forward writes q̂, k̂, rstd, G, A and beta there in recompute
+//              mode, no h; the backward recomputes what is not kept).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +23,8 @@ struct GdnBuffers {
   // the saved set (where each part lives: carve_gdn_buffers)
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]   with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]   with use_qk_l2norm
+  float* q_rstd = nullptr;          // [BT, H]      with use_qk_l2norm: 1 / sqrt(sum q^2 + 1e-6)
+  float* k_rstd = nullptr;          // [BT, H]      with use_qk_l2norm
   float* gcum = nullptr;            // [BT, HV]     G, within-chunk cumsum of g (kkt_solve)
   __nv_bfloat16* a = nullptr;       // [BT, HV, 64] A = (I + diag(beta) L)^-1 (kkt_solve)
   float* beta_f32 = nullptr;        // [BT, HV]     beta in fp32 (kkt_solve)

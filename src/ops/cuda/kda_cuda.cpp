@@ -9,7 +9,8 @@
 //           kkt_solve<ChannelDecay> (in inverse mode, which kept G's last rows, A, beta and P:
 //           the walks' operands alone) -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
 //           per chunk what the intra pass needs) -> intra_bwd (dq, dk summed over the value
-//           heads, dg, dbeta) -> qk_grad (the L2-norm backward, dq and dk to bf16).
+//           heads, dg, dbeta) -> qk_grad (the L2-norm backward from q̂, k̂ and their rows' rstd,
+//           dq and dk to bf16).
 // The same kernels on the same inputs in every mode, so the modes agree bitwise.
 #include "ops/kda_cuda.hpp"
 
@@ -111,7 +112,8 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
+  normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream,
+               &q_used, &k_used);
   run_chunk_pass(p, in, q_used, k_used, b, true, stream);
   run_walk(p, in, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
            save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
@@ -150,7 +152,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
   SaveMode const mode = save_mode(options);
   if (mode != SaveMode::kSaved) {  // the saved set, recomputed (inverse mode kept the products)
-    normalize_qk(p, l2, in, b.q_norm, b.k_norm, stream, &q_used, &k_used);
+    normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
     run_chunk_pass(p, in, q_used, k_used, b, mode == SaveMode::kRecompute, stream);
     clear_walk_flags(b.walk_done, p, stream);
     run_walk(p, in, b, nullptr, nullptr, b.h, b.walk_done, stream);
@@ -203,7 +205,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_cuda(kernels::intra_bwd::launch(ip, stream), "intra_bwd launch");
 
   // dq, dk to bf16 (through the L2 norm's backward): summed over the value heads already
-  reduce_qk_grads(p, l2, args, b.dq_sum, b.dk_sum, 1, stream);
+  reduce_qk_grads(p, l2, b, args, b.dq_sum, b.dk_sum, 1, stream);
 }
 
 }  // namespace cake::ops

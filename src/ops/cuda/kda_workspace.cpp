@@ -27,6 +27,8 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   if (use_qk_l2norm) {
     b.q_norm = set.take<bf16>(qk_rows * kHeadDim);
     b.k_norm = set.take<bf16>(qk_rows * kHeadDim);
+    b.q_rstd = set.take<float>(qk_rows);
+    b.k_rstd = set.take<float>(qk_rows);
   }
   b.glast = products.take<float>(slot_rows * kHeadDim);
   b.a = products.take<bf16>(v_rows * kChunk);

@@ -22,6 +22,8 @@ struct KdaBuffers {
   // workspace)
   __nv_bfloat16* q_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
   __nv_bfloat16* k_norm = nullptr;  // [BT, H, K]      with use_qk_l2norm
+  float* q_rstd = nullptr;          // [BT, H]         with use_qk_l2norm: 1 / sqrt(sum q^2 + 1e-6)
+  float* k_rstd = nullptr;          // [BT, H]         with use_qk_l2norm (qk_grad's norm backward)
   float* glast = nullptr;           // [num_slots, HV, K] G of each chunk's last token (kkt_solve)
   __nv_bfloat16* a = nullptr;       // [BT, HV, 64]    the gated T (kkt_solve)
   float* beta_f32 = nullptr;        // [BT, HV]        beta in fp32 (kkt_solve)

@@ -125,11 +125,11 @@ struct ForwardInputs {
   cakeTensor_t const* initial_state;
 };
 
-// The q, k the later stages read: normalised copies (qk_norm, into q_norm and k_norm) with
-// use_qk_l2norm, else the inputs.
+// The q, k the later stages read: normalised copies (qk_norm, into q_norm and k_norm, each row's
+// rstd into q_rstd and k_rstd for qk_grad's norm backward) with use_qk_l2norm, else the inputs.
 inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
-                         bf16* q_norm, bf16* k_norm, cudaStream_t stream, bf16 const** q_used,
-                         bf16 const** k_used) {
+                         bf16* q_norm, bf16* k_norm, float* q_rstd, float* k_rstd,
+                         cudaStream_t stream, bf16 const** q_used, bf16 const** k_used) {
   *q_used = ptr<bf16 const>(*in.q);
   *k_used = ptr<bf16 const>(*in.k);
   if (!use_qk_l2norm) return;
@@ -139,24 +139,29 @@ inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardI
   np.k = *k_used;
   np.q_norm = q_norm;
   np.k_norm = k_norm;
+  np.q_rstd = q_rstd;
+  np.k_rstd = k_rstd;
   check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
   *q_used = q_norm;
   *k_used = k_norm;
 }
 
 // dq and dk [T, H, K] from their terms dq_hv, dk_hv [T, H x group, K] (qk_grad): summed over
-// each query head's `group` (1: summed already), and through the l2 norm's backward with
-// use_qk_l2norm.
-inline void reduce_qk_grads(kernels::Problem const& p, bool use_qk_l2norm,
-                            cakeBackwardArgs_t const& args, float const* dq_hv, float const* dk_hv,
-                            int group, cudaStream_t stream) {
+// each query head's `group` (1: summed already), and with use_qk_l2norm through the norm's
+// backward from b.q_norm, b.k_norm and their rows' b.q_rstd, b.k_rstd (never from q or k).
+template <class Buffers>
+void reduce_qk_grads(kernels::Problem const& p, bool use_qk_l2norm, Buffers const& b,
+                     cakeBackwardArgs_t const& args, float const* dq_hv, float const* dk_hv,
+                     int group, cudaStream_t stream) {
   kernels::qk_grad::Params gp;
   gp.num_tokens = p.num_tokens;
   gp.num_qk_heads = p.num_qk_heads;
   gp.group_size = group;
   gp.use_l2norm = use_qk_l2norm;
-  gp.q = ptr<bf16 const>(args.q);
-  gp.k = ptr<bf16 const>(args.k);
+  gp.q_norm = b.q_norm;  // with the norm (else nullptr, unread)
+  gp.k_norm = b.k_norm;
+  gp.q_rstd = b.q_rstd;
+  gp.k_rstd = b.k_rstd;
   gp.dq_hv = dq_hv;
   gp.dk_hv = dk_hv;
   gp.dq = ptr<bf16>(args.dq);
