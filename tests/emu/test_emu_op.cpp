@@ -368,9 +368,6 @@ TEST(EmulatedOp, L2NormSavedSetsReadNoQk) {
   }
 }
 
-// A gradient left absent changes no other bit: the backward's arithmetic does not depend on which
-// gradients are wanted (the H200 test test_absent_gradients caught dv moving with dh0 once, when
-// walk_a_bwd keyed eO's hi + lo split on dh0), and nothing is written where one is absent.
 TEST(EmulatedOp, KdaEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
   check_modes(Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}}, false, true);
 }
@@ -379,6 +376,9 @@ TEST(EmulatedOp, KdaEmptyDocumentsAndL2NormMatchTheFp64Reference) {
   check_modes(Case{"docs 0,65,0,17 GVA 2/4 l2", {0, 65, 0, 17}, 2, 4}, true, true);
 }
 
+// A gradient left absent changes no other bit: the backward's arithmetic does not depend on which
+// gradients are wanted (the H200 test test_absent_gradients caught dv moving with dh0 once, when
+// walk_a_bwd keyed eO's hi + lo split on dh0), and nothing is written where one is absent.
 TEST(EmulatedOp, AbsentGradientsLeaveTheOthersBitwise) {
   Problem const pr = fresh_problem(Case{"docs 1,64,65 GVA 1/2", {1, 64, 65}});
   OpRun const full = run_op(pr, 0);
