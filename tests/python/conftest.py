@@ -194,3 +194,16 @@ def pytest_configure(config):
     # The tests run the CPU reference on shapes and dtypes the CUDA kernels refuse on purpose;
     # test_parity.py checks the warning where it is meant to be issued.
     config.addinivalue_line("filterwarnings", "ignore::cake.CudaSupportWarning")
+
+
+def record_argument(monkeypatch, module, name, index):
+    """Wraps module.name so that each call's argument at `index` is recorded; returns the list."""
+    seen = []
+    original = getattr(module, name)
+
+    def recording(*args):
+        seen.append(args[index])
+        return original(*args)
+
+    monkeypatch.setattr(module, name, recording)
+    return seen

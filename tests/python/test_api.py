@@ -10,7 +10,7 @@ import cake
 import reference
 from conftest import (assert_rel, assert_same_results, call_cake, call_reference,
                       check_against_reference, cotangents, gradients, leaf_names, leaves,
-                      make_case)
+                      make_case, record_argument)
 
 VARIANTS = [pytest.param(False, id="gdn"), pytest.param(True, id="kda")]
 DOCS = [0, 30, 71, 100]  # three documents, one crossing a chunk boundary
@@ -554,14 +554,7 @@ def test_saved_blob_is_empty_on_the_cpu(kda, save):
 
 def test_saved_mode_needs_a_gradient(monkeypatch):
     # Under no_grad, or with no input requiring grad, nothing is saved whatever the mode.
-    calls = []
-    forward = cake.ops._forward
-
-    def recording(*args):
-        calls.append(args[-1])
-        return forward(*args)
-
-    monkeypatch.setattr(cake.ops, "_forward", recording)
+    calls = record_argument(monkeypatch, cake.ops, "_forward", -1)
     t, opts = make_case(1405, kda=False, cu=[0, 5, 12])
     call_cake(False, t, dict(opts, save_for_backward="saved"))
     with torch.no_grad():
@@ -577,14 +570,7 @@ def test_unused_outputs_get_no_zero_gradients(kda, monkeypatch):
     # Autograd hands the backward None for outputs the loss does not use (the final state here,
     # and the saved set's blob always), not tensors of zeros that every backward would allocate
     # and fill (the blob is the saved set's size on CUDA); the gradients stay the reference's.
-    dhts = []
-    backward = cake.ops._backward
-
-    def recording(*args):
-        dhts.append(args[11])
-        return backward(*args)
-
-    monkeypatch.setattr(cake.ops, "_backward", recording)
+    dhts = record_argument(monkeypatch, cake.ops, "_backward", 11)
     t, opts = make_case(1407, kda=kda, cu=[0, 5, 12], initial_state=True)
     o, ht = call_cake(kda, t, dict(opts, output_final_state=True))
     do, _ = cotangents(o, ht, 1407)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import cake
+from conftest import record_argument
 
 ADVERSARIAL = (1, 2, 3, 4, 5)
 
@@ -97,14 +98,7 @@ def test_empty_documents_pass_the_state_through():
 def test_unused_final_state_gets_no_zero_gradient(monkeypatch):
     # Autograd hands the backward None for an unused final state, not zeros it would allocate and
     # fill (and the kernel read) every call; the gradients stay torch's.
-    dhts = []
-    backward = cake.conv1d._backward
-
-    def recording(*args):
-        dhts.append(args[6])
-        return backward(*args)
-
-    monkeypatch.setattr(cake.conv1d, "_backward", recording)
+    dhts = record_argument(monkeypatch, cake.conv1d, "_backward", 6)
     t, cu = make(6, [3, 5], 3, 4)
     y, _ = cake.causal_conv1d(**t, output_final_state=True, activation="silu", cu_seqlens=cu)
     y_ref, _ = torch_conv(**t, cu_seqlens=cu, activation="silu")
