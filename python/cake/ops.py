@@ -6,14 +6,14 @@ reference in C++ (outputs in the input dtype); CUDA tensors run the kernels wher
 
 Saved, inverse and recompute modes (docs/design/gdn-hopper.md): in saved mode ``cake::forward``
 also returns the saved set, a uint8 blob of the C query's size (empty on the CPU, whose reference
-always recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds (GDN)
-all but the states per chunk (the chunk inverses, the gate cumsum, beta and, with the q/k L2 norm,
-the normalised q, k and their rows' rstd) or (KDA) what ``kkt_solve`` writes but the walks'
+always recomputes), which autograd keeps for ``cake::backward``; in inverse mode the blob holds
+(GDN) all but the states per chunk (the chunk inverses, the gate cumsum, beta and, with the q/k L2
+norm, the normalised q, k and their rows' rstd) or (KDA) what ``kkt_solve`` writes but the walks'
 operands (the chunk inverses, P, beta and G's last rows); the backward recomputes the rest; in
-recompute mode the blob is empty and the backward recomputes the forward's stages. Where GDN's blob
-holds the normalised q and k, the backward reads no element of q or k (include/cake/cake.h), so
-autograd keeps neither: one-element stand-ins of their shape go to ``cake::backward`` (KDA keeps
-them).
+recompute mode the blob is empty and the backward recomputes the forward's stages. Where GDN's
+blob holds the normalised q and k, the backward reads no element of q or k (include/cake/cake.h),
+so autograd keeps neither: one-element stand-ins of their shape go to ``cake::backward`` (KDA
+keeps them).
 """
 
 import warnings

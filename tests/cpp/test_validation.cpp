@@ -729,9 +729,9 @@ TEST(Validation, SavedSetOnCudaTensors) {
 
 // With use_qk_l2norm, GDN's CUDA backward of saved and inverse modes reads no element of q or k
 // (include/cake/cake.h): any strides pass there (a one-element stand-in expanded to the shape), but
-// not in recompute mode, nor without the norm, nor in the forward, nor in KDA's backward. The support checks are host
-// code (src/ops/support.cpp), so a build without CUDA checks them too, then answers
-// cakeNotImplemented where a CUDA build goes on.
+// not in recompute mode, nor without the norm, nor in the forward, nor in KDA's backward. The
+// support checks are host code (src/ops/support.cpp), so a build without CUDA checks them too,
+// then answers cakeNotImplemented where a CUDA build goes on.
 TEST(Validation, CudaBackwardTakesQkStandInsWhereItReadsNone) {
   CudaShapes c;
   size_t bytes = 0;

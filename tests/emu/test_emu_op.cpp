@@ -443,8 +443,8 @@ TEST(EmulatedOp, DocumentsAreIsolated) {
 // -exp(A_log) softplus(g + dt_bias) or lower_bound sigmoid(exp(A_log) (g + dt_bias)), beta through
 // 2 sigmoid(beta) (allow_neg_eigval); every mode bitwise equal, and o, the state and every
 // gradient within the gate against the FP64 reference of the activations and the delta rule
-// (ddt_bias's and dA_log's errors against their terms' magnitudes). Raw inputs: g ~ N(0, 1), A_log ~ U(-1, 1), dt_bias ~ N(0, 0.5),
-// beta ~ N(0, 1.5).
+// (ddt_bias's and dA_log's errors against their terms' magnitudes). Raw inputs: g ~ N(0, 1),
+// A_log ~ U(-1, 1), dt_bias ~ N(0, 0.5), beta ~ N(0, 1.5).
 void check_activations(Case const& c, bool kda, double lower_bound) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
