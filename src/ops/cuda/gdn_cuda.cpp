@@ -108,7 +108,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
+  normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
 
   // G and the un-gated inverse A per (chunk, value head); beta in fp32 for the walk (into the
   // saved set in saved and inverse modes). Then the walk: o and the final state, and in saved mode
@@ -154,7 +154,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   if (mode != SaveMode::kSaved) {  // recompute what the saved set does not hold
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
     if (mode == SaveMode::kRecompute) {
-      normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
+      normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
       run_kkt_solve(p, in, k_used, b, stream);
     }
     // the h-walk, with a flag per walk (cleared first, in stream order: capturable) that lets

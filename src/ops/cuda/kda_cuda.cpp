@@ -112,8 +112,7 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
-  normalize_qk(p, options.use_qk_l2norm != 0, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream,
-               &q_used, &k_used);
+  normalize_qk(p, options.use_qk_l2norm != 0, in, b, stream, &q_used, &k_used);
   run_chunk_pass(p, in, q_used, k_used, b, true, stream);
   run_walk(p, in, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
            save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
@@ -152,7 +151,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
   SaveMode const mode = save_mode(options);
   if (mode != SaveMode::kSaved) {  // the saved set, recomputed (inverse mode kept the products)
-    normalize_qk(p, l2, in, b.q_norm, b.k_norm, b.q_rstd, b.k_rstd, stream, &q_used, &k_used);
+    normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
     run_chunk_pass(p, in, q_used, k_used, b, mode == SaveMode::kRecompute, stream);
     clear_walk_flags(b.walk_done, p, stream);
     run_walk(p, in, b, nullptr, nullptr, b.h, b.walk_done, stream);

@@ -125,11 +125,13 @@ struct ForwardInputs {
   cakeTensor_t const* initial_state;
 };
 
-// The q, k the later stages read: normalised copies (qk_norm, into q_norm and k_norm, each row's
-// rstd into q_rstd and k_rstd for qk_grad's norm backward) with use_qk_l2norm, else the inputs.
-inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
-                         bf16* q_norm, bf16* k_norm, float* q_rstd, float* k_rstd,
-                         cudaStream_t stream, bf16 const** q_used, bf16 const** k_used) {
+// The q, k the later stages read: normalised copies (qk_norm, into b.q_norm and b.k_norm, each
+// row's rstd into b.q_rstd and b.k_rstd for qk_grad's norm backward) with use_qk_l2norm, else the
+// inputs. Buffers: GDN's or KDA's carve.
+template <class Buffers>
+void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardInputs const& in,
+                  Buffers const& b, cudaStream_t stream, bf16 const** q_used,
+                  bf16 const** k_used) {
   *q_used = ptr<bf16 const>(*in.q);
   *k_used = ptr<bf16 const>(*in.k);
   if (!use_qk_l2norm) return;
@@ -137,13 +139,13 @@ inline void normalize_qk(kernels::Problem const& p, bool use_qk_l2norm, ForwardI
   np.num_rows = p.num_tokens * p.num_qk_heads;
   np.q = *q_used;
   np.k = *k_used;
-  np.q_norm = q_norm;
-  np.k_norm = k_norm;
-  np.q_rstd = q_rstd;
-  np.k_rstd = k_rstd;
+  np.q_norm = b.q_norm;
+  np.k_norm = b.k_norm;
+  np.q_rstd = b.q_rstd;
+  np.k_rstd = b.k_rstd;
   check_cuda(kernels::qk_norm::launch(np, stream), "qk_norm launch");
-  *q_used = q_norm;
-  *k_used = k_norm;
+  *q_used = b.q_norm;
+  *k_used = b.k_norm;
 }
 
 // dq and dk [T, H, K] from their terms dq_hv, dk_hv [T, H x group, K] (qk_grad): summed over
