@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "cake/cake.h"
 #include "kernels/common/dtype.cuh"
@@ -83,6 +84,37 @@ __device__ __forceinline__ void load_rows(T const* rows, int64_t stride, int cou
     if (k < count) load_row<T, V>(rows + k * stride, d, dim, vectorised, out[k]);
   }
 }
+
+// N token rows of channels [d, d + V) kept as the bits loaded (N vectors of V * sizeof(T) bytes),
+// so that a row's load is issued long before the row is used: issue(k, ...) starts row k's load
+// and does not wait for it; unpack(k, out) converts row k to float, waiting for it only then.
+// Without `vectorised` the row is read element by element (channels past D as 0) and, for 16-bit
+// T, packed at once, which waits for those loads: correct, just not ahead. k must be a constant
+// after unrolling, else raw[] moves to local memory. The bits move by memcpy (reading T elements
+// through a Vector pointer breaks strict aliasing: the emulator's host compiler reorders it).
+template <class T, int V, int N>
+struct RowBatch {
+  using Vector = typename Bits<V * sizeof(T)>::Type;
+  Vector raw[N];
+
+  __device__ __forceinline__ void issue(int k, T const* row, int d, int dim, bool vectorised) {
+    if (vectorised) {
+      raw[k] = *reinterpret_cast<Vector const*>(row + d);
+      return;
+    }
+    T parts[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) parts[j] = d + j < dim ? row[d + j] : from_float<T>(0.f);
+    memcpy(&raw[k], parts, sizeof raw[k]);
+  }
+
+  __device__ __forceinline__ void unpack(int k, float (&out)[V]) const {
+    T parts[V];
+    memcpy(parts, &raw[k], sizeof parts);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_float(parts[j]);
+  }
+};
 
 template <class T, int V>
 __device__ __forceinline__ void store_row(T* row, int d, int dim, bool vectorised,

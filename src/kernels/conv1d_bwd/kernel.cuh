@@ -7,7 +7,8 @@
 // needs), recomputing pre[t] from x as the forward does (x and dy read once, plus halos), keeping
 // the last W - 1 values of g in registers, and writes dx[s] once g up to s + W - 1 is known (at a
 // document's last token, the pending ones, with the next document's g taken as zero). Its tile's
-// sums of dweight and dbias go to the workspace, one row per tile.
+// sums of dweight and dbias go to the workspace, one row per tile. Loads run kBatch tokens ahead:
+// token t's x and dy rows are issued when token t - kBatch is computed (2 kBatch in flight).
 // conv1d_state_bwd_kernel: dinitial_state, one thread per (document, channel).
 // conv1d_reduce_kernel: dweight and dbias, each element the sum of the tiles' rows: 32 elements
 // a block, warp w summing tiles w, w + 8, ... in tile order, then the eight warps' sums added in
@@ -24,7 +25,8 @@ using conv1d::Documents;
 template <class T>
 inline constexpr int kVec = channels_per_thread(sizeof(T));
 
-inline constexpr int kBatch = 4;  // token loads issued together
+// Tokens whose x and dy rows are in flight ahead of the arithmetic.
+inline constexpr int kBatch = 4;
 inline constexpr int kStateThreads = 128;
 inline constexpr int kReduceThreads = 256;
 
@@ -66,76 +68,124 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
   int64_t const t1 = t0 + p.tile_tokens < p.num_tokens ? t0 + p.tile_tokens : p.num_tokens;
   // The W - 1 tokens after the tile feed its last tokens' dx.
   int64_t const t_end = t1 + (W - 1) < p.num_tokens ? t1 + (W - 1) : p.num_tokens;
+  // The walk's tokens t by their offset t - t0 (up to tile_tokens + W - 1: int).
+  int const off1 = static_cast<int>(t1 - t0), off_end = static_cast<int>(t_end - t0);
+
+  T const* x = static_cast<T const*>(p.x);
+  T const* dy = static_cast<T const*>(p.dy);
+  // xs.raw[k], dys.raw[k]: token t's rows for t - t0 = k (mod kBatch), loaded while the kBatch
+  // tokens before t are computed. The first kBatch, and the W - 1 rows before the tile (its halo
+  // where they are in t0's document), are issued before the weight loads and the document search.
+  conv1d::RowBatch<T, V, kBatch> xs, dys;
+  conv1d::RowBatch<T, V, W - 1> before;
+#pragma unroll
+  for (int k = 0; k < kBatch; ++k) {
+    if (k >= off_end) break;
+    xs.issue(k, x + (t0 + k) * p.dim, d, p.dim, p.vectorised);
+    dys.issue(k, dy + (t0 + k) * p.dim, d, p.dim, p.vectorised);
+  }
+#pragma unroll
+  for (int k = 0; k < W - 1; ++k) {
+    int64_t const q = t0 - (W - 1) + k;
+    if (q >= 0) before.issue(k, x + q * p.dim, d, p.dim, p.vectorised);
+  }
 
   float w[W][V], b[V];
   conv1d::load_taps<V, W>(p.weight, p.weight_dtype, p.bias, p.bias_dtype, p.dim, d, w, b);
 
-  T const* x = static_cast<T const*>(p.x);
-  T const* dy = static_cast<T const*>(p.dy);
   Documents const docs = documents(p);
   int64_t n = docs.of(t0);
   int64_t bos = docs.start(n), eos = docs.start(n + 1);
   // halo[k] = e[t - (W - 1) + k]; ring[k] = g[t - (W - 1) + k] of t's document (0 before it).
   float halo[W - 1][V], ring[W - 1][V];
+  // The document in offsets: off_next, where the next one starts (past the walk: off_end + 1, so
+  // that neither it nor its last token off_next - 1 is reached); dx[t - (W - 1)] is due at offsets
+  // from off_out on (s = t - (W - 1) in the document and the tile).
+  int off_next = 0, off_out = 0;
+  // A document entered at t: its ring, bounds, and halo where e[q] is before the document (the
+  // initial state or zeros); e[q] inside it occurs only at the tile's start (rows `before`).
   auto const enter_document = [&](int64_t t) {
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) {
-      conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
-                                bos, t - (W - 1) + k, d, halo[k]);
+      int64_t const q = t - (W - 1) + k;
+      if (q < bos) {
+        conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
+                                  bos, q, d, halo[k]);
+      }
 #pragma unroll
       for (int j = 0; j < V; ++j) ring[k][j] = 0.f;
     }
+    off_next = static_cast<int>(eos - t0 <= off_end ? eos - t0 : off_end + 1);
+    off_out = static_cast<int>(bos > t0 ? bos - t0 : 0) + (W - 1);
   };
   enter_document(t0);
+  // t0's document's tokens before the tile (a document entered inside the tile starts at the token
+  // entering it, so has none before it).
+#pragma unroll
+  for (int k = 0; k < W - 1; ++k) {
+    if (t0 - (W - 1) + k >= bos) before.unpack(k, halo[k]);
+  }
   float dw[W][V] = {}, db[V] = {};
 
   bool past = false;  // a document starts after the tile: nothing more to compute
-  for (int64_t tb = t0; tb < t_end && !past; tb += kBatch) {
-    float xs[kBatch][V], dys[kBatch][V];
-    int const count = t_end - tb < kBatch ? static_cast<int>(t_end - tb) : kBatch;
-    conv1d::load_rows<T, V, kBatch>(x + tb * p.dim, p.dim, count, d, p.dim, p.vectorised, xs);
-    conv1d::load_rows<T, V, kBatch>(dy + tb * p.dim, p.dim, count, d, p.dim, p.vectorised, dys);
+  bool const silu = p.activation == cakeActivationSilu;
+  for (int batch = 0; batch < off_end && !past; batch += kBatch) {
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
-      int64_t const t = tb + k;
-      if (t >= t_end || past) break;
-      if (t >= eos) {
-        past = t >= t1;
+      int const off = batch + k;
+      if (off >= off_end) break;
+      int64_t const t = t0 + off;
+      float xt[V], dyt[V];
+      xs.unpack(k, xt);
+      dys.unpack(k, dyt);
+      // Token t + kBatch's rows take t's registers, in flight while t .. t + kBatch - 1 compute.
+      if (off + kBatch < off_end) {
+        xs.issue(k, x + (t + kBatch) * p.dim, d, p.dim, p.vectorised);
+        dys.issue(k, dy + (t + kBatch) * p.dim, d, p.dim, p.vectorised);
+      }
+      if (off >= off_next) {  // a document starts at t (after any empty ones)
+        past = off >= off1;
         if (past) break;
         n = docs.of(t);
         bos = docs.start(n);
         eos = docs.start(n + 1);
         enter_document(t);
       }
-      float g[V];
+      float pre[V], g[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        float pre = b[j];
+        pre[j] = b[j];
 #pragma unroll
-        for (int i = 0; i < W - 1; ++i) pre = fmaf(w[i][j], halo[i][j], pre);
-        pre = fmaf(w[W - 1][j], xs[k][j], pre);
-        g[j] = dys[k][j] * conv1d::activation_slope(p.activation, pre);
+        for (int i = 0; i < W - 1; ++i) pre[j] = fmaf(w[i][j], halo[i][j], pre[j]);
+        pre[j] = fmaf(w[W - 1][j], xt[j], pre[j]);
       }
-      if (t < t1) {
+      // One branch on the activation a token, not one a channel.
+      if (silu) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          g[j] = dyt[j] * conv1d::activation_slope(cakeActivationSilu, pre[j]);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) g[j] = dyt[j];  // act' = 1
+      }
+      if (off < off1) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
 #pragma unroll
           for (int i = 0; i < W - 1; ++i) dw[i][j] = fmaf(g[j], halo[i][j], dw[i][j]);
-          dw[W - 1][j] = fmaf(g[j], xs[k][j], dw[W - 1][j]);
+          dw[W - 1][j] = fmaf(g[j], xt[j], dw[W - 1][j]);
           db[j] += g[j];
         }
         if (p.dresidual != nullptr) {
           conv1d::store_row<T, V>(static_cast<T*>(p.dresidual) + t * p.dim, d, p.dim, p.vectorised,
-                                  dys[k]);
+                                  dyt);
         }
       }
-      // dx[s], s = t - m: at every token for m = W - 1, at a document's last token for all m
-      // (g past the document is 0). g[t - u] is g for u = 0, else ring[W - 1 - u].
-      bool const last = t == eos - 1;
-#pragma unroll
-      for (int m = 0; m < W; ++m) {
-        int64_t const s = t - m;
-        if (!(m == W - 1 || last) || s < bos || s < t0 || s >= t1) continue;
+      // dx[s], s = t - m: the sum over taps i >= W - 1 - m of weight[:, i] g[t - u] with
+      // u = m - (W - 1) + i (g for u = 0, else ring[W - 1 - u]); at a document's last token (g
+      // after it 0) plus dht's column W - 1 - m.
+      auto const write_dx = [&](int m, bool last) {
         float out[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -145,14 +195,23 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
             int const u = m - (W - 1) + i;
             acc = fmaf(w[i][j], u == 0 ? g[j] : ring[W - 1 - u][j], acc);
           }
-          int64_t const column = s - (eos - W);
-          if (p.dht != nullptr && column >= 0 && d + j < p.dim) {
-            acc += conv1d::load_small(p.dht, p.dht_dtype, (n * p.dim + d + j) * W + column);
+          if (last && p.dht != nullptr && d + j < p.dim) {
+            acc += conv1d::load_small(p.dht, p.dht_dtype, (n * p.dim + d + j) * W + (W - 1 - m));
           }
           out[j] = acc;
         }
-        if (p.dx != nullptr) {
-          conv1d::store_row<T, V>(static_cast<T*>(p.dx) + s * p.dim, d, p.dim, p.vectorised, out);
+        conv1d::store_row<T, V>(static_cast<T*>(p.dx) + (t - m) * p.dim, d, p.dim, p.vectorised,
+                                out);
+      };
+      if (p.dx != nullptr) {
+        if (off + 1 == off_next) {  // t is its document's last token: every pending dx
+#pragma unroll
+          for (int m = 0; m < W; ++m) {
+            int64_t const s = t - m;
+            if (s >= bos && s >= t0 && s < t1) write_dx(m, true);
+          }
+        } else if (off >= off_out) {  // the one W - 1 tokens back (before t1, as t < t_end)
+          write_dx(W - 1, false);
         }
       }
 #pragma unroll
@@ -165,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
       }
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        halo[W - 2][j] = xs[k][j];
+        halo[W - 2][j] = xt[j];
         ring[W - 2][j] = g[j];
       }
     }
