@@ -21,7 +21,9 @@
 
 namespace cake::kernels::conv1d {
 
-// The unsigned type of `bytes` bytes, for one vector load or store.
+// The unsigned type of `bytes` bytes, for one vector load or store. Bits move between a vector
+// and a T array by memcpy: reading a T array through a vector pointer breaks strict aliasing, and
+// the emulator's host compiler reorders such code (the GPU compiles both forms alike).
 template <int bytes>
 struct Bits;
 template <>
@@ -50,7 +52,8 @@ __device__ __forceinline__ void load_row(T const* row, int d, int dim, bool vect
   using Vector = typename Bits<V * sizeof(T)>::Type;
   alignas(16) T raw[V];
   if (vectorised) {
-    *reinterpret_cast<Vector*>(raw) = *reinterpret_cast<Vector const*>(row + d);
+    Vector const bits = *reinterpret_cast<Vector const*>(row + d);
+    memcpy(raw, &bits, sizeof bits);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) raw[j] = d + j < dim ? row[d + j] : from_float<T>(0.f);
@@ -72,8 +75,8 @@ __device__ __forceinline__ void load_rows(T const* rows, int64_t stride, int cou
     for (int k = 0; k < N; ++k) raw[k] = *reinterpret_cast<Vector const*>(rows + k * stride + d);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      alignas(16) T parts[V];
-      *reinterpret_cast<Vector*>(parts) = raw[k];
+      T parts[V];
+      memcpy(parts, &raw[k], sizeof parts);
 #pragma unroll
       for (int j = 0; j < V; ++j) out[k][j] = to_float(parts[j]);
     }
@@ -90,8 +93,7 @@ __device__ __forceinline__ void load_rows(T const* rows, int64_t stride, int cou
 // and does not wait for it; unpack(k, out) converts row k to float, waiting for it only then.
 // Without `vectorised` the row is read element by element (channels past D as 0) and, for 16-bit
 // T, packed at once, which waits for those loads: correct, just not ahead. k must be a constant
-// after unrolling, else raw[] moves to local memory. The bits move by memcpy (reading T elements
-// through a Vector pointer breaks strict aliasing: the emulator's host compiler reorders it).
+// after unrolling, else raw[] moves to local memory.
 template <class T, int V, int N>
 struct RowBatch {
   using Vector = typename Bits<V * sizeof(T)>::Type;
@@ -124,7 +126,9 @@ __device__ __forceinline__ void store_row(T* row, int d, int dim, bool vectorise
 #pragma unroll
   for (int j = 0; j < V; ++j) raw[j] = from_float<T>(in[j]);
   if (vectorised) {
-    *reinterpret_cast<Vector*>(row + d) = *reinterpret_cast<Vector const*>(raw);
+    Vector bits;
+    memcpy(&bits, raw, sizeof bits);
+    *reinterpret_cast<Vector*>(row + d) = bits;
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
