@@ -701,7 +701,8 @@ TEST(Validation, SavedSetOnCudaTensors) {
 
   // Inverse mode: the saved set is all but h (q and k normalised with their rstd, G, A, beta);
   // the forward's scratch is the slack. The backward's scratch holds what it reruns (h, and the
-  // h-walk's flags: N x HV ints) and dq, dk per value head, not G, A, beta nor q̂, k̂.
+  // h-walk's flags: N x HV ints), dq and dk summed over the value heads and walk_a_bwd's ticket
+  // and turns (1 + 2 num_slots H ints), not G, A, beta nor q̂, k̂.
   c.options.save_for_backward = 2;
   size_t saved_inverse = 0, fws_inverse = 0, bws_inverse = 0;
   ASSERT_EQ(cakeForwardSavedSize(&c.options, &c.fwd, &saved_inverse), cakeSuccess);
@@ -710,8 +711,9 @@ TEST(Validation, SavedSetOnCudaTensors) {
   size_t const solved = up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4);
   EXPECT_EQ(saved_inverse, qk_norm + up(bt * hv * 4) + up(bt * hv * 64 * 2) + bt * hv * 4);
   EXPECT_EQ(fws_inverse, 256u);
-  size_t const flags = 1 * hv * 4;  // after dk's terms, whose size is a multiple of 256 bytes
-  EXPECT_EQ(bws_inverse, bws + 4 * hv * d * d * 2 + flags);
+  size_t const flags = 1 * hv * 4;
+  size_t const order = (1 + 2 * 4 * 1) * 4;  // the last region in saved mode, then the flags'
+  EXPECT_EQ(bws_inverse, bws - order + up(order) + 4 * hv * d * d * 2 + flags);
   EXPECT_EQ(bws_recompute, bws_inverse + qk_norm + solved);
 
   // Without use_qk_l2norm: no q, k normalised anywhere.

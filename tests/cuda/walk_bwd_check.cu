@@ -48,6 +48,7 @@ struct Buffers {
         *dht = nullptr, *dq = nullptr, *dk = nullptr, *dbeta = nullptr, *dg = nullptr,
         *dh0 = nullptr;
   int32_t* cu = nullptr;
+  int* order = nullptr;  // walk_a_bwd's tickets and turns, where the group has several heads
   bool ok = true;
 
   void alloc(std::vector<int32_t> const& cu_host, int H, int HV) {
@@ -68,16 +69,17 @@ struct Buffers {
     take(&dv, BT * HV * K);
     for (float** x : {&g, &beta, &gcum, &beta_f32, &dbeta, &dg}) take(x, BT * HV);
     for (float** x : {&h0, &dht, &dh0}) take(x, states);
-    take(&dq, BT * HV * K);
-    take(&dk, BT * HV * K);
+    take(&dq, BT * H * K);
+    take(&dk, BT * H * K);
+    if (HV > H) take(&order, cake::kernels::walk_a_bwd::walk_order_size(prob));
     ok = ok && cu != nullptr;
   }
   // NaN in every output, so that elements the kernels do not write fail
   void poison() {
     int64_t const BT = prob.num_tokens;
-    int const HV = prob.num_v_heads;
-    cudaMemset(dq, 0xff, BT * HV * K * 4);
-    cudaMemset(dk, 0xff, BT * HV * K * 4);
+    int const H = prob.num_qk_heads, HV = prob.num_v_heads;
+    cudaMemset(dq, 0xff, BT * H * K * 4);
+    cudaMemset(dk, 0xff, BT * H * K * 4);
     cudaMemset(dv, 0xff, BT * HV * K * 2);
     cudaMemset(dbeta, 0xff, BT * HV * 4);
     cudaMemset(dg, 0xff, BT * HV * 4);
@@ -119,12 +121,17 @@ struct Buffers {
     bp.dht = dht;
     bp.dq = dq;
     bp.dk = dk;
+    bp.order = order;
     bp.dv = dv;
     bp.dbeta = dbeta;
     bp.dg = dg;
     bp.dh0 = dh0;
     bp.eo_split = h0 != nullptr;
-    return kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
+    bool const cleared =
+        order == nullptr ||
+        cudaMemsetAsync(order, 0, sizeof(int) * kn::walk_a_bwd::walk_order_size(p), stream) ==
+            cudaSuccess;
+    return cleared && kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
            kn::walk_a_fwd::launch<kn::ScalarDecay>(fp, stream) == cudaSuccess &&
            kn::walk_a_bwd::launch<kn::ScalarDecay>(bp, stream) == cudaSuccess;
   }
@@ -135,7 +142,7 @@ struct Buffers {
                     static_cast<void*>(gcum), static_cast<void*>(beta_f32), static_cast<void*>(h0),
                     static_cast<void*>(dht), static_cast<void*>(dq), static_cast<void*>(dk),
                     static_cast<void*>(dbeta), static_cast<void*>(dg), static_cast<void*>(dh0),
-                    static_cast<void*>(cu)})
+                    static_cast<void*>(cu), static_cast<void*>(order)})
       cudaFree(x);
   }
 };
@@ -174,18 +181,10 @@ bool run_case(Case const& wc, std::mt19937& rng) {
                                    rg.data(), rbeta.data(), rh0.data()};
   cake::ref::chunked_backward(pr.shape(), in, out, grad);
 
-  // The kernel's dq, dk per value head, summed over each q/k head's value heads in double
-  std::vector<float> const dq_hv = host_copy(b.dq, BT * HV * K),
-                           dk_hv = host_copy(b.dk, BT * HV * K);
-  std::vector<double> dq(BT * H * K, 0.0), dk(BT * H * K, 0.0);
-  for (int64_t t = 0; t < BT; ++t)
-    for (int hv = 0; hv < HV; ++hv)
-      for (int c = 0; c < K; ++c) {
-        int64_t const at = (t * H + hv / (HV / H)) * K + c;
-        dq[at] += dq_hv[(t * HV + hv) * K + c];
-        dk[at] += dk_hv[(t * HV + hv) * K + c];
-      }
+  // The kernel's dq, dk, summed over each q/k head's value heads (fp32)
   auto widen = [](auto const& x) { return std::vector<double>(x.begin(), x.end()); };
+  std::vector<double> const dq = widen(host_copy(b.dq, BT * H * K)),
+                            dk = widen(host_copy(b.dk, BT * H * K));
   std::vector<double> dv;
   for (bf16 x : host_copy(b.dv, BT * HV * K)) dv.push_back(__bfloat162float(x));
   std::vector<std::pair<char const*, Errors>> const errors = {

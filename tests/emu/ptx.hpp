@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "emu/runtime.hpp"
@@ -382,5 +383,20 @@ inline void wait_flag(int const* flag) {
     throw std::runtime_error("wait_flag: the flag was never set (the producing grid ran first)");
   __syncthreads();
 }
+
+// The ordered reduction (ptx.cuh): blocks run in order here, so a ticket is the block's place in
+// that order and every turn a block waits on has been passed by a block before it; a turn not yet
+// there is a wait that could outlast its producer on the GPU, reported as an error.
+inline int take_ticket(int* counter) { return (*counter)++; }
+inline void reduce_add_f32x2(float* addr, float x, float y) {
+  addr[0] += x;
+  addr[1] += y;
+}
+inline void wait_turn(int const* turn, int value) {
+  if (*turn != value)
+    throw std::runtime_error("wait_turn: the turn is " + std::to_string(*turn) + ", not " +
+                             std::to_string(value) + " (a block before this one did not pass it)");
+}
+inline void pass_turn(int* turn, int value) { *turn = value; }
 
 }  // namespace cake::kernels

@@ -22,7 +22,6 @@ using cake::emu_testing::Errors;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
 using cake::emu_testing::Pool;
-using cake::emu_testing::sum_over_groups;
 using cake::emu_testing::widen;
 using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
@@ -106,8 +105,9 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.h = h.data();
     EXPECT_EQ(kn::walk_a_fwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
   }
-  auto dq_hv = poisoned<float>(pr.BT * pr.HV * K);
-  auto dk_hv = poisoned<float>(pr.BT * pr.HV * K);
+  auto dq32 = poisoned<float>(pr.BT * pr.H * K);
+  auto dk32 = poisoned<float>(pr.BT * pr.H * K);
+  std::vector<int> order(kn::walk_a_bwd::walk_order_size(kp), 0);
   auto dv = poisoned<bf16>(pr.BT * pr.HV * K);
   auto dg = poisoned<float>(pr.BT * pr.HV);
   auto dbeta = poisoned<float>(pr.BT * pr.HV);
@@ -124,8 +124,9 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.beta = s.beta.data();
     p.h = h.data();
     p.dht = c.states ? pr.dht32.data() : nullptr;
-    p.dq = dq_hv.data();
-    p.dk = dk_hv.data();
+    p.dq = dq32.data();
+    p.dk = dk32.data();
+    p.order = pr.HV > pr.H ? order.data() : nullptr;
     p.dv = dv.data();
     p.dbeta = dbeta.data();
     p.dg = dg.data();
@@ -133,8 +134,6 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
     p.eo_split = c.states;
     EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
   }
-  std::vector<double> const dq = sum_over_groups(dq_hv, pr.BT, pr.H, pr.HV);
-  std::vector<double> const dk = sum_over_groups(dk_hv, pr.BT, pr.H, pr.HV);
 
   std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K), rg(pr.BT * pr.HV),
       rbeta(rg.size()), rh0(pr.states_size());
@@ -142,8 +141,8 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   cake::ref::chunked_backward(
       pr.shape(), in, cake::ref::OutputGrads{pr.dout.data(), c.states ? pr.dht.data() : nullptr},
       cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
-  pool[0].second.add(dq, rq);
-  pool[1].second.add(dk, rk);
+  pool[0].second.add(dq32, rq);
+  pool[1].second.add(dk32, rk);
   pool[2].second.add(widen(dv), rv);
   pool[3].second.add(dg, rg);
   pool[4].second.add(dbeta, rbeta);
@@ -168,6 +167,7 @@ std::vector<Case> cases() {
   return {
       {"docs 1,63,64,65,130 GVA 1/2", {1, 63, 64, 65, 130}},
       {"docs 65,70 H=HV=2", {65, 70}, 2, 2},
+      {"docs 1,65,130 GVA 1/4", {1, 65, 130}, 1, 4},  // four value heads in turn per chunk
       {"docs 65,200,1 g=-20", {65, 200, 1}, 2, 4, -20.f, -20.f},
       {"docs 65,200,1 g=0", {65, 200, 1}, 2, 4, 0.f, 0.f},
       {"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f},

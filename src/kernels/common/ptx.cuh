@@ -369,6 +369,46 @@ __device__ __forceinline__ void wait_flag(int const* flag) {
   __syncthreads();
 }
 
+// An ordered reduction across CTAs (walk_a_bwd's sum of dq and dk over a group's value heads):
+// each CTA takes a ticket, so that a CTA that runs has every lower ticket running or done (what
+// it waits on is always a lower ticket, so no wait can outlast the CTAs it waits for); a turn
+// counter per reduced block says how many terms are in; the CTA whose turn it is adds its term
+// with reductions at L2 (fire and forget) and passes the turn on. The order of the terms is the
+// tickets': the sum is bitwise the same run to run.
+
+// The old value of *counter, then *counter + 1 (at GPU scope).
+__device__ __forceinline__ int take_ticket(int* counter) {
+  int old;
+  asm volatile("atom.relaxed.gpu.global.add.s32 %0, [%1], 1;\n"
+               : "=r"(old)
+               : "l"(counter)
+               : "memory");
+  return old;
+}
+
+// *addr += (x, y) at L2 (two adjacent fp32; addr 8-byte aligned), relaxed at GPU scope.
+__device__ __forceinline__ void reduce_add_f32x2(float* addr, float x, float y) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(x), "f"(y)
+               : "memory");
+}
+
+// Polls *turn with acquire loads until it equals `value` (one thread; a barrier then hands the
+// acquired order to the others).
+__device__ __forceinline__ void wait_turn(int const* turn, int value) {
+  for (;;) {
+    int now;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(turn) : "memory");
+    if (now == value) return;
+    __nanosleep(64);
+  }
+}
+
+// *turn <- value with release at GPU scope (one thread, after a barrier that orders the
+// participating threads' writes before it: cumulative).
+__device__ __forceinline__ void pass_turn(int* turn, int value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(turn), "r"(value) : "memory");
+}
+
 }  // namespace cake::kernels
 
 #endif  // CAKE_EMULATE

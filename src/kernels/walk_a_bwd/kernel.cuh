@@ -17,8 +17,12 @@
 //   E: dbeta = <Z, Rt> + <dL K, K>;  dG from the row sums (<Q, dO h^T>, <Zs h^T, K>, the gate
 //      sums of T o dT and P o dP, <K dS, Delta>, <dS, h>; the terms that cancel exactly left out,
 //      as in the model); dg = reverse cumsum of dG.
-// dq and dk are this value head's terms, fp32 [BT, HV, K]: a reduction over the value heads of
-// a q/k head follows (and the L2-norm backward).
+// dq and dk are summed over the value heads of each q/k head here, into fp32 [BT, H, K] (the
+// L2-norm backward follows): the group's first value head stores its terms of a chunk, each next
+// one adds its own with reductions at L2 once the one before has passed it the chunk's turn, so
+// that the sum runs in ascending value-head order (bitwise reproducible) and no buffer per value
+// head is needed. The walks of a group are adjacent in the ticket order and walk their chunks in
+// the same order at the same pace: a walk waits for its turn about once, at its first chunk.
 //
 // The step on warpgroup roles, every product a wgmma from shared memory (blocked tiles,
 // wgmma.cuh). Why: as a lock-step walk (16 warps of mma.sync, eight barriers per chunk, every
@@ -140,6 +144,7 @@ struct alignas(1024) SharedStorage<ScalarDecay> {
   // The walk's document and value head, read by the roles at each step (read_here)
   WalkSpan span;
   WalkRef walk;
+  int32_t ticket;  // this CTA's place in the ticket order (Params::order)
   // mbarriers of the TMA loads (Landed): each tile group loads once per step, so the phase of
   // chunk j's load has parity (num_chunks - 1 - j) % 2 (landed_parity)
   uint64_t landed[5];
@@ -169,6 +174,7 @@ struct alignas(1024) SharedStorage<ChannelDecay> {
                                   // (stored at once: E reads the other parity)
   WalkSpan span;
   WalkRef walk;
+  int32_t ticket;
   uint64_t landed[5];
 };
 static_assert(sizeof(SharedStorage<ChannelDecay>) <= 227 * 1024,
@@ -904,11 +910,45 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
-  // acc's rows of chunk j (columns k0 ..) -> out's rows (dq, dk; fp32 [BT, HV, K])
+  // acc's rows of chunk j (columns k0 ..) -> out's rows (fp32 [BT, HV, K]: the intra pass's
+  // inputs, ChannelDecay)
   auto const store_rows = [&](float* out, SideHere const& x, float(&acc)[kStateHalf / 2]) {
     out += ((x.t0 + x.row_lo) * HV + x.hv) * kHeadDim + x.k0 + 2 * (x.lane % 4);
     store_wgmma_rows<kStateHalf>(out, v_stride, x.row_lo, x.len, acc,
                                  [](float x0, float x1, bool) { return make_float2(x0, x1); });
+  };
+  // acc's rows of chunk j (columns k0 ..) into the sum over the group's value heads (dq, dk; fp32
+  // [BT, H, K]), in ascending value-head order: the group's first value head stores its terms,
+  // each next one waits for its turn on the chunk's block (turns [num_slots, H], the slot of
+  // chunk j), adds its terms at L2 and passes the turn on
+  // (turns: dq's or dk's, kDqTurns or kDkTurns)
+  auto const reduce_rows = [&](float* out, int turns, SideHere const& x, int64_t slot,
+                               float(&acc)[kStateHalf / 2]) {
+    int const group = p.problem.group_size();
+    int const H = p.problem.num_qk_heads;
+    int const gi = x.hv % group;
+    int* const turn = gi > 0 || gi + 1 < group
+                          ? p.order + 1 + (turns * p.problem.num_slots + slot) * H + x.hv / group
+                          : nullptr;
+    out += ((x.t0 + x.row_lo) * H + x.hv / group) * kHeadDim + x.k0 + 2 * (x.lane % 4);
+    int64_t const stride = int64_t{H} * kHeadDim;
+    if (gi == 0) {
+      store_wgmma_rows<kStateHalf>(out, stride, x.row_lo, x.len, acc,
+                                   [](float x0, float x1, bool) { return make_float2(x0, x1); });
+    } else {
+      if (x.tid == 0) wait_turn(turn, gi);
+      named_barrier_sync(kSideGroup, kSideThreads);
+#pragma unroll
+      for (int jb = 0; jb < kStateHalf / 8; ++jb) {
+        if (x.row_lo < x.len) reduce_add_f32x2(out + 8 * jb, acc[4 * jb], acc[4 * jb + 1]);
+        if (x.row_lo + 8 < x.len)
+          reduce_add_f32x2(out + 8 * stride + 8 * jb, acc[4 * jb + 2], acc[4 * jb + 3]);
+      }
+    }
+    if (gi + 1 < group) {  // every side thread's terms are in before the turn passes
+      named_barrier_sync(kSideGroup, kSideThreads);
+      if (x.tid == 0) pass_turn(turn, gi + 1);
+    }
   };
 
   int64_t const num_chunks = s.span.num_chunks();
@@ -1054,7 +1094,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       });
       warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p},
                                         MNMajorSwizzledTile<kChunk>{k_of(s, j)}, 0, x.k0, dq);
-      store_rows(p.dq, side_here(s, j), dq);
+      reduce_rows(p.dq, kDqTurns, side_here(s, j), read_here(s.span).slot0 + j, dq);
     }
 
     named_barrier_sync(kChainFull, kThreads);
@@ -1132,7 +1172,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       if constexpr (!kChannel) {
         wgmma_wait<0>();
         fence_accumulators(dk);
-        store_rows(p.dk, side_here(s, j), dk);
+        reduce_rows(p.dk, kDkTurns, side_here(s, j), read_here(s.span).slot0 + j, dk);
       }
     }
   }
@@ -1151,7 +1191,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<Decay>*>(smem_raw);
   Params const& p = kp.p;
-  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
+  // With the ordered dq/dk sum, walks by ticket (ptx.cuh): the walk of a lower ticket, whose
+  // turn this one may wait on, has started. Tickets follow the blocks' start order.
+  int64_t order = blockIdx.x;
+  if (p.order != nullptr) {
+    if (threadIdx.x == 0) s.ticket = take_ticket(p.order);
+    __syncthreads();
+    order = s.ticket;
+  }
+  WalkRef const walk = walk_of_block(p.problem, order);
   if (threadIdx.x == 0) {
     s.walk = walk;
     s.span = walk_span(p.problem, walk);

@@ -26,8 +26,14 @@ struct Params {
   // dependent, and each walk waits on its own flag before it reads h.
   int const* h_ready = nullptr;
   float const* dht = nullptr;   // [N, HV, K, V]   or nullptr (zero)
-  float* dq = nullptr;          // [BT, HV, K]     out: this value head's dq terms
-  float* dk = nullptr;          // [BT, HV, K]     out: this value head's dk terms
+  // ScalarDecay: dq and dk summed over each q/k head's value heads in ascending order (the
+  // value head with index 0 in its group stores its terms, the others add theirs at L2, each in
+  // its turn: bitwise reproducible; kernel.cuh)
+  float* dq = nullptr;  // [BT, H, K]      out
+  float* dk = nullptr;  // [BT, H, K]      out
+  // zeroed before the launch (ScalarDecay with group_size() > 1, else nullptr): the ticket
+  // counter, then the turns of dq and of dk, [num_slots, H] each (walk_order_size)
+  int* order = nullptr;
   __nv_bfloat16* dv = nullptr;  // [BT, HV, V]     out or nullptr (not wanted)
   void* dbeta = nullptr;        // [BT, HV]        out or nullptr: fp32, or bf16 when
                                 //                 dbeta_is_bf16
@@ -51,5 +57,10 @@ struct Params {
   float* dgamma = nullptr;      // [num_slots, HV, K]  rowdot(dS, h) per row of h
   float* dbeta_walk = nullptr;  // [BT, HV]      rowdot(Z, Rt)
 };
+
+// Params::order: the ticket counter, then dq's turns and dk's turns, [num_slots, H] each.
+inline constexpr int kDqTurns = 0;
+inline constexpr int kDkTurns = 1;
+inline int64_t walk_order_size(Problem const& p) { return 1 + 2 * p.num_slots * p.num_qk_heads; }
 
 }  // namespace cake::kernels::walk_a_bwd

@@ -4,9 +4,9 @@
 //           (o, the final state; in saved mode also h per chunk)
 // Backward: the saved set (normalised q/k and their rows' rstd, G, A, beta, h per chunk) comes
 //           from the forward or from its recompute [qk_norm] -> kkt_solve -> the h-walk
-//           (walk_a_fwd without o); then walk_a_bwd (one reverse walk: dq, dk per value head, dv,
-//           dbeta, dg, dh0) -> qk_grad (dq, dk summed over the value heads, L2-norm backward from
-//           q̂, k̂ and rstd).
+//           (walk_a_fwd without o); then walk_a_bwd (one reverse walk: dq, dk summed over the
+//           value heads in ascending order, dv, dbeta, dg, dh0) -> qk_grad (dq, dk to bf16,
+//           L2-norm backward from q̂, k̂ and rstd).
 // Three modes (options.save_for_backward): in recompute mode the backward reruns [qk_norm],
 // kkt_solve and the h-walk into its workspace; in saved mode the forward's kkt_solve and walk
 // write all of it into the caller's saved buffer and the backward reads it from there; in inverse
@@ -175,17 +175,23 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.h = b.h;
   wp.h_ready = b.walk_done;  // nullptr in saved mode
   wp.dht = ptr<float const>(args.dht);
-  wp.dq = b.dq_hv;
-  wp.dk = b.dk_hv;
+  wp.dq = b.dq_sum;
+  wp.dk = b.dk_sum;
+  wp.order = b.walk_order;
   wp.dv = ptr<bf16>(args.dv);
   wp.dbeta = args.dbeta.data;
   wp.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   wp.dg = ptr<float>(args.dg);
   wp.dh0 = ptr<float>(args.dh0);
   wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
+  if (b.walk_order != nullptr)
+    check_cuda(cudaMemsetAsync(b.walk_order, 0,
+                               sizeof(int) * kernels::walk_a_bwd::walk_order_size(p), stream),
+               "walk_a_bwd order clear");
   check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
 
-  reduce_qk_grads(p, l2, b, args, b.dq_hv, b.dk_hv, p.group_size(), stream);
+  // dq, dk to bf16 (through the L2 norm's backward): summed over the value heads already
+  reduce_qk_grads(p, l2, b, args, b.dq_sum, b.dk_sum, 1, stream);
 }
 
 }  // namespace cake::ops

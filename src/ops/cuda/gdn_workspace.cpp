@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "kernels/walk_a_bwd/params.hpp"
+
 namespace cake::ops::cuda {
 
 GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
@@ -38,8 +40,10 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   if (backward || mode == SaveMode::kSaved) b.h = h_arena.take<bf16>(states);
 
   if (backward) {
-    b.dq_hv = scratch.take<float>(v_rows * kHeadDim);
-    b.dk_hv = scratch.take<float>(v_rows * kHeadDim);
+    b.dq_sum = scratch.take<float>(qk_rows * kHeadDim);
+    b.dk_sum = scratch.take<float>(qk_rows * kHeadDim);
+    if (p.group_size() > 1)
+      b.walk_order = scratch.take<int>(kernels::walk_a_bwd::walk_order_size(p));
     if (mode != SaveMode::kSaved)
       b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
   }

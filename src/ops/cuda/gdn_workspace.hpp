@@ -32,8 +32,10 @@ struct GdnBuffers {
                                     //              in saved mode, the h-walk in the backward);
                                     //              absent in a forward that saves no h
   // workspace, backward only
-  float* dq_hv = nullptr;      // [BT, HV, K]  dq's terms per value head (walk_a_bwd)
-  float* dk_hv = nullptr;      // [BT, HV, K]  dk's terms per value head (walk_a_bwd)
+  float* dq_sum = nullptr;     // [BT, H, K]   dq summed over the value heads (walk_a_bwd)
+  float* dk_sum = nullptr;     // [BT, H, K]   dk summed over the value heads (walk_a_bwd)
+  int* walk_order = nullptr;   // walk_a_bwd's tickets and turns (walk_a_bwd::Params::order;
+                               //              zeroed before it), with group size > 1
   int* walk_done = nullptr;    // [N, HV]      the h-walk's flags, where the backward runs
                                //              it (not in saved mode): each reverse walk
                                //              waits on its own (walk_a_bwd::Params::h_ready)
