@@ -96,6 +96,12 @@ typedef struct {
    * All modes give bitwise identical results. The CPU reference always recomputes (its saved set
    * has 0 bytes) and accepts any mode. */
   int32_t save_for_backward;
+  /* 0 (the default): every sum runs in a fixed order, so results are bitwise the same run to run.
+   * 1: sums may run in whatever order the GPU reaches their terms, where that is faster (GDN on
+   *    CUDA with grouped value heads: dq and dk summed over the value heads of each q/k head by
+   *    atomic adds); results within the accuracy gate, not bitwise reproducible. The CPU
+   *    reference and the other paths ignore it. */
+  int32_t unordered_sums;
 } cakeOptions_t;
 
 typedef struct {

@@ -40,7 +40,8 @@ cakeTensor_t view(T const* data, cakeDtype_t dtype, std::vector<int64_t> const& 
   return cake::dense_view(const_cast<T*>(data), dtype, cakeCUDA, shape);
 }
 
-// bytes + kGuard, 256-byte aligned at the start (the saved set's rule), guard bytes filled.
+// bytes + kGuard, 256-byte aligned at the start (the saved set's rule), the bytes poisoned and the
+// guard bytes filled.
 struct Guarded {
   std::vector<unsigned char> raw;
   unsigned char* data = nullptr;
@@ -48,6 +49,7 @@ struct Guarded {
   explicit Guarded(size_t n) : raw(n + kGuard + 256), bytes(n) {
     auto const addr = reinterpret_cast<uintptr_t>(raw.data());
     data = raw.data() + (256 - addr % 256) % 256;
+    std::memset(data, 0xff, n);  // poison (NaN as floats, -1 as ints): nothing may rely on zeros
     std::memset(data + n, kGuardByte, kGuard);
   }
   bool guard_intact() const {
@@ -97,10 +99,11 @@ struct OpRun {
 // and dh0 absent (as a caller that freezes q, k and the initial state); l2: with the q/k L2 norm;
 // gate: KDA's (else GDN); act: the op activates g and beta from act's raw inputs (in place of the
 // problem's and the gate's); nan_qk_in_backward: the backward gets as q and k one NaN expanded to
-// their shape (stride 0, as the Python autograd's stand-ins), the forward the real ones.
+// their shape (stride 0, as the Python autograd's stand-ins), the forward the real ones;
+// unordered_sums: options.unordered_sums.
 OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false,
              ChannelGate const& gate = {}, Activations const* act = nullptr,
-             bool nan_qk_in_backward = false) {
+             bool nan_qk_in_backward = false, bool unordered_sums = false) {
   namespace op = cake::ops;
   int64_t const BT = pr.BT;
   int64_t const gate_width = gate.kda ? K : 1;
@@ -110,6 +113,7 @@ OpRun run_op(Problem const& pr, int mode, bool all_grads = true, bool l2 = false
   options.scale = pr.scale;
   options.save_for_backward = mode;
   options.use_qk_l2norm = l2 ? 1 : 0;
+  options.unordered_sums = unordered_sums ? 1 : 0;
   cakeTensor_t const q = view(pr.q16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const k = view(pr.k16.data(), cakeBfloat16, {1, BT, pr.H, K});
   cakeTensor_t const v = view(pr.v16.data(), cakeBfloat16, {1, BT, pr.HV, K});
@@ -318,6 +322,29 @@ void check_modes(Case const& c, bool l2, bool kda = false) {
 
 TEST(EmulatedOp, EveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
   check_modes(Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}}, false);
+}
+
+// options.unordered_sums: GDN's dq and dk, summed over the value heads by adds in any order (into
+// sums the op zeroes), pass the gate in every mode; the other gradients are
+// bitwise those of the ordered sum (only dq and dk go through it). Group sizes 2 and 1 (with one
+// value head per q/k head there is no sum: the terms are stored).
+TEST(EmulatedOp, UnorderedSumsMatchTheFp64Reference) {
+  for (Case const& c : {Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}},
+                        Case{"docs 63,130 GVA 2/2", {63, 130}, 2, 2}}) {
+    Problem const pr = fresh_problem(c);
+    Reference const r = reference(pr, false, false, pr.g, pr.beta);
+    OpRun const ordered = run_op(pr, 0);
+    for (int mode : {0, 1, 2}) {
+      OpRun const run = run_op(pr, mode, true, false, {}, nullptr, false, true);
+      Grads const& a = run.grads;
+      SCOPED_TRACE(c.name + std::string(", mode ") + std::to_string(mode));
+      expect_within_gate({{"dq", errors(widen(a.dq), r.dq)}, {"dk", errors(widen(a.dk), r.dk)}});
+      EXPECT_TRUE(bitwise_equal(ordered.o, run.o) && bitwise_equal(ordered.grads.dv, a.dv) &&
+                  bitwise_equal(ordered.grads.dg, a.dg) &&
+                  bitwise_equal(ordered.grads.dbeta, a.dbeta) &&
+                  bitwise_equal(ordered.grads.dh0, a.dh0));
+    }
+  }
 }
 
 // Documents of no tokens: their walks have no chunks, yet each h-walk still sets its flag (the

@@ -920,24 +920,28 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
   // acc's rows of chunk j (columns k0 ..) into the sum over the group's value heads (dq, dk; fp32
   // [BT, H, K]), in ascending value-head order: the group's first value head stores its terms,
   // each next one waits for its turn on the chunk's block (turns [num_slots, H], the slot of
-  // chunk j), adds its terms at L2 and passes the turn on
-  // (turns: dq's or dk's, kDqTurns or kDkTurns)
+  // chunk j), adds its terms at L2 and passes the turn on (turns: dq's or dk's, kDqTurns or
+  // kDkTurns). With Params::unordered_sum every value head adds its terms at once, into sums
+  // zeroed before the launch.
   auto const reduce_rows = [&](float* out, int turns, SideHere const& x, int64_t slot,
                                float(&acc)[kStateHalf / 2]) {
     int const group = p.problem.group_size();
     int const H = p.problem.num_qk_heads;
     int const gi = x.hv % group;
-    int* const turn = gi > 0 || gi + 1 < group
+    bool const ordered = !p.unordered_sum;
+    int* const turn = ordered && (gi > 0 || gi + 1 < group)
                           ? p.order + 1 + (turns * p.problem.num_slots + slot) * H + x.hv / group
                           : nullptr;
     out += ((x.t0 + x.row_lo) * H + x.hv / group) * kHeadDim + x.k0 + 2 * (x.lane % 4);
     int64_t const stride = int64_t{H} * kHeadDim;
-    if (gi == 0) {
+    if (ordered && gi == 0) {
       store_wgmma_rows<kStateHalf>(out, stride, x.row_lo, x.len, acc,
                                    [](float x0, float x1, bool) { return make_float2(x0, x1); });
     } else {
-      if (x.tid == 0) wait_turn(turn, gi);
-      named_barrier_sync(kSideGroup, kSideThreads);
+      if (ordered) {
+        if (x.tid == 0) wait_turn(turn, gi);
+        named_barrier_sync(kSideGroup, kSideThreads);
+      }
 #pragma unroll
       for (int jb = 0; jb < kStateHalf / 8; ++jb) {
         if (x.row_lo < x.len) reduce_add_f32x2(out + 8 * jb, acc[4 * jb], acc[4 * jb + 1]);
@@ -945,7 +949,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
           reduce_add_f32x2(out + 8 * stride + 8 * jb, acc[4 * jb + 2], acc[4 * jb + 3]);
       }
     }
-    if (gi + 1 < group) {  // every side thread's terms are in before the turn passes
+    if (ordered && gi + 1 < group) {  // every side thread's terms are in before the turn passes
       named_barrier_sync(kSideGroup, kSideThreads);
       if (x.tid == 0) pass_turn(turn, gi + 1);
     }

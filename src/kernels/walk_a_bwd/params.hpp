@@ -34,6 +34,10 @@ struct Params {
   // zeroed before the launch (ScalarDecay with group_size() > 1, else nullptr): the ticket
   // counter, then the turns of dq and of dk, [num_slots, H] each (walk_order_size)
   int* order = nullptr;
+  // ScalarDecay: every value head adds its dq and dk terms at L2 in whatever order the walks
+  // reach them, into dq and dk zeroed before the launch (order unused: nullptr); the sums are
+  // then not bitwise reproducible (cakeOptions_t::unordered_sums)
+  bool unordered_sum = false;
   __nv_bfloat16* dv = nullptr;  // [BT, HV, V]     out or nullptr (not wanted)
   void* dbeta = nullptr;        // [BT, HV]        out or nullptr: fp32, or bf16 when
                                 //                 dbeta_is_bf16
