@@ -65,6 +65,7 @@ def chunk_gated_delta_rule(
     transpose_state_layout: Optional[bool] = None,
     head_first: Optional[bool] = None,
     save_for_backward: Optional[str] = None,
+    deterministic: bool = True,
 ):
     """Gated DeltaNet: S_t = exp(g_t) S_{t-1} + k_t (beta_t (v_t - exp(g_t) S_{t-1}^T k_t))^T,
     o_t = scale S_t^T q_t, per document and value head.
@@ -107,6 +108,12 @@ def chunk_gated_delta_rule(
             activation memory. Bitwise identical results; nothing is saved without a gradient or
             on the CPU (the reference recomputes). Inside ``torch.utils.checkpoint`` the saved
             set is dropped and rebuilt with the other saved tensors.
+        deterministic: ``True`` (the default): every gradient is bitwise the same run to run.
+            ``False`` lets the CUDA backward sum dq and dk over the value heads of each q/k head
+            (with ``HV > H``) by atomic adds in any order, a few per cent faster; results within
+            the same accuracy, not bitwise reproducible. No effect elsewhere (the CPU reference,
+            ``H == HV``, ``cu_seqlens_cpu``'s segmented walks and ``cake.kcp`` always sum in a
+            fixed order).
     {cuda}
 
     Returns:
@@ -125,7 +132,8 @@ def chunk_gated_delta_rule(
                    use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel,
                    allow_neg_eigval=allow_neg_eigval, state_v_first=state_v_first,
                    transpose_state_layout=transpose_state_layout, chunk_size=chunk_size,
-                   head_first=head_first, save_for_backward=save_for_backward)
+                   head_first=head_first, save_for_backward=save_for_backward,
+                   deterministic=deterministic)
     return _call(GATED_DELTA_RULE, q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu,
                  A_log, dt_bias, options)
 
@@ -156,6 +164,7 @@ def chunk_kda(
     transpose_state_layout: Optional[bool] = None,
     head_first: Optional[bool] = None,
     save_for_backward: Optional[str] = None,
+    deterministic: bool = True,
 ):
     """Kimi Delta Attention: as chunk_gated_delta_rule with a decay per key channel,
     S_t = Diag(exp(g_t)) S_{t-1} + k_t (beta_t (v_t - (Diag(exp(g_t)) S_{t-1})^T k_t))^T.
@@ -186,6 +195,7 @@ def chunk_kda(
             so a captured call replays with new ``cu_seqlens`` contents of the same shape, empty
             tail documents as padding). With ``use_graph``, a given ``max_num_seqs`` must be the
             number of documents in ``cu_seqlens``, as FLA requires.
+        deterministic: accepted; KDA's gradients are always bitwise reproducible.
     {cuda} On CUDA, g is ``[B, T, HV, K]``: float32, or a raw float32, bfloat16 or float16 gate
     with ``use_gate_in_kernel``.
 
@@ -208,7 +218,7 @@ def chunk_kda(
                    return_intermediate_states=return_intermediate_states,
                    state_v_first=state_v_first, transpose_state_layout=transpose_state_layout,
                    chunk_size=chunk_size, head_first=head_first,
-                   save_for_backward=save_for_backward)
+                   save_for_backward=save_for_backward, deterministic=deterministic)
     return _call(KDA_OP, q, k, v, g, beta, initial_state, cu_seqlens, cu_seqlens_cpu, A_log,
                  dt_bias, options)
 

@@ -100,17 +100,18 @@ def _forward(
     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
     dt_bias: Optional[Tensor], scale: float, output_final_state: bool, use_qk_l2norm: bool,
     use_gate_in_kernel: bool, lower_bound: Optional[float], use_beta_sigmoid: bool,
-    allow_neg_eigval: bool, save_for_backward: int,
+    allow_neg_eigval: bool, save_for_backward: int, unordered_sums: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """o, final_state (empty when not wanted) and the saved set (empty in recompute mode, 0).
 
-    save_for_backward: the mode's options.save_for_backward (SAVE_MODES).
+    save_for_backward: the mode's options.save_for_backward (SAVE_MODES); unordered_sums:
+    options.unordered_sums (not deterministic; the backward's).
     """
     o, final_state = _outputs_like(q, v, cu_seqlens, output_final_state)
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     outputs = (o, final_state if output_final_state else None)
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-               allow_neg_eigval, save_for_backward)
+               allow_neg_eigval, save_for_backward, unordered_sums)
     saved = _saved_blob(abi.forward_saved_size(*inputs, *outputs, *options)
                         if save_for_backward else 0, q)
     workspace = _workspace(abi.forward_workspace_size(*inputs, *outputs, *options), q)
@@ -146,7 +147,7 @@ def _saved_bytes_of_shapes(variant: int, q: Tensor, v: Tensor, cu_seqlens: Optio
 @_forward.register_fake
 def _forward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, scale,
                   output_final_state, use_qk_l2norm, use_gate_in_kernel, lower_bound,
-                  use_beta_sigmoid, allow_neg_eigval, save_for_backward):
+                  use_beta_sigmoid, allow_neg_eigval, save_for_backward, unordered_sums):
     o, final_state = _outputs_like(q, v, cu_seqlens, output_final_state)
     nbytes = _saved_bytes_of_shapes(variant, q, v, cu_seqlens, use_qk_l2norm, save_for_backward)
     return o, final_state, _saved_blob(nbytes, q)
@@ -162,7 +163,7 @@ def _backward(
     initial_state: Optional[Tensor], cu_seqlens: Optional[Tensor], A_log: Optional[Tensor],
     dt_bias: Optional[Tensor], dout: Tensor, dht: Optional[Tensor], scale: float,
     use_qk_l2norm: bool, use_gate_in_kernel: bool, lower_bound: Optional[float],
-    use_beta_sigmoid: bool, allow_neg_eigval: bool, save_for_backward: int,
+    use_beta_sigmoid: bool, allow_neg_eigval: bool, save_for_backward: int, unordered_sums: bool,
     saved: Optional[Tensor],
 ) -> list[Tensor]:
     """dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias; an empty tensor stands for an absent input.
@@ -173,7 +174,7 @@ def _backward(
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     grads = [_like(t) for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
     options = (variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-               allow_neg_eigval, save_for_backward)
+               allow_neg_eigval, save_for_backward, unordered_sums)
     nbytes = abi.backward_workspace_size(*inputs, dout, dht, *grads, *options)
     abi.backward(*inputs, dout, dht, *grads, *options, saved, _workspace(nbytes, q), _stream(q))
     return [t if t is not None else q.new_empty(0) for t in grads]
@@ -182,13 +183,14 @@ def _backward(
 @_backward.register_fake
 def _backward_fake(variant, q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, dout,
                    dht, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid,
-                   allow_neg_eigval, save_for_backward, saved):
+                   allow_neg_eigval, save_for_backward, unordered_sums, saved):
     return [_like(t) if t is not None else q.new_empty(0)
             for t in (q, k, v, g, beta, initial_state, A_log, dt_bias)]
 
 
 _OPTION_NAMES = ("scale", "output_final_state", "use_qk_l2norm", "use_gate_in_kernel",
-                 "lower_bound", "use_beta_sigmoid", "allow_neg_eigval", "save_for_backward")
+                 "lower_bound", "use_beta_sigmoid", "allow_neg_eigval", "save_for_backward",
+                 "unordered_sums")
 
 
 def _setup_context(ctx, inputs, output):
@@ -225,7 +227,7 @@ def _backward_rule(ctx, dout, dfinal_state, dsaved):
         dout.contiguous(), None if dht is None else dht.contiguous(), opts["scale"],
         opts["use_qk_l2norm"], opts["use_gate_in_kernel"], opts["lower_bound"],
         opts["use_beta_sigmoid"], opts["allow_neg_eigval"], opts["save_for_backward"],
-        saved if opts["save_for_backward"] else None)
+        opts["unordered_sums"], saved if opts["save_for_backward"] else None)
     absent = lambda t, grad: grad if t is not None else None  # noqa: E731
     return (None, dq, dk, dv, dg, dbeta, absent(initial_state, dh0), None,
             absent(A_log, dA_log), absent(dt_bias, ddt_bias), *([None] * len(_OPTION_NAMES)))
@@ -317,7 +319,8 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
         t is not None and t.requires_grad for t in (q, k, v, g, beta, initial_state, A_log, dt_bias))
     inputs = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias)
     o, final_state, _ = _forward(opts.variant, *inputs, scale, opts.output_final_state,
-                                 *opts.flags(), SAVE_MODES[mode] if needs_grad else 0)
+                                 *opts.flags(), SAVE_MODES[mode] if needs_grad else 0,
+                                 opts.unordered_sums)
     # The warning asks the C++ support checks, which torch.compile cannot trace: compiled calls
     # skip it (their eager runs warn).
     if (q.device.type == "cpu" and any(t.dtype != torch.float64 for t in (q, g, beta))
@@ -325,7 +328,7 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
         outputs = (o, final_state if opts.output_final_state else None)
         warn_if_cuda_refuses(opts.op.name,
                              abi.support_error(*inputs, *outputs, opts.variant, scale,
-                                               *opts.flags(), 0, device_type=abi.CUDA),
+                                               *opts.flags(), 0, False, device_type=abi.CUDA),
                              stacklevel=5)
     if not opts.output_final_state:
         final_state = None

@@ -51,6 +51,7 @@ class DeltaOptions:
     save_for_backward: Optional[str]
     return_intermediate_states: bool
     chunk_size: int
+    unordered_sums: bool  # not deterministic: cakeOptions_t's unordered_sums
 
     @property
     def variant(self) -> int:
@@ -66,8 +67,8 @@ def parse(op: Op, *, scale=None, output_final_state=False, use_qk_l2norm_in_kern
           use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
           safe_gate=False, lower_bound=None, disable_recompute=False,
           return_intermediate_states=False, state_v_first=False, transpose_state_layout=None,
-          chunk_size=CHUNK_SIZE, head_first=None, save_for_backward=None, A_log=None,
-          dt_bias=None, num_v_heads=None, head_dim_k=None, stacklevel=3):
+          chunk_size=CHUNK_SIZE, head_first=None, save_for_backward=None, deterministic=True,
+          A_log=None, dt_bias=None, num_v_heads=None, head_dim_k=None, stacklevel=3):
     """(DeltaOptions, A_log, dt_bias, errors) of one call.
 
     A_log and dt_bias come back flattened to the C ABI's [HV] and [HV * K] (GDN: [HV]) when they
@@ -91,6 +92,8 @@ def parse(op: Op, *, scale=None, output_final_state=False, use_qk_l2norm_in_kern
     if chunk_size not in op.chunk_sizes:
         errors.append(f"chunk_size must be one of {op.chunk_sizes} for {op.name}, got "
                       f"{chunk_size}")
+    if not isinstance(deterministic, bool):
+        errors.append(f"deterministic must be True or False, got {deterministic!r}")
     if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
         errors.append("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
     if op.variant == KDA:
@@ -122,7 +125,8 @@ def parse(op: Op, *, scale=None, output_final_state=False, use_qk_l2norm_in_kern
         lower_bound=float(lower_bound) if use_gate_in_kernel and lower_bound is not None else None,
         use_beta_sigmoid=bool(use_beta_sigmoid_in_kernel), allow_neg_eigval=bool(allow_neg_eigval),
         state_v_first=bool(state_v_first), save_for_backward=save_for_backward,
-        return_intermediate_states=bool(return_intermediate_states), chunk_size=chunk_size)
+        return_intermediate_states=bool(return_intermediate_states), chunk_size=chunk_size,
+        unordered_sums=deterministic is False)
     return options, A_log, dt_bias, errors
 
 

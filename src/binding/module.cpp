@@ -36,7 +36,7 @@ using cake::binding::view;
 
 cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,
                       std::optional<double> lower_bound, bool use_beta_sigmoid,
-                      bool allow_neg_eigval, int save_for_backward) {
+                      bool allow_neg_eigval, int save_for_backward, bool unordered_sums) {
   cakeOptions_t o{};
   o.struct_size = sizeof(cakeOptions_t);
   o.variant = static_cast<cakeVariant_t>(variant);
@@ -48,6 +48,7 @@ cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_ga
   o.use_beta_sigmoid = use_beta_sigmoid;
   o.allow_neg_eigval = allow_neg_eigval;
   o.save_for_backward = save_for_backward;
+  o.unordered_sums = unordered_sums;
   return o;
 }
 
@@ -59,10 +60,10 @@ cakeOptions_t options(int variant, double scale, bool use_qk_l2norm, bool use_ga
 #define CAKE_OPTION_PARAMS                                                                    \
   int variant, double scale, bool use_qk_l2norm, bool use_gate_in_kernel,                    \
       std::optional<double> lower_bound, bool use_beta_sigmoid, bool allow_neg_eigval,        \
-      int save_for_backward
+      int save_for_backward, bool unordered_sums
 #define CAKE_OPTIONS \
   options(variant, scale, use_qk_l2norm, use_gate_in_kernel, lower_bound, use_beta_sigmoid, \
-          allow_neg_eigval, save_for_backward)
+          allow_neg_eigval, save_for_backward, unordered_sums)
 
 cakeForwardArgs_t forward_args(CAKE_INPUT_PARAMS, OptionalArray o, OptionalArray final_state) {
   return {view(q, "q"),
@@ -164,7 +165,7 @@ NB_MODULE(_C, m) {
           return result([&] {
             cakeOptions_t const opts =
                 options(static_cast<cakeVariant_t>(variant), 1.0, use_qk_l2norm, false,
-                        std::nullopt, false, false, save_for_backward);
+                        std::nullopt, false, false, save_for_backward, false);
             cakeForwardArgs_t args{};
             args.q = shape_only(cakeBfloat16, q_shape);
             args.k = args.q;

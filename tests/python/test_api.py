@@ -545,7 +545,7 @@ def test_saved_blob_is_empty_on_the_cpu(kda, save):
     # query says (C++ cakeForwardSavedSize) and as the fake implementation says from shapes.
     t, _ = make_case(1404, kda=kda, cu=[0, 5, 12], initial_state=True, l2norm=True)
     args = (*_op_args(kda, t, {}, lambda x: x.detach()), 0.3, True, True, False, None, False,
-            False, save)
+            False, save, False)
     o, ht, saved = cake.ops._forward(*args)
     assert saved.dtype == torch.uint8 and saved.shape == (0,)
     q, v, cu = args[1], args[3], args[7]
@@ -554,7 +554,7 @@ def test_saved_blob_is_empty_on_the_cpu(kda, save):
 
 def test_saved_mode_needs_a_gradient(monkeypatch):
     # Under no_grad, or with no input requiring grad, nothing is saved whatever the mode.
-    calls = record_argument(monkeypatch, cake.ops, "_forward", -1)
+    calls = record_argument(monkeypatch, cake.ops, "_forward", -2)  # save_for_backward
     t, opts = make_case(1405, kda=False, cu=[0, 5, 12])
     call_cake(False, t, dict(opts, save_for_backward="saved"))
     with torch.no_grad():
@@ -563,6 +563,20 @@ def test_saved_mode_needs_a_gradient(monkeypatch):
     call_cake(False, t, dict(opts, save_for_backward="recompute"))
     call_cake(False, t, dict(opts, save_for_backward="inverse"))
     assert calls == [1, 0, 0, 0, 2]
+
+
+@pytest.mark.parametrize("kda", VARIANTS)
+def test_deterministic_false_is_asked_for_and_checked(kda, monkeypatch):
+    # deterministic=False reaches the op as options.unordered_sums, and only when given; the CPU
+    # reference sums in a fixed order whatever it says, so its results are the default's.
+    unordered = record_argument(monkeypatch, cake.ops, "_forward", -1)
+    t, opts = make_case(1408, kda=kda, cu=[0, 5, 12], initial_state=True)
+    want = call_cake(kda, t, opts)[0]
+    got = call_cake(kda, t, dict(opts, deterministic=False))[0]
+    assert unordered == [False, True]
+    assert torch.equal(want, got)
+    with pytest.raises(ValueError, match=r"^deterministic must be True or False, got 'no'"):
+        call_cake(kda, t, dict(opts, deterministic="no"))
 
 
 @pytest.mark.parametrize("kda", VARIANTS)
@@ -593,14 +607,14 @@ def test_saved_buffer_plumbing():
     opts = (0, 0.3, False, False, None, False, False)
     blob = torch.empty(64, dtype=torch.uint8)
     for mode in (0, 1, 2):
-        assert abi.forward_saved_size(*ins, o, None, *opts, mode) == 0
+        assert abi.forward_saved_size(*ins, o, None, *opts, mode, False) == 0
     with pytest.raises(ValueError, match="saved must be NULL in recompute mode"):
-        abi.forward(*ins, o, None, *opts, 0, blob, None, 0)
+        abi.forward(*ins, o, None, *opts, 0, False, blob, None, 0)
     with pytest.raises(ValueError, match="options.save_for_backward must be 0"):
-        abi.forward(*ins, o, None, *opts, 3, None, None, 0)
+        abi.forward(*ins, o, None, *opts, 3, False, None, None, 0)
     for mode in (1, 2):
-        abi.forward(*ins, o, None, *opts, mode, blob, None, 0)
-        abi.forward(*ins, o, None, *opts, mode, None, None, 0)
+        abi.forward(*ins, o, None, *opts, mode, False, blob, None, 0)
+        abi.forward(*ins, o, None, *opts, mode, False, None, None, 0)
 
 
 def test_shape_only_saved_size_query():
@@ -659,7 +673,7 @@ def test_opcheck_forward(kda, output_final_state, save_for_backward):
     t, opts = make_case(1101, kda=kda, cu=[0, 5, 12], initial_state=True, gate=True,
                         dt_bias=True, l2norm=True)
     args = (*_op_args(kda, t, opts, lambda x: x), 0.3, output_final_state, True, True, None,
-            False, False, save_for_backward)
+            False, False, save_for_backward, False)
     torch.library.opcheck(cake.ops._forward, args)
 
 
@@ -669,7 +683,7 @@ def _backward_args(kda, t, transform, *, gate, beta_sigmoid, mode=0, saved=None)
     dout = torch.randn(1, 12, HV, 8, dtype=torch.float64, generator=gen)
     dht = torch.randn(2, HV, 8, 8, dtype=torch.float64, generator=gen)
     return (*_op_args(kda, t, {}, transform), dout, dht, 0.3, True, gate, None, beta_sigmoid,
-            beta_sigmoid, mode, saved)
+            beta_sigmoid, mode, False, saved)
 
 
 @pytest.mark.parametrize("kda", VARIANTS)

@@ -26,7 +26,7 @@ def problem(**changes):
              o=FakeCuda((1, T, HV, D)), final_state=FakeCuda((2, HV, D, D), "float32"),
              variant=GDN, scale=D ** -0.5, use_qk_l2norm=True, use_gate_in_kernel=False,
              lower_bound=None, use_beta_sigmoid=False, allow_neg_eigval=False,
-             save_for_backward=0)
+             save_for_backward=0, unordered_sums=False)
     p.update(changes)
     return list(p.values())
 

@@ -71,13 +71,14 @@ def poisoned(t):
 
 
 def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", absent=(),
-            variant=ops.GDN):
+            variant=ops.GDN, unordered_sums=False):
     """Forward and backward through cake.abi into NaN-poisoned buffers; returns every result.
 
     In saved and inverse modes the forward writes the saved set (a buffer poisoned with 0xFF bytes,
     so that a region the backward reads but the forward never wrote shows) and the backward reads
     it.
     absent: names of gradients ("dv", ...) the backward is not asked for (passed as None).
+    Workspaces are poisoned with 0xFF bytes too: nothing may rely on their contents.
     """
     x = {n: None if t is None else t.cuda() for n, t in inputs.items()}
     q = x["q"]
@@ -88,12 +89,12 @@ def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", abs
     ht = torch.full((N, HV, K, V), float("nan"), device="cuda")
     ins = (x["q"], x["k"], x["v"], x["g"], x["beta"], x["initial_state"], x["cu_seqlens"], None,
            None)
-    opts = (variant, K ** -0.5, use_qk_l2norm, *OPTIONS.values(), MODES[mode])
+    opts = (variant, K ** -0.5, use_qk_l2norm, *OPTIONS.values(), MODES[mode], unordered_sums)
     with torch.cuda.stream(stream):
         nbytes = abi.forward_saved_size(*ins, o, ht, *opts)  # 0 in recompute mode
         saved = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda") if nbytes else None
         nbytes = abi.forward_workspace_size(*ins, o, ht, *opts)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
+        ws = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda") if nbytes else None
         abi.forward(*ins, o, ht, *opts, saved, ws, stream.cuda_stream)
         grads = {"d" + n: poisoned(x[n]) for n in ("q", "k", "v", "g", "beta")}
         grads["dh0"] = poisoned(x["initial_state"]) if x["initial_state"] is not None else None
@@ -101,7 +102,7 @@ def run_gpu(inputs, dout, dht, use_qk_l2norm, stream=None, mode="recompute", abs
         bargs = (*ins, dout.cuda(), dht.cuda(), grads["dq"], grads["dk"], grads["dv"], grads["dg"],
                  grads["dbeta"], grads["dh0"], None, None)
         nbytes = abi.backward_workspace_size(*bargs, *opts)
-        ws = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if nbytes else None
+        ws = torch.full((nbytes,), 0xFF, dtype=torch.uint8, device="cuda") if nbytes else None
         abi.backward(*bargs, *opts, saved, ws, stream.cuda_stream)
     stream.synchronize()
     out = {"o": o, "final_state": ht, **grads}
@@ -193,6 +194,22 @@ def test_deterministic_across_runs_and_streams(mode):
     for other in results[1:]:
         for name, t in results[0].items():
             assert torch.equal(t, other[name]), f"{name} differs between runs"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unordered_sums_pass_the_gate(mode):
+    """options.unordered_sums (deterministic=False): dq and dk, summed over the value heads by adds
+    in any order, pass the gate; every other output is bitwise the ordered run's (only dq and dk
+    go through the sum). GVA 3 and 1 (no sum: the terms are stored)."""
+    for docs, H, HV in (([1, 63, 64, 65, 1000], 2, 6), ([130, 300], 2, 2)):
+        inputs, dout, dht = make_inputs(docs, H, HV, seed=31)
+        ordered = run_gpu(inputs, dout, dht, True, mode=mode)
+        unordered = run_gpu(inputs, dout, dht, True, mode=mode, unordered_sums=True)
+        ref = reference(inputs, dout, dht, True)
+        check_gate(unordered, {n: ref[n] for n in ("dq", "dk")}, f"unordered {mode} GVA {HV // H}")
+        for name, t in ordered.items():
+            if name not in ("dq", "dk"):
+                assert torch.equal(t, unordered[name]), f"{name} differs from the ordered run's"
 
 
 @pytest.mark.parametrize("absent", [("dv", "dg", "dbeta"), ("dq", "dk", "dh0")])
@@ -366,7 +383,7 @@ def check_buffers_exact(inputs, dout, dht, mode, variant):
            None)
     o = torch.empty(1, 193, 4, V, dtype=torch.bfloat16, device="cuda")
     ht = torch.empty(2, 4, K, V, device="cuda")
-    opts = (variant, K ** -0.5, True, *OPTIONS.values(), MODES[mode])
+    opts = (variant, K ** -0.5, True, *OPTIONS.values(), MODES[mode], False)
     stream = torch.cuda.current_stream().cuda_stream
     saved_bytes = abi.forward_saved_size(*ins, o, ht, *opts)
     saved_whole, saved = guarded(saved_bytes)  # None where there is no saved set
@@ -413,9 +430,9 @@ def test_saved_size_query_matches_the_forward():
                 x["cu_seqlens"], None, None, K ** -0.5, True, l2, False, None, False, False)
         opts = (ops.GDN, K ** -0.5, l2, *OPTIONS.values())
         for mode in MODES.values():
-            o, ht, blob = ops._forward(*args, mode)
+            o, ht, blob = ops._forward(*args, mode, False)
             ins = (*args[1:10], o, ht)
-            queried = abi.forward_saved_size(*ins, *opts, mode)
+            queried = abi.forward_saved_size(*ins, *opts, mode, False)
             assert blob.dtype == torch.uint8 and blob.numel() == queried
             assert (queried > 0) == (mode != 0)
             assert ops._saved_bytes_of_shapes(ops.GDN, x["q"], x["v"], x["cu_seqlens"], l2,
