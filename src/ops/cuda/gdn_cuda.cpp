@@ -150,6 +150,21 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
 
   bf16 const* q_used = l2 ? b.q_norm : ptr<bf16 const>(args.q);
   bf16 const* k_used = l2 ? b.k_norm : ptr<bf16 const>(args.k);
+  // The value-head sums' state, cleared before the h-walk: the reverse walk is the h-walk's
+  // programmatic dependent, which a launch between the two would break. The ordered sum's tickets
+  // and turns; or, unordered (only where there is a sum: group size > 1), the sums, which every
+  // value head then adds to.
+  bool const unordered = options.unordered_sums != 0 && p.group_size() > 1;
+  if (unordered) {
+    size_t const sum_bytes = sizeof(float) * p.num_tokens * p.num_qk_heads * kernels::kHeadDim;
+    check_cuda(cudaMemsetAsync(b.dq_sum, 0, sum_bytes, stream), "dq sum clear");
+    check_cuda(cudaMemsetAsync(b.dk_sum, 0, sum_bytes, stream), "dk sum clear");
+  } else if (b.walk_order != nullptr) {
+    check_cuda(cudaMemsetAsync(b.walk_order, 0,
+                               sizeof(int) * kernels::walk_a_bwd::walk_order_size(p), stream),
+               "walk_a_bwd order clear");
+  }
+
   SaveMode const mode = save_mode(options);
   if (mode != SaveMode::kSaved) {  // recompute what the saved set does not hold
     ForwardInputs const in{&args.q, &args.k, &args.v, &args.g, &args.beta, &args.initial_state};
@@ -177,24 +192,14 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dht = ptr<float const>(args.dht);
   wp.dq = b.dq_sum;
   wp.dk = b.dk_sum;
-  // the unordered sum only where there is a sum (group size > 1): else it would add to zeros
-  wp.unordered_sum = options.unordered_sums != 0 && p.group_size() > 1;
-  wp.order = wp.unordered_sum ? nullptr : b.walk_order;
+  wp.unordered_sum = unordered;
+  wp.order = unordered ? nullptr : b.walk_order;
   wp.dv = ptr<bf16>(args.dv);
   wp.dbeta = args.dbeta.data;
   wp.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   wp.dg = ptr<float>(args.dg);
   wp.dh0 = ptr<float>(args.dh0);
   wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
-  if (wp.order != nullptr)
-    check_cuda(cudaMemsetAsync(wp.order, 0,
-                               sizeof(int) * kernels::walk_a_bwd::walk_order_size(p), stream),
-               "walk_a_bwd order clear");
-  if (wp.unordered_sum) {  // every value head adds its terms
-    size_t const sum_bytes = sizeof(float) * p.num_tokens * p.num_qk_heads * kernels::kHeadDim;
-    check_cuda(cudaMemsetAsync(b.dq_sum, 0, sum_bytes, stream), "dq sum clear");
-    check_cuda(cudaMemsetAsync(b.dk_sum, 0, sum_bytes, stream), "dk sum clear");
-  }
   check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
 
   // dq, dk to bf16 (through the L2 norm's backward): summed over the value heads already
