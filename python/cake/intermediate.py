@@ -11,7 +11,7 @@ longest document.
 import torch
 from torch import Tensor
 
-from .options import DeltaOptions
+from .options import RECOMPUTE_ORDERED, DeltaOptions
 
 
 def states(opts: DeltaOptions, inputs: tuple, scale: float, forward) -> Tensor:
@@ -52,7 +52,7 @@ def states(opts: DeltaOptions, inputs: tuple, scale: float, forward) -> Tensor:
         cu = torch.tensor([0] + [C * (i + 1) for i in range(len(walking))],
                           dtype=torch.int64, device=q.device)
         _, final, _ = forward(opts.variant, *pieces, state[walking].contiguous(), cu, A_log,
-                              dt_bias, scale, True, *opts.flags(), 0, False)
+                              dt_bias, scale, True, *opts.flags(), *RECOMPUTE_ORDERED)
         state[walking] = final.to(state_dtype)
     empty = torch.empty(0, HV, K, V, dtype=k.dtype, device=q.device)
     if cu_seqlens is None:

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from . import abi, intermediate
-from .options import GDN, KDA, SAVE_MODES, DeltaOptions  # noqa: F401 (GDN, KDA: for callers)
+from .options import GDN, KDA  # noqa: F401 (for callers)
+from .options import RECOMPUTE_ORDERED, SAVE_MODES, DeltaOptions
 
 _default_save_for_backward = "inverse"
 
@@ -328,7 +329,8 @@ def run(opts: DeltaOptions, q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Te
         outputs = (o, final_state if opts.output_final_state else None)
         warn_if_cuda_refuses(opts.op.name,
                              abi.support_error(*inputs, *outputs, opts.variant, scale,
-                                               *opts.flags(), 0, False, device_type=abi.CUDA),
+                                               *opts.flags(), *RECOMPUTE_ORDERED,
+                                               device_type=abi.CUDA),
                              stacklevel=5)
     if not opts.output_final_state:
         final_state = None

@@ -19,6 +19,11 @@ GDN, KDA = 0, 1  # cakeVariant_t
 # The modes of save_for_backward and their options.save_for_backward (include/cake/cake.h).
 SAVE_MODES = {"recompute": 0, "saved": 1, "inverse": 2}
 
+# The trailing (save_for_backward, unordered_sums) of the op calls cake makes for itself (the
+# intermediate states, cake.kcp's walks, the CUDA support check): nothing saved (a backward
+# recomputes), sums in their fixed order.
+RECOMPUTE_ORDERED = (SAVE_MODES["recompute"], False)
+
 # The chunk size cake computes with; the others flash-linear-attention accepts give the same
 # result (the chunked form is exact for any chunk size), so they are accepted and computed at 64.
 CHUNK_SIZE = 64

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from .. import abi, gate
 from .. import ops as single
-from ..options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, Op, parse
+from ..options import CHUNK_SIZE, GATED_DELTA_RULE, KDA_OP, RECOMPUTE_ORDERED, Op, parse
 from . import check, summary
 from .context import OP_HEADER_FIELDS, Context, _dtype_code
 from .exchange import float_bits
@@ -107,7 +107,8 @@ def _validate_walk(exchange, opts: _Options, plan, tensors, sd) -> None:
     o = q.new_empty(q.shape[:2] + v.shape[2:])
     final = torch.empty(plan.num_segments, HV, K, V, dtype=sd, device=q.device)
     abi.forward_workspace_size(q, k, v, g, beta, final, plan.shard.offsets, A_log, dt_bias, o,
-                              final, opts.variant, opts.scale, *opts.op_options(), 0, False)
+                              final, opts.variant, opts.scale, *opts.op_options(),
+                              *RECOMPUTE_ORDERED)
     state.remember_validated(key)
 
 
@@ -118,7 +119,7 @@ def _walk(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_bias):
     Recompute mode: the context-parallel backward runs its own single-rank backward walks.
     """
     o, final, _ = single._forward(opts.variant, q, k, v, g, beta, h0, cu, A_log, dt_bias,
-                                  opts.scale, True, *opts.op_options(), 0, False)
+                                  opts.scale, True, *opts.op_options(), *RECOMPUTE_ORDERED)
     return o, final
 
 
@@ -127,7 +128,7 @@ def _walk_backward(opts: _Options, q, k, v, g, beta, h0, cu: Tensor, A_log, dt_b
     """The single-rank backward: dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias."""
     return single._backward(opts.variant, q, k, v, g, beta, h0, cu, A_log, dt_bias,
                             dout.contiguous(), None if dht is None else dht.contiguous(),
-                            opts.scale, *opts.op_options(), 0, False, None)  # recompute mode
+                            opts.scale, *opts.op_options(), *RECOMPUTE_ORDERED, None)
 
 
 def _phase(name: str):
