@@ -441,9 +441,9 @@ def test_saved_size_query_matches_the_forward():
         # L2 norm too): their workspace is only the alignment slack; the recompute-mode
         # forward's holds q̂, k̂, rstd, G, A and beta.
         qk = 2 * T * H * K * 2 if l2 else 0  # q̂, k̂ in bf16, each a multiple of 256 bytes
-        assert abi.forward_workspace_size(*ins, *opts, MODES["saved"]) == 256
-        assert abi.forward_workspace_size(*ins, *opts, MODES["inverse"]) == 256
-        assert abi.forward_workspace_size(*ins, *opts, MODES["recompute"]) > 256 + qk
+        assert abi.forward_workspace_size(*ins, *opts, MODES["saved"], False) == 256
+        assert abi.forward_workspace_size(*ins, *opts, MODES["inverse"], False) == 256
+        assert abi.forward_workspace_size(*ins, *opts, MODES["recompute"], False) > 256 + qk
 
 
 def test_saved_mode_through_autograd_and_compile():
