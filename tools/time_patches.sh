@@ -15,6 +15,9 @@ cd "$(dirname "$0")/.."
 [ -x build/device/cake_cuda_check ] || { echo "time_patches: build/device has no check"; exit 1; }
 out=/tmp/patch_variants
 rm -rf "$out" && mkdir -p "$out"
+# main as the tree stands now (a no-op unless something changed it since the last build)
+cmake --build build/device -j 16 --target cake_cuda_check > /tmp/main.build.log 2>&1 ||
+  { echo "time_patches: main does not build"; tail -20 /tmp/main.build.log; exit 1; }
 cp build/device/cake_cuda_check "$out/main"
 names=(main)
 for p in ${PATCHES:-}; do
