@@ -49,6 +49,17 @@ inline GateDraw split_channels() {
   return [](std::mt19937&, int64_t c) { return c % 2 == 0 ? 0.0 : -20.0; };
 }
 
+// U(-1, 0), but -20 on channel 97 one token in four: a 16-token block spans more than twice
+// kTensorCoreReach on that channel alone when it holds four such tokens or more, so diagonal blocks
+// of one chunk take the pairwise fallback or the tensor cores by one channel's vote (of the last
+// 32-channel warp).
+inline GateDraw one_channel_strong() {
+  return [](std::mt19937& rng, int64_t c) {
+    if (c == 97 && std::uniform_int_distribution<int>(0, 3)(rng) == 0) return -20.0;
+    return std::uniform_real_distribution<double>(-1.0, 0.0)(rng);
+  };
+}
+
 // g [BT, HV, K] of a problem of BT tokens and HV value heads, drawn by the case.
 inline std::vector<double> draw_gate(KdaCase const& kc, int64_t BT, int HV, std::mt19937& rng) {
   std::vector<double> g(BT * HV * K);
@@ -57,8 +68,8 @@ inline std::vector<double> draw_gate(KdaCase const& kc, int64_t BT, int HV, std:
 }
 
 // The cases: documents of 1, 15, 16, 17, 63, 64, 65 and 130 tokens, GVA 1, 2 (two q/k heads), 3
-// and 4, gates bounded, unbounded, at -20, at 0, 0 and -20 on alternate channels of every token;
-// beta near 0 and 1.
+// and 4, gates bounded, unbounded, at -20, at 0, 0 and -20 on alternate channels of every token,
+// -20 on one channel of some tokens; beta near 0 and 1.
 inline std::vector<KdaCase> cases() {
   return {
       {{"docs 1,15,16,17,63,64,65 GVA 1", {1, 15, 16, 17, 63, 64, 65}, 2, 2},
@@ -70,6 +81,7 @@ inline std::vector<KdaCase> cases() {
       {{"docs 17,130", {17, 130}, 1, 2}, "g=-20", uniform(-20, -20)},
       {{"docs 63,65", {63, 65}, 1, 2}, "g=0", uniform(0, 0)},
       {{"docs 130", {130}, 1, 2}, "g=0 and -20 by channel", split_channels()},
+      {{"docs 64,130", {64, 130}, 1, 2}, "U(-1,0), -20 on one channel", one_channel_strong()},
       {{"docs 130 beta~0", {130}, 1, 2, -1.f, 0.f, 1e-4f, 2e-4f}, "U(-1,0)", uniform(-1, 0)},
       {{"docs 130 beta~1", {130}, 1, 2, -1.f, 0.f, 1.f - 2e-4f, 1.f - 1e-4f},
        "U(-0.1,0)",

@@ -21,8 +21,8 @@
 //     (decays that strong inside 16 tokens, or a G that is not finite), pair by pair in fp32,
 //     e^{G_ic - G_jc} per channel. The test reads G only: the same path on every run.
 // x, k: bf16 [64][kLdBf16], rows past the chunk's end zero; G: fp32 [64][kLdGate]. The parts
-// (the span test, one tile, the pairs) are separate so that kkt_solve can interleave the tiles of
-// S and P over its warps; channel_gated_product forms one product into a shared fp32 tile.
+// (the span test, one block of S and P together, the pairs) are separate so that kkt_solve can
+// spread them over its warps; channel_gated_product forms one product into a shared fp32 tile.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,33 +33,39 @@
 
 namespace cake::kernels::kkt_solve {
 
-// fp32 rows of 132: the 8 rows of an mma fragment's gather start 4 banks apart.
-inline constexpr int kLdGate = kHeadDim + 4;
+// fp32 rows of 136, 8 banks apart: the channel-pair (8-byte) loads of the 4 fragment rows of a
+// half-warp in gated_tiles fall in distinct banks.
+inline constexpr int kLdGate = kHeadDim + 8;
 inline constexpr int kSubBlock = 16;
 inline constexpr int kSubBlocks = kChunk / kSubBlock;
 inline constexpr int kOffDiagonalBlocks = kSubBlocks * (kSubBlocks - 1) / 2;  // 6
 // How far G may stray from a diagonal block's reference for the tensor-core form (above).
 inline constexpr float kTensorCoreReach = 40.f;
 
-// The reference of diagonal block a for channel c: halfway between its first and last rows.
-__device__ __forceinline__ float diagonal_reference(float const* G, int a, int c) {
-  return 0.5f * (G[a * kSubBlock * kLdGate + c] + G[(a * kSubBlock + kSubBlock - 1) * kLdGate + c]);
+// Whether one channel of a diagonal block, G at its 16 rows, stays within kTensorCoreReach of the
+// block's reference on every row (a NaN fails every comparison, so it fails the test).
+__device__ __forceinline__ bool channel_within_reach(float const (&g)[kSubBlock]) {
+  float const ref = 0.5f * (g[0] + g[kSubBlock - 1]);
+  bool within = true;
+#pragma unroll
+  for (int r = 0; r < kSubBlock; ++r) {
+    float const d = g[r] - ref;
+    within = within && d <= kTensorCoreReach && d >= -kTensorCoreReach;
+  }
+  return within;
 }
 
-// Whether every row of diagonal block a stays within kTensorCoreReach of its reference on every
-// channel (each warp decides alone, by a vote over its lanes' channels: all warps decide alike;
-// a NaN fails every comparison, so it fails the test).
+// Whether every channel of diagonal block a stays within reach (each warp decides alone, by a vote
+// over its lanes' channels: all warps decide alike).
 __device__ __forceinline__ bool diagonal_on_tensor_cores(float const* G, int a) {
   bool within = true;
 #pragma unroll
   for (int m = 0; m < kHeadDim / 32; ++m) {
     int const c = threadIdx.x % 32 + 32 * m;
-    float const ref = diagonal_reference(G, a, c);
-#pragma unroll 4
-    for (int r = a * kSubBlock; r < (a + 1) * kSubBlock; ++r) {
-      float const d = G[r * kLdGate + c] - ref;
-      within = within && d <= kTensorCoreReach && d >= -kTensorCoreReach;
-    }
+    float g[kSubBlock];
+#pragma unroll
+    for (int r = 0; r < kSubBlock; ++r) g[r] = G[(a * kSubBlock + r) * kLdGate + c];
+    within = within && channel_within_reach(g);
   }
   return __ballot_sync(0xffffffffu, !within) == 0u;
 }
@@ -89,29 +95,85 @@ __device__ __forceinline__ void tile_blocks(int task, int& a, int& b) {
   }
 }
 
+// Block (a, b) of sum_c x_ic k_jc e^{G_ic - G_jc} on one warp's tensor cores for kX row operands x
+// at once (k alone for S; k and q for S and P), into acc[x][ni] (the m16n8 accumulators of the
+// block's columns 8 ni ..). The operands sharing the warp is what saves work: the column operand
+// k_j e^{R - G_j} and the row factor e^{G_i - R} are formed once for every x (each element one
+// exponential), and G, R and the operands are read as channel pairs (8-byte and 4-byte loads).
+// Each element is the same fp32 expression as formed for one x alone, rounded to bf16 the same way,
+// so the products are bitwise those of kX separate tiles.
+template <int kX>
+__device__ __forceinline__ void gated_tiles(__nv_bfloat16 const* const (&x)[kX],
+                                            __nv_bfloat16 const* k, float const* G, int a, int b,
+                                            float (&acc)[kX][2][4]) {
+  int const lane = threadIdx.x % 32;
+  int const i0 = a * kSubBlock + lane / 4;  // the row operand's rows i0, i0 + 8
+  int const j0 = b * kSubBlock + lane / 4;  // the column operand's columns (rows of k) j0, j0 + 8
+  float const* const gf = G + a * kSubBlock * kLdGate;     // block a's first row
+  float const* const gl = gf + (kSubBlock - 1) * kLdGate;  // and last
+  auto const pair = [](__nv_bfloat16 const* at) {
+    return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(at));
+  };
+  // two channel steps in flight for one x; for two, one (at two, 128 registers would spill)
+#pragma unroll(kX == 1 ? 2 : 1)
+  for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
+    uint32_t xf[kX][4];  // m16k16 fragments: register 2 h + u holds row i0 + 8 u, channels c, c + 1
+    uint32_t kf[2][2];   // k16n8 fragments: kf[u][h] holds column j0 + 8 u, channels c, c + 1
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int const c = k0 + 8 * h + 2 * (lane % 4);
+      // R of channels c, c + 1: off the diagonal G_n, n block a's first row; on it the midpoint
+      float2 R = *reinterpret_cast<float2 const*>(gf + c);
+      if (a == b) {
+        float2 const last = *reinterpret_cast<float2 const*>(gl + c);
+        R = make_float2(0.5f * (R.x + last.x), 0.5f * (R.y + last.y));
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        int const i = i0 + 8 * u;
+        float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
+        float const e0 = __expf(gi.x - R.x);
+        float const e1 = __expf(gi.y - R.y);
+#pragma unroll
+        for (int t = 0; t < kX; ++t) {
+          float2 const xi = pair(x[t] + i * kLdBf16 + c);
+          xf[t][2 * h + u] = pack_bf16x2(xi.x * e0, xi.y * e1);
+        }
+        int const j = j0 + 8 * u;
+        float2 const gj = *reinterpret_cast<float2 const*>(G + j * kLdGate + c);
+        float2 const kj = pair(k + j * kLdBf16 + c);
+        kf[u][h] = pack_bf16x2(kj.x * __expf(R.x - gj.x), kj.y * __expf(R.y - gj.y));
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kX; ++t)
+#pragma unroll
+      for (int ni = 0; ni < 2; ++ni) mma_m16n8k16_bf16(acc[t][ni], xf[t], kf[ni]);
+  }
+}
+
+// The m16n8 accumulators of block (a, b) (gated_tiles) handed to put(i, j, v_j, v_j+1) for every
+// pair of adjacent columns (j even) of the block.
+template <class Put>
+__device__ __forceinline__ void put_tile(float const (&acc)[2][4], int a, int b, Put const& put) {
+  int const lane = threadIdx.x % 32;
+  int const r = a * kSubBlock + lane / 4;
+#pragma unroll
+  for (int ni = 0; ni < 2; ++ni) {
+    int const c = b * kSubBlock + 8 * ni + 2 * (lane % 4);
+    put(r, c, acc[ni][0], acc[ni][1]);
+    put(r + 8, c, acc[ni][2], acc[ni][3]);
+  }
+}
+
 // Block (a, b) of sum_c x_ic k_jc e^{G_ic - G_jc} on one warp's tensor cores, handed to
 // put(i, j, v_j, v_j+1) for every pair of adjacent columns (j even) of the block.
 template <class Put>
 __device__ __forceinline__ void gated_tile(__nv_bfloat16 const* x, __nv_bfloat16 const* k,
                                            float const* G, int a, int b, Put const& put) {
-  int const lane = threadIdx.x % 32;
-  float const* const gn = G + a * kSubBlock * kLdGate;  // the off-diagonal reference row
-  auto const reference = [&](int c) { return a != b ? gn[c] : diagonal_reference(G, a, c); };
-  auto const row = [&](int i, int c) {
-    return __bfloat162float(x[i * kLdBf16 + c]) * __expf(G[i * kLdGate + c] - reference(c));
-  };
-  auto const col = [&](int c, int j) {
-    return __bfloat162float(k[j * kLdBf16 + c]) * __expf(reference(c) - G[j * kLdGate + c]);
-  };
   float acc[1][2][4] = {};
-  warp_tile_mma<kHeadDim, 1, 2>(row, col, a * kSubBlock, b * kSubBlock, acc);
-  int const r = a * kSubBlock + lane / 4;
-#pragma unroll
-  for (int ni = 0; ni < 2; ++ni) {
-    int const c = b * kSubBlock + 8 * ni + 2 * (lane % 4);
-    put(r, c, acc[0][ni][0], acc[0][ni][1]);
-    put(r + 8, c, acc[0][ni][2], acc[0][ni][3]);
-  }
+  gated_tiles<1>({x}, k, G, a, b, acc);
+  put_tile(acc[0], a, b, put);
 }
 
 // The diagonal blocks that are not on the tensor cores (tensor_cores: the mask above), pair by

@@ -81,6 +81,7 @@ struct SharedStorage<ChannelDecay> {
   float t[kChunk * kLd64];            // [64 x 64]  its A, fp32
   float y[kTrilScratch];
   float beta[kChunk];
+  unsigned far[kHeadDim / 32];  // bit a: diagonal block a out of reach on one of 32 channels
 };
 static_assert(sizeof(SharedStorage<ChannelDecay>) <= 113 * 1024,
               "kkt_solve with a per-channel gate must fit two CTAs per SM");
@@ -166,36 +167,59 @@ __device__ __forceinline__ void scalar_decay_kkt_solve(Params const& p) {
   }
 }
 
-// The walks' operands of one chunk and value head, rows 0..len-1, two channels per thread and step
-// (4-byte stores): qg = q o e^G, kg = k o e^G, kbar = k o e^{G_last - G}, each factor one
-// exponential of a difference <= 0 (never e^{G_last} / e^{G}: that overflows). q, k: bf16
-// [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV + hv. By the threads from `first` on.
+// The walks' operands of one chunk and value head, rows 0..len-1, four channels per thread and
+// step (8-byte stores, 256 contiguous bytes a warp): qg = q o e^G, kg = k o e^G, kbar = k o
+// e^{G_last - G}, each factor one exponential of a difference <= 0 (never e^{G_last} / e^{G}: that
+// overflows). q, k: bf16 [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV + hv. By the
+// threads from `first` on.
 __device__ __forceinline__ void store_walk_operands(Params const& p, __nv_bfloat16 const* q,
                                                     __nv_bfloat16 const* k, float const* G,
                                                     int64_t row0, int HV, int len, int first) {
+  constexpr int kVec = 4;
   float const* const g_last = G + (len - 1) * kLdGate;
   int const t = static_cast<int>(threadIdx.x) - first;
   if (t < 0) return;
-  for (int idx = t; idx < len * (kHeadDim / 2); idx += kThreads - first) {
-    int const r = idx / (kHeadDim / 2);
-    int const c = idx % (kHeadDim / 2) * 2;
-    float2 const gr = *reinterpret_cast<float2 const*>(G + r * kLdGate + c);
-    float2 const gl = *reinterpret_cast<float2 const*>(g_last + c);
-    float2 const kr =
-        __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(k + r * kLdBf16 + c));
-    float const e0 = __expf(gr.x);
-    float const e1 = __expf(gr.y);
+  auto const load4 = [](__nv_bfloat16 const* at, float(&v)[kVec]) {
+    uint2 const raw = *reinterpret_cast<uint2 const*>(at);
+    float2 const lo = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(&raw.x));
+    float2 const hi = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(&raw.y));
+    v[0] = lo.x;
+    v[1] = lo.y;
+    v[2] = hi.x;
+    v[3] = hi.y;
+  };
+  auto const store4 = [](__nv_bfloat16* at, float const(&v)[kVec]) {
+    *reinterpret_cast<uint2*>(at) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+  };
+  for (int idx = t; idx < len * (kHeadDim / kVec); idx += kThreads - first) {
+    int const r = idx / (kHeadDim / kVec);
+    int const c = idx % (kHeadDim / kVec) * kVec;
+    float4 const gr4 = *reinterpret_cast<float4 const*>(G + r * kLdGate + c);
+    float const gr[kVec] = {gr4.x, gr4.y, gr4.z, gr4.w};
+    float kr[kVec], e[kVec], out[kVec];
+    load4(k + r * kLdBf16 + c, kr);
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) e[v] = __expf(gr[v]);
     int64_t const at = (row0 + int64_t{r} * HV) * kHeadDim + c;
     if (p.qg != nullptr) {
-      float2 const qr =
-          __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(q + r * kLdBf16 + c));
-      *reinterpret_cast<__nv_bfloat162*>(p.qg + at) = __floats2bfloat162_rn(qr.x * e0, qr.y * e1);
+      float qr[kVec];
+      load4(q + r * kLdBf16 + c, qr);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) out[v] = qr[v] * e[v];
+      store4(p.qg + at, out);
     }
-    if (p.kg != nullptr)
-      *reinterpret_cast<__nv_bfloat162*>(p.kg + at) = __floats2bfloat162_rn(kr.x * e0, kr.y * e1);
-    if (p.kbar != nullptr)
-      *reinterpret_cast<__nv_bfloat162*>(p.kbar + at) =
-          __floats2bfloat162_rn(kr.x * __expf(gl.x - gr.x), kr.y * __expf(gl.y - gr.y));
+    if (p.kg != nullptr) {
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) out[v] = kr[v] * e[v];
+      store4(p.kg + at, out);
+    }
+    if (p.kbar != nullptr) {
+      float4 const gl4 = *reinterpret_cast<float4 const*>(g_last + c);
+      float const gl[kVec] = {gl4.x, gl4.y, gl4.z, gl4.w};
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) out[v] = kr[v] * __expf(gl[v] - gr[v]);
+      store4(p.kbar + at, out);
+    }
   }
 }
 
@@ -229,49 +253,72 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     cp_async_wait<0>();
     __syncthreads();  // K, g and beta visible
 
-    // G: thread c < 128 runs down channel c
+    // G: thread c < 128 runs down channel c, and tests each diagonal block's reach on its channel
+    // as it goes (the same test as diagonal_on_tensor_cores, formed once for the CTA)
     if (tid < kHeadDim) {
       float acc = 0.f;
-      for (int r = 0; r < kChunk; ++r) {
-        acc += s.gcum[r * kLdGate + tid];
-        s.gcum[r * kLdGate + tid] = acc;
+      unsigned far = 0u;
+#pragma unroll 1
+      for (int a = 0; a < kSubBlocks; ++a) {
+        float g[kSubBlock];
+#pragma unroll
+        for (int r = 0; r < kSubBlock; ++r) {
+          float* const at = s.gcum + (a * kSubBlock + r) * kLdGate + tid;
+          acc += *at;
+          *at = acc;
+          g[r] = acc;
+        }
+        far |= channel_within_reach(g) ? 0u : 1u << a;
       }
+#pragma unroll
+      for (int a = 0; a < kSubBlocks; ++a)
+        if (__ballot_sync(0xffffffffu, far >> a & 1u) != 0u) far |= 1u << a;
+      if (tid % 32 == 0) s.far[tid / 32] = far;
     }
-    __syncthreads();  // G visible
+    __syncthreads();  // G and the reach votes visible
 
-    // S (into shared memory, for the solve) and P (bf16, straight to aqk) as one list of
-    // tensor-core tiles over the warps, then the walk operands on the warps with one tile fewer:
-    // 20 tiles on 8 warps take three rounds where the two products one after the other took four,
-    // with a barrier between them. Without a (the backward of inverse mode, whose saved set holds
-    // A, P, beta and G's last rows) only the walks' operands: no gated product, no solve.
+    // S (into shared memory, for the solve) and P (bf16, straight to aqk): block (a, b) of both on
+    // one warp (gated_tiles: their shared operand and factors formed once), the 10 blocks over the
+    // warps, then the walk operands on the warps with one block fewer. Without a (the backward of
+    // inverse mode, whose saved set holds A, P, beta and G's last rows) only the walks' operands:
+    // no gated product, no solve.
     bool const solves = p.a != nullptr;
-    unsigned const tensor_cores = solves ? diagonal_blocks_on_tensor_cores(s.gcum) : 0u;
+    unsigned far = 0u;
+    for (unsigned const votes : s.far) far |= votes;
+    unsigned const tensor_cores = kAllDiagonalBlocks & ~far;
     bool const with_p = solves && p.aqk != nullptr;  // P is a product too
-    int const tasks = solves ? kTileTasks * (with_p ? 2 : 1) : 0;
+    int const tasks = solves ? kTileTasks : 0;
     float const scale = p.problem.scale;
     int64_t const p_stride = int64_t{HV} * kChunk;  // aqk [BT, HV, 64]
     __nv_bfloat16* const aqk = with_p ? p.aqk + row0 * kChunk : nullptr;
+    auto const put_s = [&](int a, int b, float const(&acc)[2][4]) {
+      put_tile(acc, a, b, [&](int i, int j, float v0, float v1) {
+        if (a != b || j < i) s.s[i * kLd64 + j] = v0;
+        if (a != b || j + 1 < i) s.s[i * kLd64 + j + 1] = v1;
+      });
+    };
     for (int task = tid / 32; task < tasks; task += kWarps) {
-      bool const is_p = task >= kTileTasks;
       int a, b;
-      tile_blocks(is_p ? task - kTileTasks : task, a, b);
+      tile_blocks(task, a, b);
       if (a == b && !(tensor_cores >> a & 1u)) continue;
-      if (is_p) {
+      if (with_p) {
+        float acc[2][2][4] = {};  // [S, P][ni][m16n8 accumulator]
+        gated_tiles<2>({s.k, s.q}, s.k, s.gcum, a, b, acc);
+        put_s(a, b, acc[0]);
         // rows past the end unwritten; zeros above the diagonal, as store_lower writes them
-        gated_tile(s.q, s.k, s.gcum, a, b, [&](int i, int j, float v0, float v1) {
+        put_tile(acc[1], a, b, [&](int i, int j, float v0, float v1) {
           if (i < len)
             *reinterpret_cast<__nv_bfloat162*>(aqk + i * p_stride + j) =
                 __floats2bfloat162_rn(j <= i ? scale * v0 : 0.f, j + 1 <= i ? scale * v1 : 0.f);
         });
       } else {
-        gated_tile(s.k, s.k, s.gcum, a, b, [&](int i, int j, float v0, float v1) {
-          if (a != b || j < i) s.s[i * kLd64 + j] = v0;
-          if (a != b || j + 1 < i) s.s[i * kLd64 + j + 1] = v1;
-        });
+        float acc[1][2][4] = {};
+        gated_tiles<1>({s.k}, s.k, s.gcum, a, b, acc);
+        put_s(a, b, acc[0]);
       }
     }
     if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr) {
-      int const light = tasks % kWarps;  // warps light.. take one tile fewer (none when 0)
+      int const light = tasks % kWarps;  // warps light.. take one block fewer (none when 0)
       store_walk_operands(p, s.q, s.k, s.gcum, row0, HV, len, 32 * light);
     }
     if (solves) {
