@@ -258,7 +258,7 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     if (tid < kHeadDim) {
       float acc = 0.f;
       unsigned far = 0u;
-#pragma unroll 1
+#pragma unroll
       for (int a = 0; a < kSubBlocks; ++a) {
         float g[kSubBlock];
 #pragma unroll
@@ -329,20 +329,20 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
       gated_pairs<kWarps, true>(s.q, s.k, s.gcum, tensor_cores, [&](int i, int j, float v) {
         if (i < len) aqk[i * p_stride + j] = __float2bfloat16(scale * v);
       });
-      // P's zeros above the diagonal: the blocks right of it, and the upper part of a diagonal
-      // block formed pair by pair (a tensor-core diagonal block wrote its own)
-      __nv_bfloat16 const zero = __float2bfloat16(0.f);
-      for (int idx = tid; idx < len * (kChunk / 2); idx += kThreads) {
-        int const i = idx / (kChunk / 2);
-        int const j = idx % (kChunk / 2) * 2;
+      // P's zeros above the diagonal: the blocks right of it (16-byte stores), and the upper part
+      // of a diagonal block formed pair by pair (a tensor-core diagonal block wrote its own)
+      constexpr int kPerStore = 8;  // bf16 in 16 bytes
+      for (int idx = tid; idx < len * (kChunk / kPerStore); idx += kThreads) {
+        int const i = idx / (kChunk / kPerStore);
+        int const j = idx % (kChunk / kPerStore) * kPerStore;
         int const a = i / kSubBlock;
         int const b = j / kSubBlock;
         __nv_bfloat16* const at = aqk + i * p_stride + j;
         if (b > a) {
-          *reinterpret_cast<__nv_bfloat162*>(at) = __halves2bfloat162(zero, zero);
+          *reinterpret_cast<uint4*>(at) = make_uint4(0u, 0u, 0u, 0u);
         } else if (a == b && !(tensor_cores >> a & 1u)) {
-          if (j > i) at[0] = zero;
-          if (j + 1 > i) at[1] = zero;
+          for (int v = 0; v < kPerStore; ++v)
+            if (j + v > i) at[v] = __float2bfloat16(0.f);
         }
       }
     }
