@@ -13,17 +13,20 @@
 //          - dkbar_r o k_r o ebar_r (r < last); the last row also gets gamma o dgamma and the
 //          sum of dkbar o k o ebar over the other rows
 //   dg = reverse cumsum of dG        dbeta_r = dbeta_walk_r + sum_{j < r} dL_rj S_rj
+//                                            = dbeta_walk_r + sum_c k_rc (ak_r / beta_r)_c
 //
 // (dQK's diagonal pairs enter dq and dk but not dG, where they cancel exactly.) Each factor
 // Gamma is a running product of the per-token factors d_t <= 1, walked outwards from the
 // diagonal: one exponential per token and channel instead of one per pair, no overflow whatever
 // the gates, and a product that underflows belongs to a pair whose true factor is smaller still.
-// S (for dbeta) is the gated K K^T of kkt_solve (channel_kkt.cuh). A thread owns one channel and
-// every kPhases-th group of four rows of the chunk (the phases cost about the same: r steps on the
-// row side, len - r on the column side); one walk serves the group's four rows, which divides the
-// loads and running products by four and gives each step eight (row side) or four (column
-// side, one float4 of dQK and of dL) independent sums. The warp's lanes are 32
-// channels of one row, so dQK and dL are read as broadcasts. fp32 throughout, in fixed orders
+// With S_rj = sum_c k_rc k_jc Gamma_rj,c (the gated K K^T), dbeta's sum is the channel sum of
+// k_r o ak_r before its factor beta_r, which the row side forms anyway: S itself is not formed
+// (fp32 running products here, where kkt_solve's S has bf16 tensor-core operands). A thread owns
+// one channel and every kPhases-th group of four rows of the chunk (the phases cost about the
+// same: r steps on the row side, len - r on the column side); one walk serves the group's four
+// rows, which divides the loads and running products by four and gives each step eight (row
+// side) or four (column side, one float4 of dQK and of dL) independent sums. The warp's lanes are
+// 32 channels of one row, so dQK and dL are read as broadcasts. fp32 throughout, in fixed orders
 // (deterministic); dq and dk summed over the group's value heads in ascending order as they come
 // (each thread adds to the sums it stored for the heads before), so q and k are loaded once per
 // group and no terms per value head are written.
@@ -45,7 +48,7 @@ inline constexpr int kPhases = kThreads / kHeadDim;
 inline constexpr int kGroupRows = 4;  // rows that share one walk
 using kkt_solve::kLdGate;
 
-// About 190 KB: one CTA per SM.
+// About 175 KB: one CTA per SM.
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128] (zero past the end)
   __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128]
@@ -54,8 +57,9 @@ struct SharedStorage {
   float dg[kChunk * kLdGate];         // [64 x 128] dG, before its cumsum
   float dqk[kChunk * kLd64];          // [64 x 64]
   float dl[kChunk * kLd64];           // [64 x 64]
-  float s[kChunk * kLd64];            // [64 x 64] the gated K K^T (strictly lower)
   float beta[kChunk];
+  float dbeta_walk[kChunk];
+  float dbeta_part[kChunk * kHeadDim / 32];  // [64 x 4] k o ak (before beta) summed per warp
   float tail[kPhases * kHeadDim];  // the sum of dkbar o k o ebar over rows, per phase
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "intra_bwd shared memory exceeds 227 KB");
@@ -83,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
   for (int gi = 0; gi < group; ++gi) {
     int const hv = h * group + gi;
     int64_t const row0 = c.t0 * HV + hv;  // [BT, HV] row of the chunk's first token
-    // the previous value head's readers of d, gcum, dqk, dl, s, beta and tail are done
+    // the previous value head's readers of d, gcum, dqk, dl, beta, dbeta_part and tail are done
     if (gi > 0) __syncthreads();
     load_tile_async<kChunk, kHeadDim, kThreads>(s.d, kLdGate, p.g + row0 * kHeadDim, key_stride,
                                                 len);
@@ -94,6 +98,8 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     cp_async_commit();
     if (tid < kChunk)
       s.beta[tid] = tid < len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
+    else if (tid < 2 * kChunk && tid - kChunk < len && p.dbeta != nullptr)
+      s.dbeta_walk[tid - kChunk] = p.dbeta_walk[row0 + int64_t{tid - kChunk} * HV];
     cp_async_wait<0>();
     __syncthreads();
 
@@ -109,19 +115,6 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     }
     __syncthreads();
 
-    kkt_solve::channel_gated_product<kWarps, false>(s.k, s.k, s.gcum, 1.f, s.s);
-    __syncthreads();  // S visible
-
-    // dbeta_r = dbeta_walk_r + sum_{j < r} dL_rj S_rj
-    if (tid < len && p.dbeta != nullptr) {
-      float sum = p.dbeta_walk[row0 + int64_t{tid} * HV];
-      for (int j = 0; j < tid; ++j) sum += s.dl[tid * kLd64 + j] * s.s[tid * kLd64 + j];
-      int64_t const at = row0 + int64_t{tid} * HV;
-      if (p.dbeta_is_bf16)
-        static_cast<__nv_bfloat16*>(p.dbeta)[at] = __float2bfloat16(sum);
-      else
-        static_cast<float*>(p.dbeta)[at] = sum;
-    }
 
     int const ch = tid % kHeadDim;
     int const phase = tid / kHeadDim;
@@ -174,6 +167,17 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
           ak[m] = e[l + 1] * (ak[m] + s.dl[(r + m) * kLd64 + r + l] * kv[l]);
         }
       }
+      // dbeta's sum over this warp's 32 channels of k o ak (before beta), a butterfly (fixed
+      // order); rows past the end have ak = 0
+      if (p.dbeta != nullptr) {
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+          float part = kv[m] * ak[m];
+#pragma unroll
+          for (int d = 16; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, part, d);
+          if (tid % 32 == 0) s.dbeta_part[(r + m) * (kHeadDim / 32) + ch / 32] = part;
+        }
+      }
 #pragma unroll
       for (int m = 0; m < R; ++m) ak[m] *= s.beta[r + m];
       // column side: i = r + R up to the end, run = Gamma_{i,r+R-1} = d_{r+R} ... d_i
@@ -220,7 +224,22 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
       }
     }
     s.tail[phase * kHeadDim + ch] = tail;
-    __syncthreads();  // dG and the tails visible
+    __syncthreads();  // dG, the tails and dbeta's parts visible
+
+    // dbeta_r = dbeta_walk_r + the four warps' parts in order, by threads 128 + r (beside the
+    // cumsum below)
+    if (tid >= kHeadDim && tid < kHeadDim + len && p.dbeta != nullptr) {
+      int const r = tid - kHeadDim;
+      float part = 0.f;
+#pragma unroll
+      for (int w = 0; w < kHeadDim / 32; ++w) part += s.dbeta_part[r * (kHeadDim / 32) + w];
+      float const sum = s.dbeta_walk[r] + part;
+      int64_t const at = row0 + int64_t{r} * HV;
+      if (p.dbeta_is_bf16)
+        static_cast<__nv_bfloat16*>(p.dbeta)[at] = __float2bfloat16(sum);
+      else
+        static_cast<float*>(p.dbeta)[at] = sum;
+    }
 
     // dg = reverse cumsum of dG, the last row's terms through G_last first
     if (tid < kHeadDim && p.dg != nullptr) {
