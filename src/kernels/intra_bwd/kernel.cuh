@@ -146,16 +146,24 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         kv[m] = __bfloat162float(s.k[(r + m) * kLdBf16 + ch]);
         e[m] = s.d[at(r + m)];
       }
-      // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r
+      // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r; r is even, so j comes
+      // in aligned pairs j0, j0 + 1, each read as one float2 of dQK and one of dL per row (half
+      // the loads of one per step)
       float aq[R] = {}, ak[R] = {};
       float run = 1.f;
-      for (int j = r - 1; j >= 0; --j) {
-        run *= s.d[at(j + 1)];
-        float const kj = __bfloat162float(s.k[j * kLdBf16 + ch]) * run;
+      for (int j0 = r - 2; j0 >= 0; j0 -= 2) {
+        run *= s.d[at(j0 + 2)];
+        float const k1 = __bfloat162float(s.k[(j0 + 1) * kLdBf16 + ch]) * run;
+        run *= s.d[at(j0 + 1)];
+        float const k0 = __bfloat162float(s.k[j0 * kLdBf16 + ch]) * run;
 #pragma unroll
         for (int m = 0; m < R; ++m) {
-          aq[m] += s.dqk[(r + m) * kLd64 + j] * kj;
-          ak[m] += s.dl[(r + m) * kLd64 + j] * kj;
+          float2 const dqk = *reinterpret_cast<float2 const*>(&s.dqk[(r + m) * kLd64 + j0]);
+          float2 const dl = *reinterpret_cast<float2 const*>(&s.dl[(r + m) * kLd64 + j0]);
+          aq[m] += dqk.y * k1;
+          ak[m] += dl.y * k1;
+          aq[m] += dqk.x * k0;
+          ak[m] += dl.x * k0;
         }
       }
       // the pairs (r + m, r + l), l < m, then the factors e_{l+1}
