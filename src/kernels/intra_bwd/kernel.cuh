@@ -48,13 +48,14 @@ inline constexpr int kPhases = kThreads / kHeadDim;
 inline constexpr int kGroupRows = 4;  // rows that share one walk
 using kkt_solve::kLdGate;
 
-// About 175 KB: one CTA per SM.
+// About 208 KB: one CTA per SM.
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128] (zero past the end)
   __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128]
   float gcum[kChunk * kLdGate];       // [64 x 128] G
   float d[kChunk * kLdGate];          // [64 x 128] g, then d = e^g
   float dg[kChunk * kLdGate];         // [64 x 128] dG, before its cumsum
+  float bk[kChunk * kLdGate];         // [64 x 128] beta_i k_i, row i
   float dqk[kChunk * kLd64];          // [64 x 64]
   float dl[kChunk * kLd64];           // [64 x 64]
   float beta[kChunk];
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
   for (int gi = 0; gi < group; ++gi) {
     int const hv = h * group + gi;
     int64_t const row0 = c.t0 * HV + hv;  // [BT, HV] row of the chunk's first token
-    // the previous value head's readers of d, gcum, dqk, dl, beta, dbeta_part and tail are done
+    // the previous value head's readers of the tiles, beta, dbeta_part and tail are done
     if (gi > 0) __syncthreads();
     load_tile_async<kChunk, kHeadDim, kThreads>(s.d, kLdGate, p.g + row0 * kHeadDim, key_stride,
                                                 len);
@@ -103,7 +104,9 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     cp_async_wait<0>();
     __syncthreads();
 
-    // G and d = e^g: thread c < 128 runs down channel c (past the end g is 0: G flat, d = 1)
+    // G and d = e^g: thread c < 128 runs down channel c (past the end g is 0: G flat, d = 1);
+    // meanwhile the other 384 form beta o k for the column side (one load and one product fewer
+    // per step there)
     if (tid < kHeadDim) {
       float acc = 0.f;
       for (int r = 0; r < kChunk; ++r) {
@@ -111,6 +114,22 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         acc += g;
         s.gcum[r * kLdGate + tid] = acc;
         s.d[r * kLdGate + tid] = __expf(g);
+      }
+    } else {
+      // eight channels at a time: one 16-byte load of k, two 16-byte stores of beta o k
+      constexpr int kVec = 8;
+      for (int x = tid - kHeadDim; x < kChunk * kHeadDim / kVec; x += kThreads - kHeadDim) {
+        int const i = x / (kHeadDim / kVec);
+        int const c0 = x % (kHeadDim / kVec) * kVec;
+        alignas(16) __nv_bfloat16 k8[kVec];
+        alignas(16) float bk8[kVec];
+        *reinterpret_cast<uint4*>(k8) = *reinterpret_cast<uint4 const*>(&s.k[i * kLdBf16 + c0]);
+        float const beta_i = s.beta[i];
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) bk8[v] = beta_i * __bfloat162float(k8[v]);
+        float4* const to = reinterpret_cast<float4*>(&s.bk[i * kLdGate + c0]);
+        to[0] = *reinterpret_cast<float4 const*>(&bk8[0]);
+        to[1] = *reinterpret_cast<float4 const*>(&bk8[4]);
       }
     }
     __syncthreads();
@@ -195,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
       for (int i = r + R; i < len; ++i) {
         run *= s.d[at(i)];
         float const qi = __bfloat162float(s.q[i * kLdBf16 + ch]);
-        float const bki = s.beta[i] * __bfloat162float(s.k[i * kLdBf16 + ch]);
+        float const bki = s.bk[at(i)];
         float4 const dqk = *reinterpret_cast<float4 const*>(&s.dqk[i * kLd64 + r]);
         float4 const dl = *reinterpret_cast<float4 const*>(&s.dl[i * kLd64 + r]);
         ac[0] += (dqk.x * qi + dl.x * bki) * run;
