@@ -76,6 +76,7 @@ alignas(16) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
                                    sizeof(SharedStorage<ChannelDecay>))];
 template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
+  if (!params_valid<Decay>(p)) return cudaErrorInvalidValue;
   emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_qk_heads)}, Dim3{kThreads}, smem_raw,
               [&] { kkt_solve_kernel<Decay>(p); });
   return cudaSuccess;

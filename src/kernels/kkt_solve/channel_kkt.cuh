@@ -21,8 +21,8 @@
 //     (decays that strong inside 16 tokens, or a G that is not finite), pair by pair in fp32,
 //     e^{G_ic - G_jc} per channel. The test reads G only: the same path on every run.
 // x, k: bf16 [64][kLdBf16], rows past the chunk's end zero; G: fp32 [64][kLdGate]. The parts
-// (the span test, one block of S and P together, the pairs) are separate so that kkt_solve can
-// spread them over its warps; channel_gated_product forms one product into a shared fp32 tile.
+// (the reach test, one block of S and P together, the pairs) are separate so that kkt_solve can
+// spread them over its warps.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,28 +55,6 @@ __device__ __forceinline__ bool channel_within_reach(float const (&g)[kSubBlock]
   return within;
 }
 
-// Whether every channel of diagonal block a stays within reach (each warp decides alone, by a vote
-// over its lanes' channels: all warps decide alike).
-__device__ __forceinline__ bool diagonal_on_tensor_cores(float const* G, int a) {
-  bool within = true;
-#pragma unroll
-  for (int m = 0; m < kHeadDim / 32; ++m) {
-    int const c = threadIdx.x % 32 + 32 * m;
-    float g[kSubBlock];
-#pragma unroll
-    for (int r = 0; r < kSubBlock; ++r) g[r] = G[(a * kSubBlock + r) * kLdGate + c];
-    within = within && channel_within_reach(g);
-  }
-  return __ballot_sync(0xffffffffu, !within) == 0u;
-}
-
-// Bit a set: diagonal block a on the tensor cores (the same answer in every warp).
-__device__ __forceinline__ unsigned diagonal_blocks_on_tensor_cores(float const* G) {
-  unsigned mask = 0;
-#pragma unroll
-  for (int a = 0; a < kSubBlocks; ++a) mask |= diagonal_on_tensor_cores(G, a) ? 1u << a : 0u;
-  return mask;
-}
 inline constexpr unsigned kAllDiagonalBlocks = (1u << kSubBlocks) - 1u;
 
 // The 16 x 16 blocks of a product on the tensor cores: task t < 6 is the off-diagonal block (a, b)
@@ -166,16 +144,6 @@ __device__ __forceinline__ void put_tile(float const (&acc)[2][4], int a, int b,
   }
 }
 
-// Block (a, b) of sum_c x_ic k_jc e^{G_ic - G_jc} on one warp's tensor cores, handed to
-// put(i, j, v_j, v_j+1) for every pair of adjacent columns (j even) of the block.
-template <class Put>
-__device__ __forceinline__ void gated_tile(__nv_bfloat16 const* x, __nv_bfloat16 const* k,
-                                           float const* G, int a, int b, Put const& put) {
-  float acc[1][2][4] = {};
-  gated_tiles<1>({x}, k, G, a, b, acc);
-  put_tile(acc[0], a, b, put);
-}
-
 // The diagonal blocks that are not on the tensor cores (tensor_cores: the mask above), pair by
 // pair: one pair per warp at a time, lane l sums channels l + 32 m, then the warp's butterfly (a
 // fixed order: deterministic), then put(i, j, v) on lane 0. Row i holds the pairs j < i (j <= i
@@ -212,31 +180,6 @@ __device__ __forceinline__ void gated_pairs(__nv_bfloat16 const* x, __nv_bfloat1
     for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
     if (lane == 0) put(ri, rj, sum);
   }
-}
-
-// One product into a shared fp32 tile out [64][kLd64], by a CTA of kWarps warps: warp w takes
-// the tensor-core tasks w, w + kWarps, ..., then the pairs. On a diagonal block only i > j
-// (i >= j with kDiagonal) is written. No barrier inside (the caller syncs before reading out).
-template <int kWarps, bool kDiagonal>
-__device__ __forceinline__ void channel_gated_product(__nv_bfloat16 const* x,
-                                                      __nv_bfloat16 const* k, float const* G,
-                                                      float scale, float* out) {
-  static_assert(kWarps >= kOffDiagonalBlocks, "one warp per off-diagonal block at most");
-  unsigned const tensor_cores = diagonal_blocks_on_tensor_cores(G);
-  for (int task = threadIdx.x / 32; task < kTileTasks; task += kWarps) {
-    int a, b;
-    tile_blocks(task, a, b);
-    if (a == b && !(tensor_cores >> a & 1u)) continue;
-    auto const put1 = [&](int i, int j, float v) {
-      if (a != b || j < i || (kDiagonal && j == i)) out[i * kLd64 + j] = scale * v;
-    };
-    gated_tile(x, k, G, a, b, [&](int i, int j, float v0, float v1) {
-      put1(i, j, v0);
-      put1(i, j + 1, v1);
-    });
-  }
-  gated_pairs<kWarps, kDiagonal>(x, k, G, tensor_cores,
-                                 [&](int i, int j, float v) { out[i * kLd64 + j] = scale * v; });
 }
 
 }  // namespace cake::kernels::kkt_solve

@@ -254,7 +254,7 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     __syncthreads();  // K, g and beta visible
 
     // G: thread c < 128 runs down channel c, and tests each diagonal block's reach on its channel
-    // as it goes (the same test as diagonal_on_tensor_cores, formed once for the CTA)
+    // as it goes (channel_within_reach, formed once for the CTA)
     if (tid < kHeadDim) {
       float acc = 0.f;
       unsigned far = 0u;
@@ -286,11 +286,10 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     unsigned far = 0u;
     for (unsigned const votes : s.far) far |= votes;
     unsigned const tensor_cores = kAllDiagonalBlocks & ~far;
-    bool const with_p = solves && p.aqk != nullptr;  // P is a product too
     int const tasks = solves ? kTileTasks : 0;
     float const scale = p.problem.scale;
     int64_t const p_stride = int64_t{HV} * kChunk;  // aqk [BT, HV, 64]
-    __nv_bfloat16* const aqk = with_p ? p.aqk + row0 * kChunk : nullptr;
+    __nv_bfloat16* const aqk = solves ? p.aqk + row0 * kChunk : nullptr;
     auto const put_s = [&](int a, int b, float const(&acc)[2][4]) {
       put_tile(acc, a, b, [&](int i, int j, float v0, float v1) {
         if (a != b || j < i) s.s[i * kLd64 + j] = v0;
@@ -301,21 +300,15 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
       int a, b;
       tile_blocks(task, a, b);
       if (a == b && !(tensor_cores >> a & 1u)) continue;
-      if (with_p) {
-        float acc[2][2][4] = {};  // [S, P][ni][m16n8 accumulator]
-        gated_tiles<2>({s.k, s.q}, s.k, s.gcum, a, b, acc);
-        put_s(a, b, acc[0]);
-        // rows past the end unwritten; zeros above the diagonal, as store_lower writes them
-        put_tile(acc[1], a, b, [&](int i, int j, float v0, float v1) {
-          if (i < len)
-            *reinterpret_cast<__nv_bfloat162*>(aqk + i * p_stride + j) =
-                __floats2bfloat162_rn(j <= i ? scale * v0 : 0.f, j + 1 <= i ? scale * v1 : 0.f);
-        });
-      } else {
-        float acc[1][2][4] = {};
-        gated_tiles<1>({s.k}, s.k, s.gcum, a, b, acc);
-        put_s(a, b, acc[0]);
-      }
+      float acc[2][2][4] = {};  // [S, P][ni][m16n8 accumulator]
+      gated_tiles<2>({s.k, s.q}, s.k, s.gcum, a, b, acc);
+      put_s(a, b, acc[0]);
+      // rows past the end unwritten; zeros above the diagonal, as store_lower writes them
+      put_tile(acc[1], a, b, [&](int i, int j, float v0, float v1) {
+        if (i < len)
+          *reinterpret_cast<__nv_bfloat162*>(aqk + i * p_stride + j) =
+              __floats2bfloat162_rn(j <= i ? scale * v0 : 0.f, j + 1 <= i ? scale * v1 : 0.f);
+      });
     }
     if (p.qg != nullptr || p.kg != nullptr || p.kbar != nullptr) {
       int const light = tasks % kWarps;  // warps light.. take one block fewer (none when 0)
@@ -324,8 +317,6 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
     if (solves) {
       gated_pairs<kWarps, false>(s.k, s.k, s.gcum, tensor_cores,
                                  [&](int i, int j, float v) { s.s[i * kLd64 + j] = v; });
-    }
-    if (with_p) {
       gated_pairs<kWarps, true>(s.q, s.k, s.gcum, tensor_cores, [&](int i, int j, float v) {
         if (i < len) aqk[i * p_stride + j] = __float2bfloat16(scale * v);
       });

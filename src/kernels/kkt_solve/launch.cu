@@ -5,6 +5,7 @@ namespace cake::kernels::kkt_solve {
 
 template <class Decay>
 cudaError_t launch(Params const& params, cudaStream_t stream) {
+  if (!params_valid<Decay>(params)) return cudaErrorInvalidValue;
   int const smem = sizeof(SharedStorage<Decay>);
   cudaError_t err = cudaFuncSetAttribute(kkt_solve_kernel<Decay>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

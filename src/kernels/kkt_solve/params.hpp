@@ -24,8 +24,8 @@ struct Params {
   // ChannelDecay only: G of each chunk's last token, per key channel (the walks' state decay;
   // nothing reads the rest of G, which the intra pass forms again from g)
   float* glast = nullptr;  // [num_slots, HV, K] out or nullptr
-  // ChannelDecay only, each out or nullptr: the output's intra-chunk attention and the walks'
-  // operands (the decay applied per channel, rounded to bf16 once; G_last: G of the chunk's last
+  // ChannelDecay only, each out or nullptr (aqk given whenever a is: P is formed beside S): the
+  // output's intra-chunk attention and the walks' operands (the decay applied per channel, rounded to bf16 once; G_last: G of the chunk's last
   // token)
   __nv_bfloat16 const* q = nullptr;  // [BT, H, K]    read when aqk or qg is wanted
   __nv_bfloat16* aqk = nullptr;      // [BT, HV, 64]  P = s causal(Q K^T gated), diagonal in
@@ -33,5 +33,12 @@ struct Params {
   __nv_bfloat16* kg = nullptr;       // [BT, HV, K]   k o e^{G}
   __nv_bfloat16* kbar = nullptr;     // [BT, HV, K]   k o e^{G_last - G}
 };
+
+// What a launch refuses: with the per-channel decay P is formed beside S from the same operands,
+// so A comes with P (the kernel writes aqk whenever it writes a).
+template <class Decay>
+constexpr bool params_valid(Params const& p) {
+  return !(Decay::kGatedKkt && p.a != nullptr && p.aqk == nullptr);
+}
 
 }  // namespace cake::kernels::kkt_solve
