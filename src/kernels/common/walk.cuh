@@ -45,6 +45,27 @@ __device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block
   return w;
 }
 
+// The column slices of a forward walk (walk_a_fwd): a CTA owns all of h's 128 columns, or, where
+// the walks are split (walk_a_fwd/split.hpp), one of kSlicesOfH slices of kSliceCols columns.
+// The h-walk's flag of a walk counts the slices of h stored: kSlicesOfH once all are.
+inline constexpr int kSliceCols = 64;
+inline constexpr int kSlicesOfH = kHeadDim / kSliceCols;
+
+// Block `block` of a forward walk whose walks run as kSlices CTAs each (1 or kSlicesOfH): walk
+// walk_of_block(block / kSlices), its columns c0 .. c0 + kHeadDim / kSlices - 1. A walk's slices
+// are adjacent blocks, so that they read its K-side tiles (Q, K, A, ...) at about the same time:
+// one from HBM, the other from L2. Every thread of the CTA must call it.
+struct WalkSlice {
+  WalkRef walk;
+  int c0;
+};
+template <int kSlices>
+__device__ __forceinline__ WalkSlice walk_slice_of_block(Problem const& p, int64_t block) {
+  static_assert(kSlices == 1 || kSlices == kSlicesOfH, "whole walks, or 64-column slices");
+  return {walk_of_block(p, block / kSlices),
+          static_cast<int>(block % kSlices) * (kHeadDim / kSlices)};
+}
+
 // The document of one walk: its tokens and chunks.
 struct WalkSpan {
   int64_t begin;    // first token
@@ -140,24 +161,28 @@ __device__ __forceinline__ void zero_rows_past_end(__nv_bfloat16* tile, int cols
   }
 }
 
-// A state warpgroup's share of the [128 x 128] fp32 state h: columns
-// c0 .. c0 + 63 as two [64 x 64] wgmma accumulators, rows 0 .. 63 (lo) and 64 .. 127 (hi)
-// (for_each_wgmma_pair's layout).
+// A state warpgroup's share of the [128 x 128] fp32 state h: kN columns c0 .. c0 + kN - 1 as two
+// [64 x kN] wgmma accumulators, rows 0 .. 63 (lo) and 64 .. 127 (hi) (for_each_wgmma_pair's
+// layout). kN = 64: one of two warpgroups of a walk over all 128 columns; kN = 32: one of two of a
+// walk over a 64-column slice (walk_a_fwd's split walks).
 inline constexpr int kStateHalf = kHeadDim / 2;
-struct StateHalf {
-  float lo[kStateHalf / 2];
-  float hi[kStateHalf / 2];
+template <int kN>
+struct StateCols {
+  float lo[kN / 2];
+  float hi[kN / 2];
 };
+using StateHalf = StateCols<kStateHalf>;
 
 // f(r, c, x0, x1) for each pair of adjacent elements of the share (r, c: the state's row, column).
-template <class F>
-__device__ __forceinline__ void for_each_state_pair(StateHalf& st, int c0, F const& f) {
-  for_each_wgmma_pair<kStateHalf>(0, c0, st.lo, f);
-  for_each_wgmma_pair<kStateHalf>(kStateHalf, c0, st.hi, f);
+template <int kN, class F>
+__device__ __forceinline__ void for_each_state_pair(StateCols<kN>& st, int c0, F const& f) {
+  for_each_wgmma_pair<kN>(0, c0, st.lo, f);
+  for_each_wgmma_pair<kN>(kHeadDim / 2, c0, st.hi, f);
 }
 
 // The share <- the fp32 [128 x 128] state at src (row-major), or zeros when src is nullptr.
-__device__ __forceinline__ void load_state_half(StateHalf& st, float const* src, int c0) {
+template <int kN>
+__device__ __forceinline__ void load_state_half(StateCols<kN>& st, float const* src, int c0) {
   for_each_state_pair(st, c0, [&](int r, int c, float& x0, float& x1) {
     float2 const x = src != nullptr ? *reinterpret_cast<float2 const*>(src + r * kHeadDim + c)
                                     : make_float2(0.f, 0.f);
@@ -167,31 +192,32 @@ __device__ __forceinline__ void load_state_half(StateHalf& st, float const* src,
 }
 
 // The fp32 [128 x 128] state at dst (row-major) <- the share.
-__device__ __forceinline__ void store_state_half(StateHalf& st, float* dst, int c0) {
+template <int kN>
+__device__ __forceinline__ void store_state_half(StateCols<kN>& st, float* dst, int c0) {
   for_each_state_pair(st, c0, [&](int r, int c, float& x0, float& x1) {
     *reinterpret_cast<float2*>(dst + r * kHeadDim + c) = make_float2(x0, x1);
   });
 }
 
-// The share += K^T X[:, c0 .. c0 + 63], K and X [64 x 128] tiles read through the views kt (K^T:
-// K read M-major) and x (N-major): MNMajorTile<128> for blocked tiles, MNMajorSwizzledTile<kChunk>
-// for 128-byte swizzled ones (wgmma.cuh); complete on return.
-template <class KT, class XT>
-__device__ __forceinline__ void add_kt_x(StateHalf& st, KT const& kt, XT const& x, int c0) {
+// The share += K^T X[:, c0 .. c0 + kN - 1], K and X [64 x 128] tiles read through the views kt
+// (K^T: K read M-major) and x (N-major): MNMajorTile<128> for blocked tiles,
+// MNMajorSwizzledTile<kChunk> for 128-byte swizzled ones (wgmma.cuh); complete on return.
+template <int kN, class KT, class XT>
+__device__ __forceinline__ void add_kt_x(StateCols<kN>& st, KT const& kt, XT const& x, int c0) {
   fence_accumulators(st.lo);
   fence_accumulators(st.hi);
   wgmma_fence();
-  warpgroup_mma_async<kStateHalf, kChunk>(kt, x, 0, c0, st.lo);
-  warpgroup_mma_async<kStateHalf, kChunk>(kt, x, kStateHalf, c0, st.hi);
+  warpgroup_mma_async<kN, kChunk>(kt, x, 0, c0, st.lo);
+  warpgroup_mma_async<kN, kChunk>(kt, x, kHeadDim / 2, c0, st.hi);
   wgmma_commit();
   wgmma_wait<0>();
   fence_accumulators(st.lo);
   fence_accumulators(st.hi);
 }
 
-// The share <- gamma x share + K^T X[:, c0 .. c0 + 63] (a scalar decay, GDN).
-template <class KT, class XT>
-__device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT const& kt,
+// The share <- gamma x share + K^T X[:, c0 .. c0 + kN - 1] (a scalar decay, GDN).
+template <int kN, class KT, class XT>
+__device__ __forceinline__ void decay_add_kt_x(StateCols<kN>& st, float gamma, KT const& kt,
                                                XT const& x, int c0) {
   for (float& v : st.lo) v *= gamma;
   for (float& v : st.hi) v *= gamma;
@@ -201,27 +227,30 @@ __device__ __forceinline__ void decay_add_kt_x(StateHalf& st, float gamma, KT co
 // The share <- diag(e^{log_gamma}) share (a decay per row of the state, per key channel: KDA);
 // log_gamma [128] in shared memory, each factor one exponential. A thread holds rows r0 and r0 + 8
 // of each 64-row half (for_each_wgmma_pair's layout): four factors.
-__device__ __forceinline__ void decay_rows(StateHalf& st, float const* log_gamma, int c0) {
+template <int kN>
+__device__ __forceinline__ void decay_rows(StateCols<kN>& st, float const* log_gamma, int c0) {
+  constexpr int kHalfRows = kHeadDim / 2;
   int const r0 = 16 * (threadIdx.x % 128 / 32) + threadIdx.x % 32 / 4;
   float const lo0 = __expf(log_gamma[r0]);
   float const lo8 = __expf(log_gamma[r0 + 8]);
-  float const hi0 = __expf(log_gamma[kStateHalf + r0]);
-  float const hi8 = __expf(log_gamma[kStateHalf + r0 + 8]);
-  for_each_wgmma_pair<kStateHalf>(0, c0, st.lo, [&](int r, int, float& x0, float& x1) {
+  float const hi0 = __expf(log_gamma[kHalfRows + r0]);
+  float const hi8 = __expf(log_gamma[kHalfRows + r0 + 8]);
+  for_each_wgmma_pair<kN>(0, c0, st.lo, [&](int r, int, float& x0, float& x1) {
     float const gamma = r == r0 ? lo0 : lo8;
     x0 *= gamma;
     x1 *= gamma;
   });
-  for_each_wgmma_pair<kStateHalf>(kStateHalf, c0, st.hi, [&](int r, int, float& x0, float& x1) {
-    float const gamma = r == kStateHalf + r0 ? hi0 : hi8;
+  for_each_wgmma_pair<kN>(kHalfRows, c0, st.hi, [&](int r, int, float& x0, float& x1) {
+    float const gamma = r == kHalfRows + r0 ? hi0 : hi8;
     x0 *= gamma;
     x1 *= gamma;
   });
 }
 
-// The share <- diag(e^{log_gamma}) share + K^T X[:, c0 .. c0 + 63] (decay_rows, then add_kt_x).
-template <class KT, class XT>
-__device__ __forceinline__ void decay_rows_add_kt_x(StateHalf& st, float const* log_gamma,
+// The share <- diag(e^{log_gamma}) share + K^T X[:, c0 .. c0 + kN - 1] (decay_rows, then
+// add_kt_x).
+template <int kN, class KT, class XT>
+__device__ __forceinline__ void decay_rows_add_kt_x(StateCols<kN>& st, float const* log_gamma,
                                                     KT const& kt, XT const& x, int c0) {
   decay_rows(st, log_gamma, c0);
   add_kt_x(st, kt, x, c0);

@@ -213,13 +213,16 @@ struct KMajorSwizzledTile {
     return uint64_t(k0 / 64 * kRows * 64 + k0 % 64) * 2 / 16;
   }
 };
-// Rows K, columns M (N); mn0 a multiple of 64.
+// Rows K, columns M (N); mn0 a multiple of 64, or of 32 for an operand of N = 32: its start is
+// then 64 bytes into the 128-byte rows of a half, and the swizzle, applied to the addresses wgmma
+// forms, finds the same chunks as for the whole half (as KMajorSwizzledTile's k0 % 64 does).
 template <int kRows>
 struct MNMajorSwizzledTile {
   static constexpr int kTrans = 1;
   __nv_bfloat16 const* p;
   __device__ __forceinline__ uint64_t desc(int mn0, int k0) const {
-    return wgmma_descriptor_sw128(p + mn0 / 64 * kRows * 64 + k0 * 64, kRows * 128, 1024);
+    return wgmma_descriptor_sw128(p + mn0 / 64 * kRows * 64 + k0 * 64 + mn0 % 64, kRows * 128,
+                                  1024);
   }
   static constexpr uint64_t desc_step(int k0) { return uint64_t(k0) * 128 / 16; }
 };
