@@ -33,6 +33,7 @@
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/maps.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
+#include "kernels/walk_a_fwd/split.hpp"
 
 using cake::emu::Dim3;
 
@@ -269,13 +270,23 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
   roles::RolesParams rp{p, {}, {}, {}, {}, {}, {}, {}};
   if (cudaError_t const err = encode_maps<Decay>(rp); err != cudaSuccess) return err;
-  Dim3 const grid{u(int64_t{pr.num_seqs} * pr.num_v_heads)};
-  if (p.o != nullptr)
-    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
-                [&] { roles::walk_a_fwd_roles_kernel<Decay, true>(rp); });
-  else
-    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw,
-                [&] { roles::walk_a_fwd_roles_kernel<Decay, false>(rp); });
+  int64_t const num_walks = int64_t{pr.num_seqs} * pr.num_v_heads;
+  bool const split = split_walks(num_walks, emu::num_sms);
+  Dim3 const grid{u(num_walks * (split ? kSlicesOfH : 1))};
+  auto const run = [&](auto kernel) {
+    emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw, [&] { kernel(rp); });
+  };
+  if (split) {
+    if (p.o != nullptr)
+      run(roles::walk_a_fwd_roles_kernel<Decay, true, kSlicesOfH>);
+    else
+      run(roles::walk_a_fwd_roles_kernel<Decay, false, kSlicesOfH>);
+  } else {
+    if (p.o != nullptr)
+      run(roles::walk_a_fwd_roles_kernel<Decay, true, 1>);
+    else
+      run(roles::walk_a_fwd_roles_kernel<Decay, false, 1>);
+  }
   return cudaSuccess;
 }
 template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);

@@ -374,13 +374,14 @@ inline unsigned thread_index_here() { return threadIdx.x; }
 // so every flag it waits on must be set by then; an unset one is a missing signal (on the GPU, a
 // hang), reported as an error.
 inline void launch_dependents() {}
-inline void signal_flag(int* flag) {
+inline void signal_flag(int* flag, int share) {
   __syncthreads();
-  if (threadIdx.x == 0) *flag = 1;
+  if (threadIdx.x == 0) *flag += share;
 }
-inline void wait_flag(int const* flag) {
-  if (threadIdx.x == 0 && *flag == 0)
-    throw std::runtime_error("wait_flag: the flag was never set (the producing grid ran first)");
+inline void wait_flag(int const* flag, int total) {
+  if (threadIdx.x == 0 && *flag < total)
+    throw std::runtime_error("wait_flag: the flag is " + std::to_string(*flag) + ", not " +
+                             std::to_string(total) + " (the producing grid ran first)");
   __syncthreads();
 }
 

@@ -68,6 +68,10 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
+// The device's SMs as the emulated launches see them, for the grids that a launch shapes by them
+// (walk_a_fwd/split.hpp): an H100's, unless a test sets another to take the other shape.
+inline int num_sms = 132;
+
 // The running fiber's coordinates.
 Dim3 const& thread_idx();
 Dim3 const& block_idx();

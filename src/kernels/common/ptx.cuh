@@ -346,23 +346,25 @@ __device__ __forceinline__ void launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-// flag <- 1 after every global store of the block: the barrier, then a release at GPU scope by one
-// thread (cumulative: it covers the block's stores ordered before it by the barrier). All threads
-// of the block call it.
-__device__ __forceinline__ void signal_flag(int* flag) {
+// flag += share after every global store of the block: the barrier, then a release reduction at
+// GPU scope by one thread (cumulative: it covers the block's stores ordered before it by the
+// barrier). The CTAs of one piece of work each add their share, and its waiter waits for the
+// total (wait_flag). All threads of the block call it.
+__device__ __forceinline__ void signal_flag(int* flag, int share) {
   __syncthreads();
   if (threadIdx.x == 0)
-    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(1) : "memory");
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(flag), "r"(share) : "memory");
 }
 
-// Waits until another grid's signal_flag(flag): one thread polls with acquire loads, then the
-// barrier hands the acquired order to the block. All threads of the block call it.
-__device__ __forceinline__ void wait_flag(int const* flag) {
+// Waits until other grids' signal_flag(flag, ...) have added up to total: one thread polls with
+// acquire loads, then the barrier hands the acquired order to the block. All threads of the block
+// call it.
+__device__ __forceinline__ void wait_flag(int const* flag, int total) {
   if (threadIdx.x == 0) {
     int set = 0;
     for (;;) {
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(set) : "l"(flag) : "memory");
-      if (set != 0) break;
+      if (set >= total) break;
       __nanosleep(256);
     }
   }

@@ -1214,7 +1214,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // barrier, which also publishes s.walk and s.span
   // h then comes by TMA (the async proxy): the fence orders the flag's acquire before those reads
   if (p.h_ready != nullptr) {
-    wait_flag(p.h_ready + int64_t{walk.n} * p.problem.num_v_heads + walk.hv);
+    wait_flag(p.h_ready + int64_t{walk.n} * p.problem.num_v_heads + walk.hv, kSlicesOfH);
     fence_proxy_async_global();
   } else {
     __syncthreads();

@@ -23,7 +23,8 @@ struct Params {
   __nv_bfloat16 const* h = nullptr;     // [num_slots, HV, K, V] chunk-start states (h-walk)
   // nullptr (h was there before the launch: saved mode), or the h-walk's [N, HV] flags
   // (walk_a_fwd::Params::walk_done): the walk is then launched as the h-walk's programmatic
-  // dependent, and each walk waits on its own flag before it reads h.
+  // dependent, and each walk waits until its own flag says all of its h is stored (kSlicesOfH)
+  // before it reads h.
   int const* h_ready = nullptr;
   float const* dht = nullptr;   // [N, HV, K, V]   or nullptr (zero)
   // ScalarDecay: dq and dk summed over each q/k head's value heads in ascending order (the

@@ -1,8 +1,11 @@
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/maps.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
+#include "kernels/walk_a_fwd/split.hpp"
 
 namespace cake::kernels::walk_a_fwd {
+
+static_assert(kSplitSlices == kSlicesOfH, "a split walk's slices are walk.cuh's");
 
 template <class Decay>
 cudaError_t launch(Params const& params, cudaStream_t stream) {
@@ -12,14 +15,27 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   Problem const& pr = params.problem;
   roles::RolesParams rp{params, {}, {}, {}, {}, {}, {}, {}};
   if (cudaError_t const err = encode_maps<Decay>(rp); err != cudaSuccess) return err;
-  auto const kernel = params.o != nullptr ? roles::walk_a_fwd_roles_kernel<Decay, true>
-                                          : roles::walk_a_fwd_roles_kernel<Decay, false>;
+  // The SMs of the current device (an attribute: no sync), for split.hpp's rule
+  int device = 0;
+  int num_sms = 0;
+  if (cudaError_t const err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t const err =
+          cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+      err != cudaSuccess)
+    return err;
+  int64_t const num_walks = int64_t{pr.num_seqs} * pr.num_v_heads;
+  bool const split = split_walks(num_walks, num_sms);
+  bool const with_o = params.o != nullptr;
+  auto const kernel = split ? (with_o ? roles::walk_a_fwd_roles_kernel<Decay, true, kSlicesOfH>
+                                      : roles::walk_a_fwd_roles_kernel<Decay, false, kSlicesOfH>)
+                            : (with_o ? roles::walk_a_fwd_roles_kernel<Decay, true, 1>
+                                      : roles::walk_a_fwd_roles_kernel<Decay, false, 1>);
   int const smem = sizeof(roles::SharedStorage<Decay>);
   cudaError_t const err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  // 1-D: walk_of_block maps each block to its (document, value head)
-  dim3 const grid(static_cast<unsigned>(int64_t{pr.num_seqs} * pr.num_v_heads));
+  // 1-D: walk_slice_of_block maps each block to its (document, value head) and columns
+  dim3 const grid(static_cast<unsigned>(num_walks * (split ? kSlicesOfH : 1)));
   kernel<<<grid, roles::kThreads, smem, stream>>>(rp);
   return cudaGetLastError();
 }

@@ -23,10 +23,12 @@ struct Params {
   float* ht = nullptr;               // [N, HV, K, V]   out or nullptr: final state
   __nv_bfloat16* h = nullptr;        // [num_slots, HV, K, V] out or nullptr (required when
                                      //                 o == nullptr): bf16 chunk-start states
-  // The h-walk only (o == nullptr), or nullptr: [N, HV] flags, zero before the launch; walk
-  // (n, hv) sets its flag to 1 once its h is stored (signal_flag), and the grid lets the reverse
-  // walk launch at its start (launch_dependents), so that each reverse walk starts as soon as its
-  // own h is there instead of after the last h-walk (walk_a_bwd::Params::h_ready).
+  // The h-walk only (o == nullptr), or nullptr: [N, HV] flags, zero before the launch; each CTA
+  // of walk (n, hv) adds the number of h's 64-column slices it stored (all 2, or its 1 where the
+  // walks are split: split.hpp) once they are stored (signal_flag), so the flag is 2 once all of
+  // the walk's h is; and the grid lets the reverse walk launch at its start (launch_dependents),
+  // so that each reverse walk starts as soon as its own h is there instead of after the last
+  // h-walk (walk_a_bwd::Params::h_ready).
   int* walk_done = nullptr;
   // ChannelDecay: from kkt_solve<ChannelDecay>
   float const* glast = nullptr;         // [num_slots, HV, K] G of each chunk's last token

@@ -29,6 +29,20 @@
 //   and this chunk's O = scale e^G (Q h) + P Delta (half of O's columns each). With one output
 //   warpgroup that role set the pace (the state roles spent a third of their time waiting for it
 //   to free hb).
+// Split walks (split.hpp says when: walks at most half the SMs): a walk runs as two CTAs, each
+// with a 64-column slice of h, R, Delta and O (every product left-multiplies h, and O's columns
+// need only h's and Delta's same columns), on the same roles: two state warpgroups of 32 columns
+// each (wgmma N = 32) and two output warpgroups with 32 of O's columns each. Each column's
+// products and roundings are the whole walk's, so o, h per chunk and the final state are the same
+// bitwise. Such a CTA has its SM alone, so its chunk step is the time: the chain bf16(h) -> K h ->
+// R -> Delta = Ag R -> h update. Two warpgroups of 32 columns give the tensor cores the products
+// of one of 64 (the two N = 32 groups share them), but halve each thread's elementwise links of
+// the chain (bf16(h) and R stores, R, Delta's stores and decay), where one warpgroup of 64 would
+// keep the whole walk's per-thread work and leave a warpgroup idle; and the roles and barriers
+// stay as they are. The output roles load V's 64 columns and the K side whole (Q, K, A; KDA's
+// kbar and P), and form Ag and P whole (per chunk, not per column): those links stay, O's halve.
+// The slice's h box (64 columns) holds both state warpgroups' columns, so they meet at one
+// barrier of 256 threads where they otherwise meet at one each, and one TMA store takes the box.
 // The roles meet at named barriers, one per hand-over (ptx.cuh; ids below), each a producer's
 // bar.arrive and a consumer's bar.sync over all 512 threads. Q, K, V, A and hb are 128-byte
 // swizzled tiles (TMA's layout), Ag, P and Delta blocked 8 x 8 core matrices (wgmma.cuh).
@@ -105,13 +119,15 @@ struct alignas(1024) ChunkTiles<ChannelDecay> {
   float glast[kHeadDim];         // G of the chunk's last token, per key channel
   float beta[kChunk];            // beta; 0 past the end
 };
-// The bytes one chunk's TMA copies bring (K, V, A, and Q with o; ChannelDecay: also kbar and,
-// with o, P). The h-walk (no o) reads no Q: neither Q h nor P is formed there.
-template <class Decay, bool kWithO>
+// The bytes one chunk's TMA copies bring (K, V's kCols columns of the CTA, A, and Q with o;
+// ChannelDecay: also kbar and, with o, P). The h-walk (no o) reads no Q: neither Q h nor P is
+// formed there.
+template <class Decay, bool kWithO, int kCols>
 inline constexpr uint32_t kTmaBytes =
     Decay::kGatedKkt
-        ? ((kWithO ? 4 : 3) * kChunk * kHeadDim + (kWithO ? 2 : 1) * kChunk * kChunk) * 2
-        : ((kWithO ? 3 : 2) * kChunk * kHeadDim + kChunk * kChunk) * 2;
+        ? ((kWithO ? 3 : 2) * kChunk * kHeadDim + kChunk * kCols +
+           (kWithO ? 2 : 1) * kChunk * kChunk) * 2
+        : ((kWithO ? 2 : 1) * kChunk * kHeadDim + kChunk * kCols + kChunk * kChunk) * 2;
 
 template <class Decay>
 struct SharedStorage;
@@ -184,19 +200,29 @@ __device__ __forceinline__ void chunk_gates(ChunkTiles<ScalarDecay> const& t, bf
   fence_proxy_async_shared();  // ag, p are wgmma operands
 }
 
-// A state warpgroup (wg 0 or 1) of document n: h's columns c0 .. c0 + 63 as two [64 x 64]
-// accumulators (rows 0 .. 63 and 64 .. 127 of K), walked over the document's chunks; with p.h,
-// its thread 0 stores bf16(h)'s columns c0 .. c0 + 63 per chunk from hb by TMA.
-template <class Decay, bool kWithO>
+// A state warpgroup (wg 0 or 1) of document n, in a CTA of kCols of h's columns from col0: h's
+// kWg = kCols / 2 columns c0 = col0 + kWg wg .. c0 + kWg - 1 as two [64 x kWg] accumulators (rows
+// 0 .. 63 and 64 .. 127 of K), walked over the document's chunks; with p.h, bf16(h)'s columns per
+// chunk stored from hb by TMA in boxes of 64 columns: each warpgroup's thread 0 its own box
+// (kCols = 128), or the first warpgroup's the CTA's one box (kCols = 64), which holds both
+// warpgroups' columns: then the warpgroups meet at one barrier (kStateGroup0, 256 threads) where
+// they otherwise meet at one each.
+template <class Decay, bool kWithO, int kCols>
 __device__ __forceinline__ void state_role(SharedStorage<Decay>& s, RolesParams const& rp,
-                                           WalkSpan const& span, int n, int hv, int wg) {
+                                           WalkSpan const& span, int n, int hv, int col0,
+                                           int wg) {
+  constexpr int kWg = kCols / 2;
+  constexpr bool kOneBox = kCols < kHeadDim;  // one h box, one barrier for both warpgroups
   Params const& p = rp.p;
   int const HV = p.problem.num_v_heads;
-  bool const stores_h = p.h != nullptr && threadIdx.x % kRoleThreads == 0;
-  int const c0 = kStateHalf * wg;
-  int const group = kStateGroup0 + wg;
+  bool const stores_h =
+      p.h != nullptr && threadIdx.x % kRoleThreads == 0 && (!kOneBox || wg == 0);
+  int const c0 = col0 + kWg * wg;
+  int const box_c0 = c0 / kSliceCols * kSliceCols;  // the first column of the h box stored
+  int const group = kOneBox ? kStateGroup0 : kStateGroup0 + wg;
+  int const group_threads = kOneBox ? 2 * kRoleThreads : kRoleThreads;
   int64_t const state_offset = (int64_t{n} * HV + hv) * kHeadDim * kHeadDim;
-  StateHalf h;  // h's columns c0 .. c0 + 63
+  StateCols<kWg> h;  // h's columns c0 .. c0 + kWg - 1
   load_state_half(h, p.h0 != nullptr ? p.h0 + state_offset : nullptr, c0);
   // This thread's two accumulator rows (for_each_wgmma_pair's layout)
   int const row_lo = 16 * (threadIdx.x % kRoleThreads / 32) + threadIdx.x % 32 / 4;
@@ -208,16 +234,16 @@ __device__ __forceinline__ void state_role(SharedStorage<Decay>& s, RolesParams 
     int const parity = static_cast<int>(j % 2);
     int const len = span.chunk_len(j);
 
-    // bf16(h) -> hb (this warpgroup's columns: one 64-column half of the swizzled tile); the
-    // output roles read it (Q h), and its TMA store to h[slot0 + j] (the previous chunk's store
-    // has read it: its wait comes before this warpgroup's barrier after R)
+    // bf16(h) -> hb (this warpgroup's columns of the swizzled tile); the output roles read it
+    // (Q h), and its TMA store to h[slot0 + j] (the previous chunk's store has read it: its wait
+    // comes before the group's barrier after R)
     if (kWithO && j >= 1) named_barrier_sync(kHbFree, kThreads);
-    store_swizzled_acc<kHeadDim, kStateHalf>(s.hb, 0, c0, h.lo);
-    store_swizzled_acc<kHeadDim, kStateHalf>(s.hb, kStateHalf, c0, h.hi);
+    store_swizzled_acc<kHeadDim, kWg>(s.hb, 0, c0, h.lo);
+    store_swizzled_acc<kHeadDim, kWg>(s.hb, kHeadDim / 2, c0, h.hi);
     fence_proxy_async_shared();
-    named_barrier_sync(group, kRoleThreads);
+    named_barrier_sync(group, group_threads);
     if (stores_h) {
-      tma_store_3d(&rp.h_map, s.hb + swizzled_offset<kHeadDim>(0, c0), c0, 0,
+      tma_store_3d(&rp.h_map, s.hb + swizzled_offset<kHeadDim>(0, box_c0), box_c0, 0,
                    static_cast<int>((span.slot0 + j) * HV + hv));
       bulk_commit_group();
     }
@@ -241,41 +267,41 @@ __device__ __forceinline__ void state_role(SharedStorage<Decay>& s, RolesParams 
     // K h on this warpgroup's columns; R = beta_i (V - e^{G_i} (K h)_i) -> t.v in place (each
     // thread rewrites the elements it read; rows past the end: beta is zero there, so R is)
     {
-      float kh[kStateHalf / 2] = {};
-      warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.k},
-                                          MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, c0, kh);
+      float kh[kWg / 2] = {};
+      warpgroup_mma<kWg, kHeadDim>(KMajorSwizzledTile<kChunk>{t.k},
+                                   MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, c0, kh);
       float const eg_lo = Decay::kGatedKkt ? 1.f : __expf(g_lo);
       float const eg_hi = Decay::kGatedKkt ? 1.f : __expf(g_hi);
       float const beta_lo = t.beta[row_lo];
       float const beta_hi = t.beta[row_hi];
-      uint32_t v[kStateHalf / 4];  // pair q: row_lo (even q) or row_hi (odd q)
-      load_swizzled_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
+      uint32_t v[kWg / 4];  // pair q: row_lo (even q) or row_hi (odd q)
+      load_swizzled_frag<kChunk, kWg>(t.v, 0, c0, v);
 #pragma unroll
-      for (int q = 0; q < kStateHalf / 4; ++q) {
+      for (int q = 0; q < kWg / 4; ++q) {
         float const eg = q % 2 == 0 ? eg_lo : eg_hi;
         float const b = q % 2 == 0 ? beta_lo : beta_hi;
         float2 const vq = bits_float2(v[q]);
         v[q] = bf16x2_bits(
             __floats2bfloat162_rn(b * (vq.x - eg * kh[2 * q]), b * (vq.y - eg * kh[2 * q + 1])));
       }
-      store_swizzled_frag<kChunk, kStateHalf>(t.v, 0, c0, v);
+      store_swizzled_frag<kChunk, kWg>(t.v, 0, c0, v);
     }
     fence_proxy_async_shared();
     if (stores_h) bulk_wait_group_read<0>();  // hb may be rewritten after this barrier
-    named_barrier_sync(group, kRoleThreads);
+    named_barrier_sync(group, group_threads);
 
     // Delta = Ag R on this warpgroup's columns (ChannelDecay: A R, A from the tiles)
     if constexpr (!Decay::kGatedKkt) named_barrier_sync(kAgFull0 + parity, kThreads);
-    float d[kStateHalf / 2] = {};
+    float d[kWg / 2] = {};
     if constexpr (Decay::kGatedKkt)
-      warpgroup_mma<kStateHalf, kChunk>(KMajorSwizzledTile<kChunk>{t.a},
-                                        MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
+      warpgroup_mma<kWg, kChunk>(KMajorSwizzledTile<kChunk>{t.a},
+                                 MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
     else
-      warpgroup_mma<kStateHalf, kChunk>(KMajorTile<kChunk>{s.ag[parity]},
-                                        MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
+      warpgroup_mma<kWg, kChunk>(KMajorTile<kChunk>{s.ag[parity]},
+                                 MNMajorSwizzledTile<kChunk>{t.v}, 0, c0, d);
     if constexpr (!Decay::kGatedKkt)
       if (j + 2 < num_chunks) named_barrier_arrive(kAgFree0 + parity, kThreads);
-    named_barrier_sync(group, kRoleThreads);  // every product of R done: t.v may be rewritten
+    named_barrier_sync(group, group_threads);  // every product of R done: t.v may be rewritten
 
     // delta <- bf16(Delta) (for P Delta), t.v <- bf16(e^{G_last - G} Delta) (for the update;
     // ChannelDecay: bf16(Delta), the decay is in kbar)
@@ -283,17 +309,17 @@ __device__ __forceinline__ void state_role(SharedStorage<Decay>& s, RolesParams 
     {
       float const decay_lo = row_lo < len ? (Decay::kGatedKkt ? 1.f : __expf(g_last - g_lo)) : 0.f;
       float const decay_hi = row_hi < len ? (Decay::kGatedKkt ? 1.f : __expf(g_last - g_hi)) : 0.f;
-      if constexpr (kWithO) store_blocked_acc<kHeadDim, kStateHalf>(s.delta, 0, c0, d);
+      if constexpr (kWithO) store_blocked_acc<kHeadDim, kWg>(s.delta, 0, c0, d);
 #pragma unroll
-      for (int q = 0; q < kStateHalf / 4; ++q) {
+      for (int q = 0; q < kWg / 4; ++q) {
         float const decay = q % 2 == 0 ? decay_lo : decay_hi;
         d[2 * q] *= decay;
         d[2 * q + 1] *= decay;
       }
-      store_swizzled_acc<kChunk, kStateHalf>(t.v, 0, c0, d);
+      store_swizzled_acc<kChunk, kWg>(t.v, 0, c0, d);
     }
     fence_proxy_async_shared();
-    named_barrier_sync(group, kRoleThreads);
+    named_barrier_sync(group, group_threads);
     if constexpr (kWithO) named_barrier_arrive(kDeltaFull, kThreads);
 
     // h = e^{G_last} h + (K e^{G_last - G})^T Delta: K^T is K's tile read M-major
@@ -314,15 +340,18 @@ __device__ __forceinline__ void state_role(SharedStorage<Decay>& s, RolesParams 
   }
 }
 
-// The two output warpgroups: the loads, the gates and (kWithO) O = scale e^G (Q h) + P Delta per
-// chunk, each warpgroup half of the copies and of P's and O's columns.
-template <class Decay, bool kWithO>
+// The two output warpgroups of a CTA of kCols of h's columns from col0: the loads (V's kCols
+// columns; Q, K, A and ChannelDecay's kbar and P whole, as every slice of a walk needs them), the
+// gates (per chunk, whole in every slice) and (kWithO) O = scale e^G (Q h) + P Delta per chunk
+// on the CTA's columns, each warpgroup half of the copies, of P's columns and of O's.
+template <class Decay, bool kWithO, int kCols>
 __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams const& rp,
-                                            WalkSpan const& span, int h, int hv) {
+                                            WalkSpan const& span, int h, int hv, int col0) {
+  constexpr int kWg = kCols / 2;
   Params const& p = rp.p;
   int const tid = threadIdx.x - 2 * kRoleThreads;  // 0 .. 255
   int const ow = tid / kRoleThreads;               // this warpgroup's half
-  int const oc0 = kStateHalf * ow;                 // its columns of O
+  int const oc0 = col0 + kWg * ow;                 // its columns of O
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
@@ -339,7 +368,7 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
     ChunkTiles<Decay>& t = s.tiles[jj % 2];
     int64_t const t0 = span.begin + jj * kChunk;
     if (tid == 0) {
-      mbarrier_arrive_expect_tx(&s.tiles_landed[jj % 2], kTmaBytes<Decay, kWithO>);
+      mbarrier_arrive_expect_tx(&s.tiles_landed[jj % 2], kTmaBytes<Decay, kWithO, kCols>);
       int const row = static_cast<int>(t0);
       uint64_t* const bar = &s.tiles_landed[jj % 2];
       for (int half = 0; half < 2; ++half) {  // 64 columns each, kChunk x 64 elements apart
@@ -347,7 +376,8 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
           tma_load_2d(t.q + half * kChunk * 64, &rp.q_map, qk_head * kHeadDim + 64 * half, row,
                       bar);
         tma_load_2d(t.k + half * kChunk * 64, &rp.k_map, qk_head * kHeadDim + 64 * half, row, bar);
-        tma_load_2d(t.v + half * kChunk * 64, &rp.v_map, hv * kHeadDim + 64 * half, row, bar);
+        if (64 * half >= col0 && 64 * half < col0 + kCols)  // V: the CTA's columns alone
+          tma_load_2d(t.v + half * kChunk * 64, &rp.v_map, hv * kHeadDim + 64 * half, row, bar);
         if constexpr (Decay::kGatedKkt)
           tma_load_2d(t.kbar + half * kChunk * 64, &rp.kbar_map, hv * kHeadDim + 64 * half, row,
                       bar);
@@ -435,12 +465,12 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
     bool const has_next = j + 1 < num_chunks;
 
     // Q h, then hb is free for the state roles' next h (they wait on it)
-    float o_acc[kStateHalf / 2] = {};  // O's columns oc0 .. oc0 + 63
+    float o_acc[kWg / 2] = {};  // O's columns oc0 .. oc0 + kWg - 1
     named_barrier_sync(kHbFull, kThreads);
     fence_accumulators(o_acc);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q},
-                                              MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, oc0, o_acc);
+    warpgroup_mma_async<kWg, kHeadDim>(KMajorSwizzledTile<kChunk>{t.q},
+                                       MNMajorSwizzledTile<kHeadDim>{s.hb}, 0, oc0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o_acc);
@@ -459,7 +489,7 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
       q_lo = scale * __expf(t.gcum[row_lo]);
       q_hi = scale * __expf(t.gcum[row_lo + 8]);
     }
-    for_each_wgmma_pair<kStateHalf>(0, oc0, o_acc, [&](int r, int, float& x0, float& x1) {
+    for_each_wgmma_pair<kWg>(0, oc0, o_acc, [&](int r, int, float& x0, float& x1) {
       float const q_scale = r == row_lo ? q_lo : q_hi;
       x0 *= q_scale;
       x1 *= q_scale;
@@ -470,17 +500,17 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
     fence_accumulators(o_acc);
     wgmma_fence();
     if constexpr (Decay::kGatedKkt)
-      warpgroup_mma_async<kStateHalf, kChunk>(KMajorSwizzledTile<kChunk>{t.p},
-                                              MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
+      warpgroup_mma_async<kWg, kChunk>(KMajorSwizzledTile<kChunk>{t.p},
+                                       MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
     else
-      warpgroup_mma_async<kStateHalf, kChunk>(KMajorTile<kChunk>{s.p[parity]},
-                                              MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
+      warpgroup_mma_async<kWg, kChunk>(KMajorTile<kChunk>{s.p[parity]},
+                                       MNMajorTile<kHeadDim>{s.delta}, 0, oc0, o_acc);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o_acc);
     if (has_next) named_barrier_arrive(kDeltaFree, kThreads);
     bf16* const o = p.o + (t0 * HV + hv) * kHeadDim;
-    for_each_wgmma_pair<kStateHalf>(0, oc0, o_acc, [&](int r, int c, float& x0, float& x1) {
+    for_each_wgmma_pair<kWg>(0, oc0, o_acc, [&](int r, int c, float& x0, float& x1) {
       if (r < len)
         *reinterpret_cast<__nv_bfloat162*>(o + r * v_stride + c) = __floats2bfloat162_rn(x0, x1);
     });
@@ -495,8 +525,9 @@ __device__ __forceinline__ void output_role(SharedStorage<Decay>& s, RolesParams
 }
 
 // kWithO: o (the forward, h per chunk too where p.h is given) or not (the backward's h-walk). A
-// template parameter, not a branch: the roles' registers are tight.
-template <class Decay, bool kWithO>
+// template parameter, not a branch: the roles' registers are tight. kSlices: 1, a CTA per walk,
+// or kSlicesOfH, a CTA per 64-column slice of a walk (walk_slice_of_block; split.hpp says when).
+template <class Decay, bool kWithO, int kSlices>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_fwd_roles_kernel(__grid_constant__ RolesParams const rp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -513,13 +544,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbarrier_init_fence();
   }
   __syncthreads();
-  WalkRef const walk = walk_of_block(p.problem, blockIdx.x);
+  constexpr int kCols = kHeadDim / kSlices;
+  WalkSlice const slice = walk_slice_of_block<kSlices>(p.problem, blockIdx.x);
+  WalkRef const walk = slice.walk;
   WalkSpan const span = walk_span(p.problem, walk);
   run_roles<kStateRegs, kOutputRegs>(
-      [&](int wg) { state_role<Decay, kWithO>(s, rp, span, walk.n, walk.hv, wg); },
-      [&] { output_role<Decay, kWithO>(s, rp, span, walk.hv / p.problem.group_size(), walk.hv); });
+      [&](int wg) {
+        state_role<Decay, kWithO, kCols>(s, rp, span, walk.n, walk.hv, slice.c0, wg);
+      },
+      [&] {
+        output_role<Decay, kWithO, kCols>(s, rp, span, walk.hv / p.problem.group_size(), walk.hv,
+                                          slice.c0);
+      });
   if (!kWithO && p.walk_done != nullptr)
-    signal_flag(p.walk_done + int64_t{walk.n} * p.problem.num_v_heads + walk.hv);
+    signal_flag(p.walk_done + int64_t{walk.n} * p.problem.num_v_heads + walk.hv,
+                kSlicesOfH / kSlices);
 #endif
 }
 
