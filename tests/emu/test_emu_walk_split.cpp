@@ -1,0 +1,228 @@
+// The forward walk's split walks (walk_a_fwd/split.hpp: a CTA per 64-column slice of a walk)
+// against its whole walks, on the CPU emulator: the launch's SM count (emu::num_sms) set so that
+// split.hpp's rule takes one shape and then the other, for GDN and KDA, in the walk's three uses
+// (o and the final state; o, the final state and h per chunk; the h-walk: h per chunk and its
+// flags). Every output must be the same bitwise, and written: outputs are poisoned (NaN) before
+// each run, and o, the final state and every chunk's h must come back finite.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "emu/kda_emu_testing.hpp"
+#include "emu/runtime.hpp"
+#include "kernels/kkt_solve/launch.hpp"
+#include "kernels/walk_a_fwd/launch.hpp"
+#include "kernels/walk_a_fwd/split.hpp"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cake::emu_testing::K;
+using cake::emu_testing::poisoned;
+using cake::gdn_testing::Case;
+using cake::gdn_testing::Problem;
+namespace kn = cake::kernels;
+namespace fwd = cake::kernels::walk_a_fwd;
+
+// kkt_solve's outputs the walk reads, for either decay (ScalarDecay: gcum, beta, A; ChannelDecay:
+// glast, beta, A, P, qg, kg, kbar).
+struct Operands {
+  std::vector<float> gcum, glast, beta;
+  std::vector<bf16> a, aqk, qg, kg, kbar;
+};
+
+template <class Decay>
+Operands run_kkt_solve(Problem const& pr, std::vector<float> const& g32) {
+  kn::Problem const kp = pr.kernel_problem();
+  size_t const keys = pr.BT * pr.HV * K;
+  size_t const rows = pr.BT * pr.HV * kn::kChunk;
+  Operands out;
+  out.beta = poisoned<float>(pr.BT * pr.HV);
+  out.a = poisoned<bf16>(rows);
+  kn::kkt_solve::Params p;
+  p.problem = kp;
+  p.k = pr.k16.data();
+  p.g = g32.data();
+  p.beta = pr.beta32.data();
+  p.beta_f32 = out.beta.data();
+  p.a = out.a.data();
+  if constexpr (Decay::kGatedKkt) {
+    out.glast = poisoned<float>(kp.num_slots * pr.HV * K);
+    out.aqk = poisoned<bf16>(rows);
+    out.qg = poisoned<bf16>(keys);
+    out.kg = poisoned<bf16>(keys);
+    out.kbar = poisoned<bf16>(keys);
+    p.q = pr.q16.data();
+    p.glast = out.glast.data();
+    p.aqk = out.aqk.data();
+    p.qg = out.qg.data();
+    p.kg = out.kg.data();
+    p.kbar = out.kbar.data();
+  } else {
+    out.gcum = poisoned<float>(pr.BT * pr.HV);
+    p.gcum = out.gcum.data();
+  }
+  EXPECT_EQ(kn::kkt_solve::launch<Decay>(p, nullptr), cudaSuccess);
+  return out;
+}
+
+template <class Decay>
+fwd::Params walk_inputs(Problem const& pr, Operands const& x, bool states) {
+  fwd::Params p;
+  p.problem = pr.kernel_problem();
+  p.q = pr.q16.data();
+  p.k = pr.k16.data();
+  p.v = pr.v16.data();
+  p.a = x.a.data();
+  p.beta = x.beta.data();
+  p.h0 = states ? pr.h0_32.data() : nullptr;
+  if constexpr (Decay::kGatedKkt) {
+    p.q = nullptr;
+    p.k = nullptr;
+    p.glast = x.glast.data();
+    p.qg = x.qg.data();
+    p.kg = x.kg.data();
+    p.kbar = x.kbar.data();
+  } else {
+    p.gcum = x.gcum.data();
+  }
+  return p;
+}
+
+// One run's outputs: o [BT, HV, K], ht [N, HV, K, K], h [num_slots, HV, K, K], flags [N, HV].
+struct Outputs {
+  std::vector<bf16> o, h;
+  std::vector<float> ht;
+  std::vector<int> flags;
+};
+
+enum class Use { kForward, kSaved, kHWalk };
+
+// The walk in one use with the emulated device's SMs set to num_sms.
+template <class Decay>
+Outputs run_walk(Problem const& pr, Operands const& x, bool states, Use use, int num_sms) {
+  kn::Problem const kp = pr.kernel_problem();
+  Outputs out{poisoned<bf16>(pr.BT * pr.HV * K), poisoned<bf16>(kp.num_slots * pr.HV * K * K),
+              poisoned<float>(pr.states_size()), std::vector<int>(int64_t{pr.N} * pr.HV, 0)};
+  fwd::Params p = walk_inputs<Decay>(pr, x, states);
+  if (use != Use::kHWalk) {
+    p.o = out.o.data();
+    p.ht = states ? out.ht.data() : nullptr;
+    if constexpr (Decay::kGatedKkt) p.aqk = x.aqk.data();
+  } else {
+    p.walk_done = out.flags.data();
+  }
+  if (use != Use::kForward) p.h = out.h.data();
+  int const saved_sms = cake::emu::num_sms;
+  cake::emu::num_sms = num_sms;
+  EXPECT_EQ(fwd::launch<Decay>(p, nullptr), cudaSuccess);
+  cake::emu::num_sms = saved_sms;
+  return out;
+}
+
+template <class T>
+bool all_finite(T const* x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(static_cast<double>(x[i]))) return false;
+  return true;
+}
+
+// Where the split run's outputs differ from the whole run's or were left unwritten ("" if none).
+std::string compare(Problem const& pr, Outputs const& whole, Outputs const& split, bool states,
+                    Use use) {
+  kn::Problem const kp = pr.kernel_problem();
+  if (use != Use::kHWalk) {
+    if (!all_finite(whole.o.data(), whole.o.size())) return "o not all written (whole)";
+    if (std::memcmp(whole.o.data(), split.o.data(), whole.o.size() * sizeof(bf16)) != 0)
+      return "o differs";
+    if (states) {
+      if (!all_finite(whole.ht.data(), whole.ht.size())) return "ht not all written (whole)";
+      if (std::memcmp(whole.ht.data(), split.ht.data(), whole.ht.size() * sizeof(float)) != 0)
+        return "ht differs";
+    }
+  }
+  if (use != Use::kForward) {  // chunk j of document n in slot slot_base(n) + j
+    size_t const state = size_t{K} * K;
+    for (int n = 0; n < pr.N; ++n) {
+      int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
+      for (int64_t j = 0; j < chunks; ++j)
+        for (int hv = 0; hv < pr.HV; ++hv) {
+          size_t const at = ((kp.slot_base(n) + j) * pr.HV + hv) * state;
+          if (!all_finite(split.h.data() + at, state)) return "h not all written (split)";
+          if (std::memcmp(whole.h.data() + at, split.h.data() + at, state * sizeof(bf16)) != 0)
+            return "h differs";
+        }
+    }
+  }
+  if (use == Use::kHWalk)  // every walk's flag counts its h's two 64-column slices (params.hpp)
+    for (size_t i = 0; i < whole.flags.size(); ++i)
+      if (whole.flags[i] != fwd::kSplitSlices || split.flags[i] != fwd::kSplitSlices)
+        return "walk " + std::to_string(i) + "'s flag is " + std::to_string(whole.flags[i]) +
+               " whole, " + std::to_string(split.flags[i]) + " split";
+  return "";
+}
+
+// Cases: documents of 1, 63, 64, 65 tokens and more, GVA 1 to 4, with and without states.
+std::vector<Case> cases() {
+  return {
+      {"docs 1,63,64,65,130 GVA 2", {1, 63, 64, 65, 130}, 1, 2},
+      {"docs 65,200,1 H=2 GVA 2", {65, 200, 1}, 2, 4},
+      {"docs 64,65 GVA 3 no states", {64, 65}, 1, 3, -1.f, 0.f, 0.f, 1.f, false},
+  };
+}
+
+// SM counts at which the rule takes each shape for a case's walks.
+int whole_sms(Problem const& pr) { return pr.N * pr.HV; }
+int split_sms(Problem const& pr) { return fwd::kSplitSlices * pr.N * pr.HV; }
+
+template <class Decay>
+void expect_split_matches_whole(char const* decay) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (Case const& c : cases()) {
+    Problem const pr = cake::gdn_testing::make_problem(c, rng);
+    ASSERT_FALSE(fwd::split_walks(int64_t{pr.N} * pr.HV, whole_sms(pr)));
+    ASSERT_TRUE(fwd::split_walks(int64_t{pr.N} * pr.HV, split_sms(pr)));
+    std::vector<float> g32 = pr.g32;
+    if constexpr (Decay::kGatedKkt) {  // a gate per channel: KDA's shape of g
+      cake::kda_emu_testing::KdaCase const kc{c, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)};
+      std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+      g32 = cake::gdn_testing::to_f32(g);
+    }
+    Operands const x = run_kkt_solve<Decay>(pr, g32);
+    for (Use use : {Use::kForward, Use::kSaved, Use::kHWalk}) {
+      Outputs const whole = run_walk<Decay>(pr, x, c.states, use, whole_sms(pr));
+      Outputs const split = run_walk<Decay>(pr, x, c.states, use, split_sms(pr));
+      std::string const verdict = compare(pr, whole, split, c.states, use);
+      char const* const names[] = {"o, ht", "o, ht, h", "h-walk"};
+      std::printf("%s %s, %s: %s\n", decay, c.name.c_str(), names[static_cast<int>(use)],
+                  verdict.empty() ? "split == whole" : verdict.c_str());
+      EXPECT_TRUE(verdict.empty()) << decay << " " << c.name << ": " << verdict;
+    }
+  }
+}
+
+TEST(EmulatedWalkSplit, RuleSplitsAllWalksUpToHalfTheSms) {
+  EXPECT_TRUE(fwd::split_walks(1, 132));
+  EXPECT_TRUE(fwd::split_walks(64, 132));
+  EXPECT_TRUE(fwd::split_walks(66, 132));
+  EXPECT_FALSE(fwd::split_walks(67, 132));
+  EXPECT_FALSE(fwd::split_walks(192, 132));
+  EXPECT_FALSE(fwd::split_walks(0, 132));
+  EXPECT_FALSE(fwd::split_walks(1, 1));
+}
+
+TEST(EmulatedWalkSplit, GdnSplitWalksMatchWholeWalksBitwise) {
+  expect_split_matches_whole<kn::ScalarDecay>("gdn");
+}
+
+TEST(EmulatedWalkSplit, KdaSplitWalksMatchWholeWalksBitwise) {
+  expect_split_matches_whole<kn::ChannelDecay>("kda");
+}
+
+}  // namespace
