@@ -1,5 +1,6 @@
-// GPU check of the fused GDN backward (kkt_solve -> h-walk -> walk_a_bwd) against the FP64
-// chunked reference (ref/chunked.hpp) on the same inputs, and its time at workload A.
+// GPU check of the fused GDN backward (kkt_solve -> h-walk -> walk_a_bwd, in both forms of the
+// reverse walk) against the FP64 chunked reference (ref/chunked.hpp) on the same inputs, the
+// split form bitwise against the walk, and their times at workload A and the main job's batch.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,6 +36,7 @@ using cake::testing::host_copy;
 using cake::testing::kWorkloadADocs;
 using cake::testing::kWorkloadAH;
 using cake::testing::kWorkloadAHV;
+using cake::testing::kWorkloads;
 using cake::testing::make_problem;
 using cake::testing::median_ms;
 
@@ -46,9 +49,10 @@ struct Buffers {
        *dv = nullptr;
   float *g = nullptr, *beta = nullptr, *gcum = nullptr, *beta_f32 = nullptr, *h0 = nullptr,
         *dht = nullptr, *dq = nullptr, *dk = nullptr, *dbeta = nullptr, *dg = nullptr,
-        *dh0 = nullptr;
+        *dh0 = nullptr, *ds_end = nullptr;
   int32_t* cu = nullptr;
-  int* order = nullptr;  // walk_a_bwd's tickets and turns, where the group has several heads
+  int* order = nullptr;      // walk_a_bwd's tickets and turns, where the group has several heads
+  int* walk_done = nullptr;  // the h-walk's flags, as the op's backward has them
   bool ok = true;
 
   void alloc(std::vector<int32_t> const& cu_host, int H, int HV) {
@@ -66,12 +70,14 @@ struct Buffers {
     take(&dout, BT * HV * K);
     take(&a, BT * HV * kChunk);
     take(&h, prob.num_slots * HV * K * K);
+    take(&ds_end, prob.num_slots * HV * K * K);
     take(&dv, BT * HV * K);
     for (float** x : {&g, &beta, &gcum, &beta_f32, &dbeta, &dg}) take(x, BT * HV);
     for (float** x : {&h0, &dht, &dh0}) take(x, states);
     take(&dq, BT * H * K);
     take(&dk, BT * H * K);
     if (HV > H) take(&order, cake::kernels::walk_a_bwd::walk_order_size(prob));
+    take(&walk_done, int64_t{prob.num_seqs} * HV);
     ok = ok && cu != nullptr;
   }
   // NaN in every output, so that elements the kernels do not write fail
@@ -85,8 +91,9 @@ struct Buffers {
     cudaMemset(dg, 0xff, BT * HV * 4);
     cudaMemset(dh0, 0xff, int64_t{prob.num_seqs} * HV * K * K * 4);
   }
-  // kkt_solve -> h-walk -> walk_a_bwd
-  bool run(float scale, cudaStream_t stream) {
+  // kkt_solve -> h-walk -> walk_a_bwd (split: its dS-walk, then its chunk pass), the reverse walk
+  // beside the h-walk on its flags, as in the op
+  bool run(float scale, bool split, cudaStream_t stream) {
     namespace kn = cake::kernels;
     Problem p = prob;
     p.scale = scale;
@@ -108,6 +115,7 @@ struct Buffers {
     fp.beta = beta_f32;
     fp.h0 = h0;
     fp.h = h;
+    fp.walk_done = walk_done;
     kn::walk_a_bwd::Params bp;
     bp.problem = p;
     bp.q = q;
@@ -118,6 +126,7 @@ struct Buffers {
     bp.gcum = gcum;
     bp.beta = beta_f32;
     bp.h = h;
+    bp.h_ready = walk_done;
     bp.dht = dht;
     bp.dq = dq;
     bp.dk = dk;
@@ -127,13 +136,28 @@ struct Buffers {
     bp.dg = dg;
     bp.dh0 = dh0;
     bp.eo_split = h0 != nullptr;
+    size_t const flags = sizeof(int) * static_cast<size_t>(p.num_seqs) * p.num_v_heads;
+    // the tickets and turns cleared first: neither the h-walk nor the dS-walk touches them, and
+    // nothing comes between the h-walk and the reverse walk it runs beside
     bool const cleared =
         order == nullptr ||
         cudaMemsetAsync(order, 0, sizeof(int) * kn::walk_a_bwd::walk_order_size(p), stream) ==
             cudaSuccess;
-    return cleared && kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
-           kn::walk_a_fwd::launch<kn::ScalarDecay>(fp, stream) == cudaSuccess &&
-           kn::walk_a_bwd::launch<kn::ScalarDecay>(bp, stream) == cudaSuccess;
+    if (!(cleared && kn::kkt_solve::launch<kn::ScalarDecay>(kp, stream) == cudaSuccess &&
+          cudaMemsetAsync(walk_done, 0, flags, stream) == cudaSuccess &&
+          kn::walk_a_fwd::launch<kn::ScalarDecay>(fp, stream) == cudaSuccess))
+      return false;
+    if (split) {  // the dS-walk writes no dq or dk and takes no ticket
+      kn::walk_a_bwd::Params dp = bp;
+      dp.ds_end_out = ds_end;
+      dp.dq = nullptr;
+      dp.dk = nullptr;
+      dp.order = nullptr;
+      if (kn::walk_a_bwd::launch_ds_walk<kn::ScalarDecay>(dp, stream) != cudaSuccess) return false;
+      bp.ds_end = ds_end;
+      bp.dh0 = nullptr;
+    }
+    return kn::walk_a_bwd::launch<kn::ScalarDecay>(bp, stream) == cudaSuccess;
   }
   void release() {
     for (void* x : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
@@ -142,15 +166,43 @@ struct Buffers {
                     static_cast<void*>(gcum), static_cast<void*>(beta_f32), static_cast<void*>(h0),
                     static_cast<void*>(dht), static_cast<void*>(dq), static_cast<void*>(dk),
                     static_cast<void*>(dbeta), static_cast<void*>(dg), static_cast<void*>(dh0),
+                    static_cast<void*>(ds_end), static_cast<void*>(walk_done),
                     static_cast<void*>(cu), static_cast<void*>(order)})
       cudaFree(x);
   }
 };
 
+// The gradients of one run, on the host.
+struct Grads {
+  std::vector<float> dq, dk, dg, dbeta, dh0;
+  std::vector<bf16> dv;
+};
+template <class T>
+bool bitwise_equal(std::vector<T> const& a, std::vector<T> const& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+bool bitwise_equal(Grads const& a, Grads const& b) {
+  return bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dg, b.dg) &&
+         bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dh0, b.dh0) &&
+         bitwise_equal(a.dv, b.dv);
+}
+
+// Both forms of the reverse walk on one drawn problem: each against the FP64 reference, and the
+// split's gradients bitwise the walk's.
 bool run_case(Case const& wc, std::mt19937& rng) {
   cake::gdn_testing::Problem const pr = cake::gdn_testing::make_problem(wc, rng);
   int64_t const BT = pr.BT;
   int const H = pr.H, HV = pr.HV;
+
+  // FP64 reference on the same (rounded) inputs
+  std::vector<double> rq(pr.q.size()), rk(pr.k.size()), rv(pr.v.size()), rg(pr.g.size()),
+      rbeta(pr.beta.size()), rh0(pr.states_size());
+  cake::ref::Inputs const in{pr.q.data(),    pr.k.data(),  pr.v.data(), pr.g.data(),
+                             pr.beta.data(), pr.h0.data(), pr.scale};
+  cake::ref::OutputGrads const out{pr.dout.data(), pr.dht.data()};
+  cake::ref::InputGrads const grad{rq.data(), rk.data(),    rv.data(),
+                                   rg.data(), rbeta.data(), rh0.data()};
+  cake::ref::chunked_backward(pr.shape(), in, out, grad);
 
   Buffers b;
   b.alloc(pr.cu, H, HV);
@@ -167,41 +219,38 @@ bool run_case(Case const& wc, std::mt19937& rng) {
     up(b.beta, pr.beta32);
     up(b.h0, pr.h0_32);
     up(b.dht, pr.dht32);
-    b.poison();
-    ok = b.run(static_cast<float>(pr.scale), nullptr) && cudaDeviceSynchronize() == cudaSuccess;
   }
-
-  // FP64 reference on the same (rounded) inputs
-  std::vector<double> rq(pr.q.size()), rk(pr.k.size()), rv(pr.v.size()), rg(pr.g.size()),
-      rbeta(pr.beta.size()), rh0(pr.states_size());
-  cake::ref::Inputs const in{pr.q.data(),    pr.k.data(),  pr.v.data(), pr.g.data(),
-                             pr.beta.data(), pr.h0.data(), pr.scale};
-  cake::ref::OutputGrads const out{pr.dout.data(), pr.dht.data()};
-  cake::ref::InputGrads const grad{rq.data(), rk.data(),    rv.data(),
-                                   rg.data(), rbeta.data(), rh0.data()};
-  cake::ref::chunked_backward(pr.shape(), in, out, grad);
-
-  // The kernel's dq, dk, summed over each q/k head's value heads (fp32)
-  auto widen = [](auto const& x) { return std::vector<double>(x.begin(), x.end()); };
-  std::vector<double> const dq = widen(host_copy(b.dq, BT * H * K)),
-                            dk = widen(host_copy(b.dk, BT * H * K));
-  std::vector<double> dv;
-  for (bf16 x : host_copy(b.dv, BT * HV * K)) dv.push_back(__bfloat162float(x));
-  std::vector<std::pair<char const*, Errors>> const errors = {
-      {"dq", compare(dq, rq)},
-      {"dk", compare(dk, rk)},
-      {"dv", compare(dv, rv)},
-      {"dg", compare(widen(host_copy(b.dg, BT * HV)), rg)},
-      {"dbeta", compare(widen(host_copy(b.dbeta, BT * HV)), rbeta)},
-      {"dh0", compare(widen(host_copy(b.dh0, pr.states_size())), rh0)}};
-  std::printf("walk_a_bwd %-34s", wc.name.c_str());
-  for (auto const& [name, e] : errors) {
-    ok = ok && e.pass();
-    std::printf(" %s %.1e/%.1e%s", name, e.rel_rms, e.max_rel, e.pass() ? "" : "!");
+  Grads by_form[2];
+  for (bool split : {false, true}) {
+    if (ok) {
+      b.poison();
+      ok = b.run(static_cast<float>(pr.scale), split, nullptr) &&
+           cudaDeviceSynchronize() == cudaSuccess;
+    }
+    Grads& g = by_form[split];
+    g = {host_copy(b.dq, BT * H * K),      host_copy(b.dk, BT * H * K), host_copy(b.dg, BT * HV),
+         host_copy(b.dbeta, BT * HV),      host_copy(b.dh0, pr.states_size()),
+         host_copy(b.dv, BT * HV * K)};
+    // the kernel's dq, dk: summed over each q/k head's value heads (fp32, in turn)
+    auto widen = [](auto const& x) { return std::vector<double>(x.begin(), x.end()); };
+    std::vector<double> dv;
+    for (bf16 x : g.dv) dv.push_back(__bfloat162float(x));
+    std::vector<std::pair<char const*, Errors>> const errors = {
+        {"dq", compare(widen(g.dq), rq)},          {"dk", compare(widen(g.dk), rk)},
+        {"dv", compare(dv, rv)},                   {"dg", compare(widen(g.dg), rg)},
+        {"dbeta", compare(widen(g.dbeta), rbeta)}, {"dh0", compare(widen(g.dh0), rh0)}};
+    std::printf("walk_a_bwd %-5s %-34s", split ? "split" : "walk", wc.name.c_str());
+    for (auto const& [name, e] : errors) {
+      ok = ok && e.pass();
+      std::printf(" %s %.1e/%.1e%s", name, e.rel_rms, e.max_rel, e.pass() ? "" : "!");
+    }
+    std::printf("  %s\n", ok ? "PASS" : "FAIL");
   }
-  std::printf("  %s\n", ok ? "PASS" : "FAIL");
+  bool const same = bitwise_equal(by_form[0], by_form[1]);
+  std::printf("walk_a_bwd split == walk bitwise %-22s %s\n", wc.name.c_str(),
+              same ? "PASS" : "FAIL");
   b.release();
-  return ok;
+  return ok && same;
 }
 
 }  // namespace
@@ -226,29 +275,36 @@ bool check_walk_bwd() {
   return ok;
 }
 
+// The three stages' median time, with the reverse walk in each form, at workload A and at the
+// main job's batch (kWorkloads "job": 48 walks, where the op splits).
 void time_walk_bwd() {
-  int const H = kWorkloadAH, HV = kWorkloadAHV;
-  Buffers b;
-  b.alloc(cu_seqlens_of(kWorkloadADocs), H, HV);
-  int64_t const BT = b.prob.num_tokens;
-  bool ok = b.ok;
-  if (ok) {  // bytes that read as small bf16 / fp32 values (the timing does not depend on them)
-    cudaMemset(b.q, 0x3c, BT * H * K * 2);
-    cudaMemset(b.k, 0x3c, BT * H * K * 2);
-    cudaMemset(b.v, 0x3c, BT * HV * K * 2);
-    cudaMemset(b.dout, 0x3c, BT * HV * K * 2);
-    cudaMemset(b.g, 0xbc, BT * HV * 4);
-    cudaMemset(b.beta, 0x3e, BT * HV * 4);
-    cudaMemset(b.h0, 0, int64_t{b.prob.num_seqs} * HV * K * K * 4);
-    cudaMemset(b.dht, 0, int64_t{b.prob.num_seqs} * HV * K * K * 4);
+  for (auto const& w : kWorkloads) {
+    if (std::string(w.name) != "A" && std::string(w.name) != "job") continue;
+    int const H = w.H, HV = w.HV;
+    Buffers b;
+    b.alloc(cu_seqlens_of(w.docs), H, HV);
+    int64_t const BT = b.prob.num_tokens;
+    bool ok = b.ok;
+    if (ok) {  // bytes that read as small bf16 / fp32 values (the timing does not depend on them)
+      cudaMemset(b.q, 0x3c, BT * H * K * 2);
+      cudaMemset(b.k, 0x3c, BT * H * K * 2);
+      cudaMemset(b.v, 0x3c, BT * HV * K * 2);
+      cudaMemset(b.dout, 0x3c, BT * HV * K * 2);
+      cudaMemset(b.g, 0xbc, BT * HV * 4);
+      cudaMemset(b.beta, 0x3e, BT * HV * 4);
+      cudaMemset(b.h0, 0, int64_t{b.prob.num_seqs} * HV * K * K * 4);
+      cudaMemset(b.dht, 0, int64_t{b.prob.num_seqs} * HV * K * K * 4);
+    }
+    float const scale = 1.f / std::sqrt(static_cast<float>(K));
+    for (bool split : {false, true}) {
+      float total = 0;
+      if (ok) {
+        total = median_ms([&] { ok = b.run(scale, split, nullptr) && ok; }, 7);
+        ok = cudaDeviceSynchronize() == cudaSuccess && ok;
+      }
+      std::printf("workload %s: kkt_solve + h-walk + walk_a_bwd (%s) %.3f ms (median of 7)%s\n",
+                  w.name, split ? "split" : "walk", total, ok ? "" : "  CUDA ERROR");
+    }
+    b.release();
   }
-  float const scale = 1.f / std::sqrt(static_cast<float>(K));
-  float total = 0;
-  if (ok) {
-    total = median_ms([&] { ok = b.run(scale, nullptr) && ok; }, 7);
-    ok = cudaDeviceSynchronize() == cudaSuccess && ok;
-  }
-  std::printf("workload A: kkt_solve + h-walk + walk_a_bwd %.3f ms (median of 7)%s\n", total,
-              ok ? "" : "  CUDA ERROR");
-  b.release();
 }

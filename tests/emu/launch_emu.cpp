@@ -66,6 +66,15 @@ extern "C" cudaError_t cudaSetDevice(int device) {
   return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
 extern "C" cudaError_t cudaGetLastError() { return cudaSuccess; }
+namespace {
+int multiprocessor_count = 132;
+}  // namespace
+void cake::emu::set_multiprocessor_count(int count) { multiprocessor_count = count; }
+extern "C" cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0 || attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
+  *value = multiprocessor_count;
+  return cudaSuccess;
+}
 extern "C" cudaError_t cudaMemcpyAsync(void* to, void const* from, size_t bytes, cudaMemcpyKind,
                                        cudaStream_t) {
   std::memcpy(to, from, bytes);
@@ -296,16 +305,35 @@ template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 namespace cake::kernels::walk_a_bwd {
 alignas(1024) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
                                      sizeof(SharedStorage<ChannelDecay>))];
+// launch.cu checks and launches as here (the walk, the chunk pass and the dS-walk)
+template <class Decay, Form kForm>
+cudaError_t launch_form(Params const& p, int64_t blocks) {
+  if (Decay::kGatedKkt && p.eo_split) return cudaErrorInvalidValue;
+  KernelParams kp{p, {}, {}, {}, {}, {}, {}, {}, {}};
+  if (cudaError_t const err = encode_maps<Decay, kForm == Form::kDsWalk>(kp); err != cudaSuccess)
+    return err;
+  emu::launch(Dim3{u(blocks)}, Dim3{kThreads}, smem_raw,
+              [&] { walk_a_bwd_kernel<Decay, kForm>(kp); });
+  return cudaSuccess;
+}
 template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
-  if (Decay::kGatedKkt && p.eo_split) return cudaErrorInvalidValue;
-  KernelParams kp{p, {}, {}, {}, {}, {}, {}, {}, {}};
-  if (cudaError_t const err = encode_maps<Decay>(kp); err != cudaSuccess) return err;
-  emu::launch(Dim3{u(int64_t{pr.num_seqs} * pr.num_v_heads)}, Dim3{kThreads}, smem_raw,
-              [&] { walk_a_bwd_kernel<Decay>(kp); });
-  return cudaSuccess;
+  if (p.ds_end_out != nullptr) return cudaErrorInvalidValue;
+  if (p.ds_end == nullptr)
+    return launch_form<Decay, Form::kWalk>(p, int64_t{pr.num_seqs} * pr.num_v_heads);
+  if (p.dh0 != nullptr) return cudaErrorInvalidValue;
+  return launch_form<Decay, Form::kChunkPass>(p, pr.num_slots * pr.num_v_heads);
+}
+template <class Decay>
+cudaError_t launch_ds_walk(Params const& p, cudaStream_t) {
+  Problem const& pr = p.problem;
+  if (p.ds_end_out == nullptr || p.ds_end != nullptr || p.order != nullptr)
+    return cudaErrorInvalidValue;
+  return launch_form<Decay, Form::kDsWalk>(p, int64_t{pr.num_seqs} * pr.num_v_heads);
 }
 template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
 template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
+template cudaError_t launch_ds_walk<ScalarDecay>(Params const&, cudaStream_t);
+template cudaError_t launch_ds_walk<ChannelDecay>(Params const&, cudaStream_t);
 }  // namespace cake::kernels::walk_a_bwd

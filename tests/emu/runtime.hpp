@@ -88,6 +88,11 @@ Dim3 const& grid_dim();
 // schedule (set_schedule).
 void launch(Dim3 grid, Dim3 block, std::span<char> shared, std::function<void()> const& body);
 
+// The emulated device's SM count, cudaDeviceGetAttribute's cudaDevAttrMultiProcessorCount (132,
+// an H100's, until set): the ops pick the forms of their stages by it (ops/cuda/stages.hpp,
+// reverse_form), so that a test can run either.
+void set_multiprocessor_count(int count);
+
 // __syncthreads: waits for every thread of the block that has not exited.
 void sync_block();
 

@@ -6,6 +6,7 @@
 // The launches run on the emulator (launch_emu.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -95,45 +96,81 @@ void forward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   pool[1].second.add(ht, rht);
 }
 
-void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
+// The reverse stage's gradients (walk_a_bwd): dq, dk summed over each q/k head's value heads, dv,
+// dg, dbeta, dh0.
+struct Grads {
+  std::vector<float> dq, dk;
+  std::vector<bf16> dv;
+  std::vector<float> dg, dbeta, dh0;
+};
+
+// The h-walk (the forward walk without o): bf16 h per chunk.
+std::vector<bf16> run_h_walk(Case const& c, Problem const& pr, Solved const& s) {
+  auto h = poisoned<bf16>(pr.kernel_problem().num_slots * pr.HV * K * K);
+  kn::walk_a_fwd::Params p = walk_inputs(c, pr, s);
+  p.h = h.data();
+  EXPECT_EQ(kn::walk_a_fwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
+  return h;
+}
+
+// The reverse stage on h: the walk, or (split) the dS-walk and then the chunk pass. dq and dk in
+// turn over the value heads (tickets and turns zeroed, as the op clears them), or with `unordered`
+// added in any order into sums zeroed first (where the group has several value heads).
+Grads run_reverse(Case const& c, Problem const& pr, Solved const& s, std::vector<bf16> const& h,
+                  bool split, bool unordered = false) {
+  kn::Problem const kp = pr.kernel_problem();
+  bool const sums = unordered && pr.HV > pr.H;
+  Grads g{sums ? std::vector<float>(pr.BT * pr.H * K, 0.f) : poisoned<float>(pr.BT * pr.H * K),
+          sums ? std::vector<float>(pr.BT * pr.H * K, 0.f) : poisoned<float>(pr.BT * pr.H * K),
+          poisoned<bf16>(pr.BT * pr.HV * K),
+          poisoned<float>(pr.BT * pr.HV),
+          poisoned<float>(pr.BT * pr.HV),
+          poisoned<float>(pr.states_size())};
+  std::vector<int> order(kn::walk_a_bwd::walk_order_size(kp), 0);
+  kn::walk_a_bwd::Params p;
+  p.problem = kp;
+  p.q = pr.q16.data();
+  p.k = pr.k16.data();
+  p.v = pr.v16.data();
+  p.dout = pr.dout16.data();
+  p.a = s.a.data();
+  p.gcum = s.gcum.data();
+  p.beta = s.beta.data();
+  p.h = h.data();
+  p.dht = c.states ? pr.dht32.data() : nullptr;
+  p.dq = g.dq.data();
+  p.dk = g.dk.data();
+  p.order = pr.HV > pr.H && !sums ? order.data() : nullptr;
+  p.unordered_sum = sums;
+  p.dv = g.dv.data();
+  p.dbeta = g.dbeta.data();
+  p.dg = g.dg.data();
+  p.dh0 = g.dh0.data();
+  p.eo_split = c.states;
+  if (!split) {
+    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
+    return g;
+  }
+  // the dS-walk writes no dq or dk and takes no ticket: the chunk pass takes them all
+  auto ds_end = poisoned<float>(kp.num_slots * pr.HV * K * K);
+  kn::walk_a_bwd::Params ds_walk = p;
+  ds_walk.ds_end_out = ds_end.data();
+  ds_walk.dq = nullptr;
+  ds_walk.dk = nullptr;
+  ds_walk.order = nullptr;
+  ds_walk.unordered_sum = false;
+  EXPECT_EQ(kn::walk_a_bwd::launch_ds_walk<kn::ScalarDecay>(ds_walk, nullptr), cudaSuccess);
+  EXPECT_TRUE(std::all_of(order.begin(), order.end(), [](int x) { return x == 0; }));
+  p.ds_end = ds_end.data();
+  p.dh0 = nullptr;
+  EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
+  return g;
+}
+
+void backward_draw(Case const& c, std::mt19937& rng, Pool& pool, bool split) {
   Problem const pr = cake::gdn_testing::make_problem(c, rng);
   Solved const s = run_kkt_solve(pr);
-  kn::Problem const kp = pr.kernel_problem();
-  auto h = poisoned<bf16>(kp.num_slots * pr.HV * K * K);
-  {  // the h-walk: the forward walk without o, bf16 h per chunk
-    kn::walk_a_fwd::Params p = walk_inputs(c, pr, s);
-    p.h = h.data();
-    EXPECT_EQ(kn::walk_a_fwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
-  }
-  auto dq32 = poisoned<float>(pr.BT * pr.H * K);
-  auto dk32 = poisoned<float>(pr.BT * pr.H * K);
-  std::vector<int> order(kn::walk_a_bwd::walk_order_size(kp), 0);
-  auto dv = poisoned<bf16>(pr.BT * pr.HV * K);
-  auto dg = poisoned<float>(pr.BT * pr.HV);
-  auto dbeta = poisoned<float>(pr.BT * pr.HV);
-  auto dh0 = poisoned<float>(pr.states_size());
-  {
-    kn::walk_a_bwd::Params p;
-    p.problem = kp;
-    p.q = pr.q16.data();
-    p.k = pr.k16.data();
-    p.v = pr.v16.data();
-    p.dout = pr.dout16.data();
-    p.a = s.a.data();
-    p.gcum = s.gcum.data();
-    p.beta = s.beta.data();
-    p.h = h.data();
-    p.dht = c.states ? pr.dht32.data() : nullptr;
-    p.dq = dq32.data();
-    p.dk = dk32.data();
-    p.order = pr.HV > pr.H ? order.data() : nullptr;
-    p.dv = dv.data();
-    p.dbeta = dbeta.data();
-    p.dg = dg.data();
-    p.dh0 = dh0.data();
-    p.eo_split = c.states;
-    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
-  }
+  Grads const g = run_reverse(c, pr, s, run_h_walk(c, pr, s), split);
 
   std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K), rg(pr.BT * pr.HV),
       rbeta(rg.size()), rh0(pr.states_size());
@@ -141,12 +178,17 @@ void backward_draw(Case const& c, std::mt19937& rng, Pool& pool) {
   cake::ref::chunked_backward(
       pr.shape(), in, cake::ref::OutputGrads{pr.dout.data(), c.states ? pr.dht.data() : nullptr},
       cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
-  pool[0].second.add(dq32, rq);
-  pool[1].second.add(dk32, rk);
-  pool[2].second.add(widen(dv), rv);
-  pool[3].second.add(dg, rg);
-  pool[4].second.add(dbeta, rbeta);
-  pool[5].second.add(dh0, rh0);
+  pool[0].second.add(g.dq, rq);
+  pool[1].second.add(g.dk, rk);
+  pool[2].second.add(widen(g.dv), rv);
+  pool[3].second.add(g.dg, rg);
+  pool[4].second.add(g.dbeta, rbeta);
+  pool[5].second.add(g.dh0, rh0);
+}
+
+template <class T>
+bool bitwise_equal(std::vector<T> const& a, std::vector<T> const& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // More than 32 documents: the walks' longest-first ranking and find_chunk switch to their
@@ -196,8 +238,84 @@ TEST(EmulatedGdn, BackwardStagesMatchTheFp64Reference) {
   std::mt19937 rng = seeded();
   for (Case const& c : cases()) {
     Pool pool{{"dq", {}}, {"dk", {}}, {"dv", {}}, {"dg", {}}, {"dbeta", {}}, {"dh0", {}}};
-    for (int d = 0; d < kDraws; ++d) backward_draw(c, rng, pool);
+    for (int d = 0; d < kDraws; ++d) backward_draw(c, rng, pool, false);
     expect_pass("backward", c, pool);
+  }
+}
+
+// The split form (the dS-walk, then the chunk pass) against the FP64 reference, on cases whose
+// reverse walks are few and long (where the op splits): groups of 2 and 4 value heads (the pass's
+// dq and dk in turn over them), g = -20, and no states.
+TEST(EmulatedGdn, SplitBackwardStagesMatchTheFp64Reference) {
+  std::mt19937 rng = seeded();
+  std::vector<Case> const all = cases();
+  for (Case const& c : {all[0], all[2], all[3], all[7]}) {
+    Pool pool{{"dq", {}}, {"dk", {}}, {"dv", {}}, {"dg", {}}, {"dbeta", {}}, {"dh0", {}}};
+    for (int d = 0; d < kDraws; ++d) backward_draw(c, rng, pool, true);
+    expect_pass("split backward", c, pool);
+  }
+}
+
+// The split form gives every gradient of the walk bitwise: the dS-walk's products are the walk's,
+// the chunk pass's step is the walk's on the dS it stored (fp32, for <dS, h>: stored as bf16, dg
+// moves, in the short chunks' last rows and, at g = 0, where e^{G_last} leaves <dS, h> its weight
+// in every chunk), and its dq and dk sums add each slot's value heads in the walk's order. Few and
+// many documents, lengths 1, 63, 64, 65 and 200, groups of 1, 2 and 4 value heads, with and
+// without h0 and dht. The emulator runs the blocks one after another in their index order and
+// throws where a turn awaited is not yet passed (tests/emu/ptx.hpp): a CTA that would wait on a
+// later ticket fails here.
+TEST(EmulatedGdn, SplitBackwardIsTheWalkBitwise) {
+  std::mt19937 rng = seeded();
+  std::vector<Case> split_cases = {
+      {"docs 1,63,64,65,200 GVA 1/2", {1, 63, 64, 65, 200}},
+      {"docs 200,65 no states", {200, 65}, 1, 2, -1.f, 0.f, 0.f, 1.f, false},
+      {"docs 64 H=HV=2", {64}, 2, 2},
+      {"docs 1,65,130 GVA 1/4", {1, 65, 130}, 1, 4},
+      {"docs 65,200,1 g=0", {65, 200, 1}, 2, 4, 0.f, 0.f},
+      many_documents(),
+  };
+  for (Case c : split_cases) {
+    Problem const pr = cake::gdn_testing::make_problem(c, rng);
+    Solved const s = run_kkt_solve(pr);
+    std::vector<bf16> const h = run_h_walk(c, pr, s);
+    Grads const walk = run_reverse(c, pr, s, h, false);
+    Grads const split = run_reverse(c, pr, s, h, true);
+    EXPECT_TRUE(bitwise_equal(walk.dq, split.dq)) << c.name << ": dq";
+    EXPECT_TRUE(bitwise_equal(walk.dk, split.dk)) << c.name << ": dk";
+    EXPECT_TRUE(bitwise_equal(walk.dv, split.dv)) << c.name << ": dv";
+    EXPECT_TRUE(bitwise_equal(walk.dg, split.dg)) << c.name << ": dg";
+    EXPECT_TRUE(bitwise_equal(walk.dbeta, split.dbeta)) << c.name << ": dbeta";
+    EXPECT_TRUE(bitwise_equal(walk.dh0, split.dh0)) << c.name << ": dh0";
+  }
+}
+
+// Params::unordered_sum in both forms: dq and dk added by every value head at once into zeroed
+// sums, within the gate of the FP64 reference; the other gradients bitwise the ordered walk's.
+TEST(EmulatedGdn, UnorderedSumsInBothFormsMatchTheFp64Reference) {
+  std::mt19937 rng = seeded();
+  for (Case const& c : {Case{"docs 1,65,130 GVA 1/4", {1, 65, 130}, 1, 4},
+                        Case{"docs 63,64,200 GVA 2/4", {63, 64, 200}, 2, 4}}) {
+    Problem const pr = cake::gdn_testing::make_problem(c, rng);
+    Solved const s = run_kkt_solve(pr);
+    std::vector<bf16> const h = run_h_walk(c, pr, s);
+    Grads const ordered = run_reverse(c, pr, s, h, false);
+    std::vector<double> rq(pr.BT * pr.H * K), rk(rq.size()), rv(pr.BT * pr.HV * K),
+        rg(pr.BT * pr.HV), rbeta(rg.size()), rh0(pr.states_size());
+    cake::ref::chunked_backward(
+        pr.shape(), reference_inputs(c, pr),
+        cake::ref::OutputGrads{pr.dout.data(), c.states ? pr.dht.data() : nullptr},
+        cake::ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(),
+                              rh0.data()});
+    for (bool const split : {false, true}) {
+      Grads const g = run_reverse(c, pr, s, h, split, true);
+      Pool pool{{"dq", {}}, {"dk", {}}};
+      pool[0].second.add(g.dq, rq);
+      pool[1].second.add(g.dk, rk);
+      expect_pass(split ? "split, unordered sums" : "walk, unordered sums", c, pool);
+      EXPECT_TRUE(bitwise_equal(ordered.dv, g.dv) && bitwise_equal(ordered.dg, g.dg) &&
+                  bitwise_equal(ordered.dbeta, g.dbeta) && bitwise_equal(ordered.dh0, g.dh0))
+          << c.name << ", split " << split;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "emu/kda_emu_testing.hpp"
@@ -297,53 +298,83 @@ struct BackwardPool {
   Errors dq, dk, dv, dg, dbeta, dh0;
 };
 
-void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
+// What walk_a_bwd<ChannelDecay> writes: dv, dh0 and the intra pass's inputs.
+struct WalkGrads {
+  std::vector<float> dqk, dl, dqg, dkg, dkbar, dgamma, dbeta_walk;
+  std::vector<bf16> dv;
+  std::vector<float> dh0;
+};
+
+// The h-walk: bf16 h per chunk.
+std::vector<bf16> run_h_walk(Problem const& pr, ChunkPass const& c, bool states) {
+  auto h = poisoned<bf16>(pr.kernel_problem().num_slots * pr.HV * K * K);
+  kn::walk_a_fwd::Params hp = walk_inputs(pr, c, states);
+  hp.h = h.data();
+  hp.aqk = nullptr;
+  EXPECT_EQ(kn::walk_a_fwd::launch<kn::ChannelDecay>(hp, nullptr), cudaSuccess);
+  return h;
+}
+
+// The reverse walk on h: the walk, or (split) the dS-walk and then the chunk pass.
+WalkGrads run_reverse(Problem const& pr, ChunkPass const& c, std::vector<bf16> const& h,
+                      bool states, bool split) {
+  kn::Problem const kp = pr.kernel_problem();
+  size_t const keys = pr.BT * pr.HV * K, rows = pr.BT * pr.HV * kn::kChunk;
+  WalkGrads w{poisoned<float>(rows),
+              poisoned<float>(rows),
+              poisoned<float>(keys),
+              poisoned<float>(keys),
+              poisoned<float>(keys),
+              poisoned<float>(kp.num_slots * pr.HV * K),
+              poisoned<float>(pr.BT * pr.HV),
+              poisoned<bf16>(pr.BT * pr.HV * K),
+              poisoned<float>(pr.states_size())};
+  kn::walk_a_bwd::Params p;
+  p.problem = kp;
+  p.q = c.qg.data();
+  p.k = c.kg.data();
+  p.v = pr.v16.data();
+  p.dout = pr.dout16.data();
+  p.a = c.a.data();
+  p.glast = c.glast.data();
+  p.beta = c.beta.data();
+  p.h = h.data();
+  p.dht = states ? pr.dht32.data() : nullptr;
+  p.dv = w.dv.data();
+  p.dh0 = w.dh0.data();
+  p.kbar = c.kbar.data();
+  p.aqk = c.aqk.data();
+  p.dqk = w.dqk.data();
+  p.dl = w.dl.data();
+  p.dqg = w.dqg.data();
+  p.dkg = w.dkg.data();
+  p.dkbar = w.dkbar.data();
+  p.dgamma = w.dgamma.data();
+  p.dbeta_walk = w.dbeta_walk.data();
+  if (split) {
+    auto ds_end = poisoned<float>(kp.num_slots * pr.HV * K * K);
+    kn::walk_a_bwd::Params dp = p;
+    dp.ds_end_out = ds_end.data();
+    EXPECT_EQ(kn::walk_a_bwd::launch_ds_walk<kn::ChannelDecay>(dp, nullptr), cudaSuccess);
+    p.ds_end = ds_end.data();
+    p.dh0 = nullptr;
+    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+  } else {
+    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+  }
+  return w;
+}
+
+void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool, bool split = false) {
   Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
   std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
   std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
   bool const states = kc.shape.states;
   ChunkPass const c = run_chunk_pass(pr, g32);
   kn::Problem const kp = pr.kernel_problem();
-  size_t const keys = pr.BT * pr.HV * K, rows = pr.BT * pr.HV * kn::kChunk;
-
-  auto h = poisoned<bf16>(kp.num_slots * pr.HV * K * K);  // the h-walk
-  kn::walk_a_fwd::Params hp = walk_inputs(pr, c, states);
-  hp.h = h.data();
-  hp.aqk = nullptr;
-  EXPECT_EQ(kn::walk_a_fwd::launch<kn::ChannelDecay>(hp, nullptr), cudaSuccess);
-
+  size_t const keys = pr.BT * pr.HV * K;
   // the reverse walk; dgamma of slots that hold no chunk is never read
-  auto dqk = poisoned<float>(rows), dl = poisoned<float>(rows);
-  auto dqg = poisoned<float>(keys), dkg = poisoned<float>(keys), dkbar = poisoned<float>(keys);
-  auto dgamma = poisoned<float>(kp.num_slots * pr.HV * K);
-  auto dbeta_walk = poisoned<float>(pr.BT * pr.HV);
-  auto dv = poisoned<bf16>(pr.BT * pr.HV * K);
-  auto dh0 = poisoned<float>(pr.states_size());
-  {
-    kn::walk_a_bwd::Params p;
-    p.problem = kp;
-    p.q = c.qg.data();
-    p.k = c.kg.data();
-    p.v = pr.v16.data();
-    p.dout = pr.dout16.data();
-    p.a = c.a.data();
-    p.glast = c.glast.data();
-    p.beta = c.beta.data();
-    p.h = h.data();
-    p.dht = states ? pr.dht32.data() : nullptr;
-    p.dv = dv.data();
-    p.dh0 = dh0.data();
-    p.kbar = c.kbar.data();
-    p.aqk = c.aqk.data();
-    p.dqk = dqk.data();
-    p.dl = dl.data();
-    p.dqg = dqg.data();
-    p.dkg = dkg.data();
-    p.dkbar = dkbar.data();
-    p.dgamma = dgamma.data();
-    p.dbeta_walk = dbeta_walk.data();
-    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
-  }
+  WalkGrads const w = run_reverse(pr, c, run_h_walk(pr, c, states), states, split);
   auto dq32 = poisoned<float>(pr.BT * pr.H * K), dk32 = poisoned<float>(pr.BT * pr.H * K);
   auto dg = poisoned<float>(keys);
   auto dbeta = poisoned<float>(pr.BT * pr.HV);
@@ -354,13 +385,13 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
     p.k = pr.k16.data();
     p.g = g32.data();
     p.beta = pr.beta32.data();
-    p.dqk = dqk.data();
-    p.dl = dl.data();
-    p.dqg = dqg.data();
-    p.dkg = dkg.data();
-    p.dkbar = dkbar.data();
-    p.dgamma = dgamma.data();
-    p.dbeta_walk = dbeta_walk.data();
+    p.dqk = w.dqk.data();
+    p.dl = w.dl.data();
+    p.dqg = w.dqg.data();
+    p.dkg = w.dkg.data();
+    p.dkbar = w.dkbar.data();
+    p.dgamma = w.dgamma.data();
+    p.dbeta_walk = w.dbeta_walk.data();
     p.dq = dq32.data();
     p.dk = dk32.data();
     p.dg = dg.data();
@@ -382,10 +413,10 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool) {
       ref::InputGrads{rq.data(), rk.data(), rv.data(), rg.data(), rbeta.data(), rh0.data()});
   pool.dq.add(dq, rq);
   pool.dk.add(dk, rk);
-  pool.dv.add(widen(dv), rv);
+  pool.dv.add(widen(w.dv), rv);
   pool.dg.add(dg, rg);
   pool.dbeta.add(dbeta, rbeta);
-  pool.dh0.add(dh0, rh0);
+  pool.dh0.add(w.dh0, rh0);
 }
 
 TEST(EmulatedKda, BackwardMatchesTheFp64Reference) {
@@ -401,6 +432,56 @@ TEST(EmulatedKda, BackwardMatchesTheFp64Reference) {
                              {"dg", pool.dg},
                              {"dbeta", pool.dbeta},
                              {"dh0", pool.dh0}});
+  }
+}
+
+// The split form (the dS-walk, then the chunk pass) with the intra pass, against the FP64
+// reference.
+TEST(EmulatedKda, SplitBackwardMatchesTheFp64Reference) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::vector<KdaCase> const all = cake::kda_emu_testing::cases();
+  for (KdaCase const& kc : {all[0], all[2]}) {
+    BackwardPool pool;
+    for (int d = 0; d < 2; ++d) backward_draw(kc, rng, pool, true);
+    expect_pass("split " + kc.label(), {{"dq", pool.dq},
+                                         {"dk", pool.dk},
+                                         {"dv", pool.dv},
+                                         {"dg", pool.dg},
+                                         {"dbeta", pool.dbeta},
+                                         {"dh0", pool.dh0}});
+  }
+}
+
+// The split form writes what the walk writes, bit for bit (kernel.cuh; GDN's test says why).
+TEST(EmulatedKda, SplitBackwardIsTheWalkBitwise) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::vector<KdaCase> const all = cake::kda_emu_testing::cases();
+  KdaCase no_states = all[1];
+  no_states.shape.states = false;
+  no_states.shape.name += " no states";
+  for (KdaCase const& kc : {all[0], all[2], no_states}) {
+    Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+    std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+    std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
+    ChunkPass const c = run_chunk_pass(pr, g32);
+    bool const states = kc.shape.states;
+    std::vector<bf16> const h = run_h_walk(pr, c, states);
+    WalkGrads const walk = run_reverse(pr, c, h, states, false);
+    WalkGrads const split = run_reverse(pr, c, h, states, true);
+    auto same = [](auto const& a, auto const& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+    };
+    EXPECT_TRUE(same(walk.dqk, split.dqk) && same(walk.dl, split.dl)) << kc.label();
+    EXPECT_TRUE(same(walk.dqg, split.dqg) && same(walk.dkg, split.dkg) &&
+                same(walk.dkbar, split.dkbar))
+        << kc.label();
+    EXPECT_TRUE(same(walk.dgamma, split.dgamma) && same(walk.dbeta_walk, split.dbeta_walk))
+        << kc.label();
+    EXPECT_TRUE(same(walk.dv, split.dv) && same(walk.dh0, split.dh0)) << kc.label();
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/tensor.hpp"
 #include "emu/kda_emu_testing.hpp"
+#include "emu/runtime.hpp"
 #include "ops/activations_cuda.hpp"
 #include "ref/preprocess.hpp"
 
@@ -325,25 +326,31 @@ TEST(EmulatedOp, EveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
 }
 
 // options.unordered_sums: GDN's dq and dk, summed over the value heads by adds in any order (into
-// sums the op zeroes), pass the gate in every mode; the other gradients are
-// bitwise those of the ordered sum (only dq and dk go through it). Group sizes 2 and 1 (with one
-// value head per q/k head there is no sum: the terms are stored).
+// sums the op zeroes), pass the gate in every mode and both forms of the reverse walk (the split,
+// which these problems' few walks pick on the emulated 132 SMs, and the walk, on one SM); the
+// other gradients are bitwise those of the ordered sum (only dq and dk go through it). Group
+// sizes 2 and 1 (with one value head per q/k head there is no sum: the terms are stored).
 TEST(EmulatedOp, UnorderedSumsMatchTheFp64Reference) {
   for (Case const& c : {Case{"docs 1,64,65,70 GVA 1/2", {1, 64, 65, 70}},
                         Case{"docs 63,130 GVA 2/2", {63, 130}, 2, 2}}) {
     Problem const pr = fresh_problem(c);
     Reference const r = reference(pr, false, false, pr.g, pr.beta);
     OpRun const ordered = run_op(pr, 0);
-    for (int mode : {0, 1, 2}) {
-      OpRun const run = run_op(pr, mode, true, false, {}, nullptr, false, true);
-      Grads const& a = run.grads;
-      SCOPED_TRACE(c.name + std::string(", mode ") + std::to_string(mode));
-      expect_within_gate({{"dq", errors(widen(a.dq), r.dq)}, {"dk", errors(widen(a.dk), r.dk)}});
-      EXPECT_TRUE(bitwise_equal(ordered.o, run.o) && bitwise_equal(ordered.grads.dv, a.dv) &&
-                  bitwise_equal(ordered.grads.dg, a.dg) &&
-                  bitwise_equal(ordered.grads.dbeta, a.dbeta) &&
-                  bitwise_equal(ordered.grads.dh0, a.dh0));
-    }
+    for (int const sms : {132, 1})
+      for (int mode : {0, 1, 2}) {
+        cake::emu::set_multiprocessor_count(sms);
+        OpRun const run = run_op(pr, mode, true, false, {}, nullptr, false, true);
+        cake::emu::set_multiprocessor_count(132);
+        Grads const& a = run.grads;
+        SCOPED_TRACE(c.name + std::string(", mode ") + std::to_string(mode) +
+                     (sms == 1 ? ", walk" : ", split"));
+        expect_within_gate(
+            {{"dq", errors(widen(a.dq), r.dq)}, {"dk", errors(widen(a.dk), r.dk)}});
+        EXPECT_TRUE(bitwise_equal(ordered.o, run.o) && bitwise_equal(ordered.grads.dv, a.dv) &&
+                    bitwise_equal(ordered.grads.dg, a.dg) &&
+                    bitwise_equal(ordered.grads.dbeta, a.dbeta) &&
+                    bitwise_equal(ordered.grads.dh0, a.dh0));
+      }
   }
 }
 
@@ -401,6 +408,41 @@ TEST(EmulatedOp, KdaEveryModeMatchesTheFp64ReferenceAndEachOtherBitwise) {
 
 TEST(EmulatedOp, KdaEmptyDocumentsAndL2NormMatchTheFp64Reference) {
   check_modes(Case{"docs 0,65,0,17 GVA 2/4 l2", {0, 65, 0, 17}, 2, 4}, true, true);
+}
+
+// The backward's two forms of the reverse walk (ops/cuda/stages.hpp, reverse_form), picked by the
+// device's SM count: the split where the walks are fewer (the other tests' problems, on the
+// emulated 132), the walk where they are not (one SM); the same gradients bit for bit (GDN's dq
+// and dk summed over groups of 2 and 4 value heads in the same order by both), in the recompute
+// mode (the dS-walk beside the h-walk) and the saved mode, with and without states, GDN and KDA,
+// and each form's workspace exactly as its size query asked (run_op's guard bytes).
+TEST(EmulatedOp, ReverseWalkFormsAgreeBitwise) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (bool const kda : {false, true})
+    for (Case const& c :
+         {Case{"docs 1,64,65,200 GVA 1/2", {1, 64, 65, 200}},
+          Case{"docs 63,130 GVA 1/4 no states", {63, 130}, 1, 4, -1.f, 0.f, 0.f, 1.f, false}}) {
+      Problem const pr = cake::gdn_testing::make_problem(c, rng);
+      ChannelGate const gate = kda ? channel_gate(pr, rng) : ChannelGate{};
+      for (int mode : {0, 1}) {
+        OpRun const split = run_op(pr, mode, true, false, gate);
+        cake::emu::set_multiprocessor_count(1);
+        OpRun const walk = run_op(pr, mode, true, false, gate);
+        cake::emu::set_multiprocessor_count(132);
+        Grads const& a = split.grads;
+        Grads const& b = walk.grads;
+        EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) &&
+                    bitwise_equal(a.dv, b.dv))
+            << c.name << ", kda " << kda << ": dq, dk, dv differ between the forms in mode "
+            << mode;
+        EXPECT_TRUE(bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dbeta, b.dbeta) &&
+                    bitwise_equal(a.dh0, b.dh0))
+            << c.name << ", kda " << kda << ": dg, dbeta, dh0 differ between the forms in mode "
+            << mode;
+      }
+    }
 }
 
 // A gradient left absent changes no other bit: the backward's arithmetic does not depend on which

@@ -62,6 +62,25 @@
 // With the h-walk's flags (Params::h_ready) the walk runs beside the h-walk, each CTA waiting for
 // its own h (walk_a_bwd_kernel).
 //
+// The split form, for few walks (docs/design/gdn-hopper.md, "The split reverse walk"): where the
+// walks leave SMs idle the step's chain is the backward's length, so two launches of this kernel
+// take its place, with the same gradients bit for bit:
+// - the dS-walk (Form::kDsWalk): the walk with only dS's recurrence, which needs neither h nor
+//   V. Per chunk the column roles form eO, K dS and Q^T eO, dDelta, Z, Zs and K^T Zs, the side
+//   roles load Q, K, dO, A, G, beta and form T and P (three hand-overs: TilesFull, GatesFull,
+//   ChainFull, after which the next chunk's tiles load); each step first stores dS as it enters
+//   the chunk (fp32 [num_slots, HV, 128, 128], Params::ds_end_out), and the walk ends with dh0.
+//   No h flag: it runs beside the h-walk.
+// - the chunk pass (Form::kChunkPass, Params::ds_end): the walk of one chunk, one CTA per
+//   (chunk, value head), its dS loaded from ds_end in place of the carried one. Its step is the
+//   walk's without the update of dS (eO, gamma dS + Q^T eO + K^T Zs; dh0 comes from the dS-walk),
+//   product for product on the same fp32 dS (<dS, h> reads fp32 dS; bf16(dS) is rounded from it
+//   as the walk rounds), so every gradient is the walk's. Its dq and dk go through the walk's
+//   value-head sums: CTAs by ticket, (slot, value head) with value heads fastest, so that a q/k
+//   head's value heads of one slot are adjacent tickets in ascending order, with the walk's turns
+//   per (slot, q/k head); the terms of each slot are added in the walk's order, so the sums are
+//   the walk's bit for bit. The dS-walk writes neither and takes no ticket.
+//
 // The decay is the template policy Decay (common/decay.hpp). Above is ScalarDecay (GDN). With
 // ChannelDecay (KDA, docs/design/kda-hopper.md; the FP64 model's reverse_step in
 // ref/kda_walk_model.hpp) the decay is in kkt_solve's operands: Q, K are qg = Q o e and
@@ -211,6 +230,9 @@ __device__ __forceinline__ void wait_landed(S& s, Landed which, int64_t j) {
   mbarrier_wait(&s.landed[which], landed_parity(s, j));
 }
 
+// The kernel's forms (above): the walk, and the split form's dS-walk and chunk pass.
+enum class Form { kWalk, kDsWalk, kChunkPass };
+
 // Named barriers (0 is __syncthreads, unused here).
 enum Barrier : int {
   kColumnGroup0 = 1,  // a column warpgroup alone (128 threads); kColumnGroup0 + 1 the other one
@@ -340,10 +362,14 @@ __device__ __forceinline__ void mask_grad(float (&acc)[kGateCols / 2], bf16* x, 
 }
 
 // A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
-// of its document (s.span), last to first.
-template <class Decay>
+// of its document (s.span), last to first. The dS-walk keeps the chain's products and stores each
+// chunk's dS; the chunk pass (s.span is its one chunk) starts from that dS and leaves out the
+// update (kUpdate).
+template <class Decay, Form kForm>
 __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params const& p, int wg) {
   constexpr bool kChannel = Decay::kGatedKkt;
+  constexpr bool kDsWalk = kForm == Form::kDsWalk;
+  constexpr bool kUpdate = kForm != Form::kChunkPass;  // dS walks on to the previous chunk
   int const HV = p.problem.num_v_heads;
   int const c0 = kStateHalf * wg;
   int const group = kColumnGroup0 + wg;
@@ -354,13 +380,22 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     WalkRef const w = read_here(s.walk);
     return (int64_t{w.n} * HV + w.hv) * kHeadDim * kHeadDim;
   };
+  // dS of chunk j's end in the per-chunk buffers (ds_end)
+  auto const chunk_state_offset = [&](int64_t j) {
+    int64_t const slot = read_here(s.span).slot0 + j;
+    return (slot * HV + read_here(s.walk).hv) * kHeadDim * kHeadDim;
+  };
   StateHalf ds;
-  load_state_half(ds, p.dht != nullptr ? p.dht + state_offset() : nullptr, c0);
+  if constexpr (kForm == Form::kChunkPass)
+    load_state_half(ds, p.ds_end + chunk_state_offset(0), c0);
+  else
+    load_state_half(ds, p.dht != nullptr ? p.dht + state_offset() : nullptr, c0);
 
   for (int64_t j = s.span.num_chunks() - 1; j >= 0; --j) {
     WalkSpan const span = read_here(s.span);
     int64_t const t0 = span.begin + j * kChunk;
     int const len = span.chunk_len(j);
+    if constexpr (kDsWalk) store_state_half(ds, p.ds_end_out + chunk_state_offset(j), c0);
     // formed anew at each step, as the side roles' (thread_index_here)
     unsigned const tid = thread_index_here();
     int const warp = tid / 32;  // 0 .. 7
@@ -374,7 +409,7 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     wait_landed(s, kDoutLanded, j);  // landed before TilesFull (the side roles waited)
     wait_landed(s, kQhLanded, j);
     wait_landed(s, kKLanded, j);
-    wait_landed(s, kVLanded, j);
+    if constexpr (!kDsWalk) wait_landed(s, kVLanded, j);
 
     // GDN's decays of this thread's rows (ChannelDecay's are in the operands: 1 here)
     float g_last = 0.f;
@@ -397,41 +432,43 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     // once the side roles' E of the previous chunk has read the slot. ChannelDecay: by rows of h
     // (a row's 64 columns here are a quad's: rows row_lo, row_hi of each half), stored at once
     float dsh = 0.f;
-    float dsh_rows[2][2] = {};
+    if constexpr (!kDsWalk) {  // (the dS-walk has no h)
+      float dsh_rows[2][2] = {};
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {  // h's rows 0 .. 63 (ds.lo), then 64 .. 127 (ds.hi)
-      float const(&acc)[kStateHalf / 2] = part == 0 ? ds.lo : ds.hi;
-      uint32_t hf[kStateHalf / 4];  // by ldmatrix, in for_each_wgmma_pair's order
-      load_swizzled_frag<kHeadDim, kStateHalf>(s.h, kStateHalf * part, c0, hf);
+      for (int part = 0; part < 2; ++part) {  // h's rows 0 .. 63 (ds.lo), then 64 .. 127 (ds.hi)
+        float const(&acc)[kStateHalf / 2] = part == 0 ? ds.lo : ds.hi;
+        uint32_t hf[kStateHalf / 4];  // by ldmatrix, in for_each_wgmma_pair's order
+        load_swizzled_frag<kHeadDim, kStateHalf>(s.h, kStateHalf * part, c0, hf);
 #pragma unroll
-      for (int q = 0; q < kStateHalf / 4; ++q) {
-        float2 const hh = bits_float2(hf[q]);
-        if constexpr (kChannel)
-          dsh_rows[part][q % 2] += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
-        else
-          dsh += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
-      }
-    }
-    if constexpr (kChannel) {
-      float* const out = s.dsh[j & 1] + wg * kHeadDim;
-#pragma unroll
-      for (int part = 0; part < 2; ++part) {
-        float const lo = quad_sum(dsh_rows[part][0]);
-        float const hi = quad_sum(dsh_rows[part][1]);
-        if (lane % 4 == 0) {
-          out[kStateHalf * part + row_lo] = lo;
-          out[kStateHalf * part + row_hi] = hi;
+        for (int q = 0; q < kStateHalf / 4; ++q) {
+          float2 const hh = bits_float2(hf[q]);
+          if constexpr (kChannel)
+            dsh_rows[part][q % 2] += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
+          else
+            dsh += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
         }
       }
-    } else {
-      for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
+      if constexpr (kChannel) {
+        float* const out = s.dsh[j & 1] + wg * kHeadDim;
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+          float const lo = quad_sum(dsh_rows[part][0]);
+          float const hi = quad_sum(dsh_rows[part][1]);
+          if (lane % 4 == 0) {
+            out[kStateHalf * part + row_lo] = lo;
+            out[kStateHalf * part + row_hi] = hi;
+          }
+        }
+      } else {
+        for (int d = 16; d > 0; d /= 2) dsh += __shfl_xor_sync(0xffffffffu, dsh, d);
+      }
     }
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
     // By fragments (ldmatrix, stmatrix), in two 32-column halves (registers): pair q of a half
-    // is row_lo (even q) or row_hi (odd q).
+    // is row_lo (even q) or row_hi (odd q). (Only the update reads eO.)
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {
+    for (int part = 0; part < (kUpdate ? 2 : 0); ++part) {
       int const n0 = c0 + kStateHalf / 2 * part;
       uint32_t frag[kStateHalf / 8];
       load_swizzled_frag<kChunk, kStateHalf / 2>(s.dout, 0, n0, frag);
@@ -454,12 +491,14 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
 
     // K h, then K dS and dS <- gamma dS + Q^T eO (K^T Zs follows at the end); ChannelDecay:
     // kg h, kbar dS, dS <- diag(gamma) dS + qg^T eO
-    if constexpr (kChannel) {
-      decay_rows(ds, s.glast, c0);
-    } else {
-      float const gamma = __expf(g_last);
-      for (float& x : ds.lo) x *= gamma;
-      for (float& x : ds.hi) x *= gamma;
+    if constexpr (kUpdate) {
+      if constexpr (kChannel) {
+        decay_rows(ds, s.glast, c0);
+      } else {
+        float const gamma = __expf(g_last);
+        for (float& x : ds.lo) x *= gamma;
+        for (float& x : ds.hi) x *= gamma;
+      }
     }
     float kh[kStateHalf / 2] = {};
     float kds[kStateHalf / 2] = {};
@@ -468,16 +507,18 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                              MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
-    wgmma_commit();
+    if constexpr (!kDsWalk) {
+      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                                MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
+      wgmma_commit();
+    }
     if constexpr (kChannel)
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.kbar},
                                                 MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     else
       warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
                                                 MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
-    for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
+    for (int part = 0; part < (kUpdate ? (eo_split ? 2 : 1) : 0); ++part) {
       bf16 const* const eo = part == 0 ? ddelta_of(s, j) : eo_low(s);
       warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
                                               MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
@@ -485,12 +526,14 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
           MNMajorSwizzledTile<kChunk>{s.q}, MNMajorSwizzledTile<kChunk>{eo}, kStateHalf, c0, ds.hi);
     }
     wgmma_commit();
-    wgmma_wait<1>();
-    fence_accumulators(kh);
     // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below. V by
     // fragments (ldmatrix), pair q at row_lo (even q) or row_hi (odd q); R stored by stmatrix
+    if constexpr (!kDsWalk) {
+      wgmma_wait<1>();
+      fence_accumulators(kh);
+    }
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {
+    for (int part = 0; part < (kDsWalk ? 0 : 2); ++part) {
       int const n0 = c0 + kStateHalf / 2 * part;
       uint32_t frag[kStateHalf / 8];
       load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
@@ -511,12 +554,12 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     named_barrier_sync(kGatesFull, kThreads);  // T, P, E's reads; also R's columns here
-    if constexpr (!kChannel)
+    if constexpr (!kChannel && !kDsWalk)
       if (lane == 0) s.dsh[warp] = dsh;
 
     // Delta = T R in two [64 x 32] halves (registers: a column warpgroup holds dS, Rt and K dS):
     // <K dS, Delta> by rows (both fp32), bf16(Delta) -> delta, bf16(ebar Delta) -> delta_eb
-    {
+    if constexpr (!kDsWalk) {
       float2 dot = make_float2(0.f, 0.f);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -543,9 +586,9 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
         }
       }
       if constexpr (!kChannel) store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
+      fence_proxy_async_shared();
+      named_barrier_arrive(kDeltaFull, kThreads);
     }
-    fence_proxy_async_shared();
-    named_barrier_arrive(kDeltaFull, kThreads);
 
     // dDelta = ebar (K dS) + P^T dO (ChannelDecay: kbar dS + P^T dO, P as TMA left it)
     if constexpr (kChannel) {
@@ -561,7 +604,9 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
       warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
                                         MNMajorSwizzledTile<kChunk>{s.dout}, 0, c0, kds);
     }
-    named_barrier_arrive(kPFree, kThreads);
+    if constexpr (!kDsWalk) {
+      named_barrier_arrive(kPFree, kThreads);
+    }
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
 #pragma unroll
@@ -588,28 +633,32 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
        // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
        // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); Zs = -beta e Z -> v (this
-       // warpgroup's V is read)
-      float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
+       // warpgroup's V is read; the dS-walk forms Zs alone, into the tile V would have had)
       float2 zv = make_float2(0.f, 0.f);
 #pragma unroll
       for (int part = 0; part < 2; ++part) {  // V and Zs by fragments, in 32-column halves
         int const n0 = c0 + kStateHalf / 2 * part;
         uint32_t frag[kStateHalf / 8];
-        load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+        if constexpr (!kDsWalk) load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
 #pragma unroll
         for (int q = 0; q < kStateHalf / 8; ++q) {
           float const be = q % 2 == 0 ? b_lo * e_lo : b_hi * e_hi;
           float const x0 = z[kStateHalf / 4 * part + 2 * q];
           float const x1 = z[kStateHalf / 4 * part + 2 * q + 1];
-          float2 const vv = bits_float2(frag[q]);
-          (q % 2 == 0 ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
+          if constexpr (!kDsWalk) {
+            float2 const vv = bits_float2(frag[q]);
+            (q % 2 == 0 ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
+          }
           frag[q] = bf16x2_bits(__floats2bfloat162_rn(-be * x0, -be * x1));
         }
         store_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
       }
-      store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
-      if constexpr (!kChannel)
-        store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
+      if constexpr (!kDsWalk) {
+        float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
+        store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
+        if constexpr (!kChannel)
+          store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
+      }
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
@@ -619,13 +668,15 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
-    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                            MNMajorSwizzledTile<kChunk>{s.v}, 0, c0, ds.lo);
-    warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                            MNMajorSwizzledTile<kChunk>{s.v}, kStateHalf, c0,
-                                            ds.hi);
+    if constexpr (kUpdate) {
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                              MNMajorSwizzledTile<kChunk>{s.v}, 0, c0, ds.lo);
+      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                              MNMajorSwizzledTile<kChunk>{s.v}, kStateHalf, c0,
+                                              ds.hi);
+    }
     wgmma_commit();
-    if (p.dv != nullptr) {
+    if (!kDsWalk && p.dv != nullptr) {
       bf16* const dv =
           p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 + 2 * (lane % 4);
       store_wgmma_rows<kStateHalf>(dv, v_stride, row_lo, len, z, [&](float x0, float x1, bool hi) {
@@ -636,6 +687,9 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     wgmma_wait<0>();
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
+    // The dS-walk's step ends here: the side roles read neither ds nor what follows, and the
+    // next step's TilesFull orders its tiles
+    if constexpr (kDsWalk) continue;
 
     // The [64 x 64] chain dT -> dA -> Y -> dL -> M, columns n0 .. n0 + 31 of each product per
     // warpgroup, while the side roles form dk's other terms.
@@ -713,7 +767,7 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     named_barrier_arrive(kMFull, kThreads);
     named_barrier_sync(kStepDone, kThreads);
   }
-  if (p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset(), c0);
+  if (kUpdate && p.dh0 != nullptr) store_state_half(ds, p.dh0 + state_offset(), c0);
 }
 
 // ---- the side roles
@@ -747,26 +801,29 @@ __device__ __forceinline__ void load_a(SharedStorage<Decay>& s, KernelParams con
   if constexpr (Decay::kGatedKkt)
     tma_load_2d(s.p, &kp.aqk_map, hv * kChunk, static_cast<int>(t0), bar);
 }
-// (h: Q's head in q_map, the value head with ChannelDecay: qg)
-template <class S>
+// (h: Q's head in q_map, the value head with ChannelDecay: qg; the dS-walk (kWithH false) loads
+// Q alone)
+template <bool kWithH, class S>
 __device__ __forceinline__ void load_q_h(S& s, KernelParams const& kp, int64_t t0, int64_t slot,
                                          int h, int hv, int tid) {
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kQhLanded];
-  mbarrier_arrive_expect_tx(bar, (kChunk + kHeadDim) * kHeadDim * 2);
+  mbarrier_arrive_expect_tx(bar, (kChunk + (kWithH ? kHeadDim : 0)) * kHeadDim * 2);
   int const state = static_cast<int>(slot * kp.p.problem.num_v_heads + hv);
   for (int half = 0; half < 2; ++half) {
     tma_load_2d(s.q + half * kChunk * 64, &kp.q_map, h * kHeadDim + 64 * half, static_cast<int>(t0),
                 bar);
-    tma_load_3d(s.h + half * kHeadDim * 64, &kp.h_map, 64 * half, 0, state, bar);
+    if constexpr (kWithH)
+      tma_load_3d(s.h + half * kHeadDim * 64, &kp.h_map, 64 * half, 0, state, bar);
   }
 }
-// (ChannelDecay: G's last row for G, glast, of chunk j of the walk)
-template <class Decay>
+// (ChannelDecay: G's last row for G, glast, of chunk j of the walk; the dS-walk (kWithV false)
+// loads G and beta alone)
+template <bool kWithV, class Decay>
 __device__ __forceinline__ void load_v_g_beta(SharedStorage<Decay>& s, KernelParams const& kp,
                                               int64_t t0, int len, int hv, int64_t j, int tid) {
   Params const& p = kp.p;
-  if (tid == 0) {
+  if (kWithV && tid == 0) {
     uint64_t* const bar = &s.landed[kVLanded];
     mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
     for (int half = 0; half < 2; ++half)
@@ -902,10 +959,13 @@ __device__ __forceinline__ SideHere side_here(S const& s, int64_t j) {
   return x;
 }
 
-// The two side warpgroups. Each phase of a step forms its indices anew (side_here).
-template <class Decay>
+// The two side warpgroups. Each phase of a step forms its indices anew (side_here). In the
+// dS-walk they load the tiles and form the gates, and nothing else; the chunk pass's are the
+// walk's.
+template <class Decay, Form kForm>
 __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams const& kp) {
   constexpr bool kChannel = Decay::kGatedKkt;
+  constexpr bool kDsWalk = kForm == Form::kDsWalk;
   Params const& p = kp.p;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
@@ -963,8 +1023,8 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
         int const hk = kChannel ? x.hv : x.hv / p.problem.group_size();  // Q's and K's head
         load_dout(s, kp, x.t0, x.hv, x.tid);
         load_a(s, kp, x.t0, x.hv, x.tid);
-        load_q_h(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
-        load_v_g_beta(s, kp, x.t0, x.len, x.hv, j, x.tid);
+        load_q_h<!kDsWalk>(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
+        load_v_g_beta<!kDsWalk>(s, kp, x.t0, x.len, x.hv, j, x.tid);
         load_k(s, k_of(s, j), kp, x.t0, hk, x.tid);
       }
     }
@@ -973,7 +1033,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
     wait_landed(s, kDoutLanded, j);
     wait_landed(s, kQhLanded, j);
     wait_landed(s, kKLanded, j);
-    wait_landed(s, kVLanded, j);
+    if constexpr (!kDsWalk) wait_landed(s, kVLanded, j);
     if (j == num_chunks - 1) {  // the walk's first step: the only chunk that can be short
       SideHere const x = side_here(s, j);
       for (bf16* tile : {s.q, k_of(s, j), s.v, s.dout})
@@ -985,7 +1045,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
     named_barrier_arrive(kTilesFull, kThreads);
     // E of the previous chunk (warp 0) under the column roles' first phase: the row sums it
     // reads are written again after GatesFull (the column roles' <dS, h> waits for it too)
-    if (j + 1 < num_chunks) {
+    if (!kDsWalk && j + 1 < num_chunks) {
       SideHere const x = side_here(s, j);
       if constexpr (kChannel) {
         if (x.warp == 0)
@@ -1044,6 +1104,20 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
     }
     fence_proxy_async_shared();
     named_barrier_arrive(kGatesFull, kThreads);
+
+    if constexpr (kDsWalk) {  // the next chunk's tiles, once the column roles' Z has read dDelta
+      named_barrier_sync(kChainFull, kThreads);  // (and every other tile's last reader is done)
+      if (j > 0) {
+        SideHere const y = side_here(s, j - 1);
+        int const hk = kChannel ? y.hv : y.hv / p.problem.group_size();
+        load_dout(s, kp, y.t0, y.hv, y.tid);
+        load_q_h<false>(s, kp, y.t0, read_here(s.span).slot0 + j - 1, hk, y.hv, y.tid);
+        load_k(s, k_of(s, j - 1), kp, y.t0, hk, y.tid);
+        load_v_g_beta<false>(s, kp, y.t0, kChunk, y.hv, j - 1, y.tid);
+        load_a(s, kp, y.t0, y.hv, y.tid);
+      }
+      continue;
+    }
 
     // dP = mask(dO Delta^T): gate sums of P o dP, dQK = s Gamma o dP -> p
     named_barrier_sync(kDeltaFull, kThreads);
@@ -1147,8 +1221,8 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       named_barrier_sync(kSideGroup, kSideThreads);
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
-        load_q_h(s, kp, y.t0, read_here(s.span).slot0 + j - 1,
-                 kChannel ? y.hv : y.hv / p.problem.group_size(), y.hv, y.tid);
+        load_q_h<true>(s, kp, y.t0, read_here(s.span).slot0 + j - 1,
+                       kChannel ? y.hv : y.hv / p.problem.group_size(), y.hv, y.tid);
       }
       // dDelta's last reader (dT) is done: the next chunk's K into its tile; V's (Zs), G's and
       // beta's last readers are done (the column roles' K^T Zs and dT's gate sums, both side
@@ -1157,7 +1231,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
         load_k(s, k_of(s, j - 1), kp, y.t0, kChannel ? y.hv : y.hv / p.problem.group_size(), y.tid);
-        load_v_g_beta(s, kp, y.t0, kChunk, y.hv, j - 1, y.tid);
+        load_v_g_beta<true>(s, kp, y.t0, kChunk, y.hv, j - 1, y.tid);
       }
       named_barrier_sync(kMFull, kThreads);
       if constexpr (!kChannel) {
@@ -1180,7 +1254,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       }
     }
   }
-  if (threadIdx.x % kSideThreads < 32 && num_chunks > 0) {  // warp 0
+  if (!kDsWalk && threadIdx.x % kSideThreads < 32 && num_chunks > 0) {  // warp 0
     if constexpr (kChannel)
       finish_rows(s, p, s.span.begin, s.span.chunk_len(0), s.walk.hv, s.span.slot0, 0);
     else
@@ -1188,39 +1262,60 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
   }
 }
 
-template <class Decay>
+// The walk and the dS-walk: a 1-D grid of N x HV CTAs (walk_of_block). The chunk pass: a 1-D
+// grid of num_slots x HV CTAs, value heads fastest, each the walk of one chunk (its span: the
+// chunk alone, slot0 its slot); the slots that hold no chunk exit at once.
+template <class Decay, Form kForm>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_bwd_kernel(__grid_constant__ KernelParams const kp) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<Decay>*>(smem_raw);
   Params const& p = kp.p;
-  // With the ordered dq/dk sum, walks by ticket (ptx.cuh): the walk of a lower ticket, whose
-  // turn this one may wait on, has started. Tickets follow the blocks' start order.
+  // With the ordered dq/dk sum, CTAs by ticket (ptx.cuh): the CTA of a lower ticket, whose turn
+  // this one may wait on, has started. Tickets follow the blocks' start order. The dS-walk writes
+  // no dq or dk: it takes no ticket (and no turn).
   int64_t order = blockIdx.x;
-  if (p.order != nullptr) {
+  if (kForm != Form::kDsWalk && p.order != nullptr) {
     if (threadIdx.x == 0) s.ticket = take_ticket(p.order);
     __syncthreads();
     order = s.ticket;
   }
-  WalkRef const walk = walk_of_block(p.problem, order);
+  WalkRef walk;
+  WalkSpan span;
+  if constexpr (kForm == Form::kChunkPass) {
+    // value heads fastest: a q/k head's value heads of one slot hold adjacent tickets in
+    // ascending order, and each waits only on the one before (a lower ticket)
+    int64_t const slot = order / p.problem.num_v_heads;
+    ChunkRef c;
+    if (!find_chunk(p.problem, slot, c)) return;  // every value head of the slot: no turns
+    walk.n = c.n;
+    walk.hv = static_cast<int32_t>(order % p.problem.num_v_heads);
+    span.begin = c.t0;
+    span.seq_len = c.len;
+    span.slot0 = slot;
+  } else {
+    walk = walk_of_block(p.problem, order);
+    span = walk_span(p.problem, walk);
+  }
   if (threadIdx.x == 0) {
     s.walk = walk;
-    s.span = walk_span(p.problem, walk);
+    s.span = span;
     for (uint64_t& bar : s.landed) mbarrier_init(&bar, 1);
     mbarrier_init_fence();
   }
   // this walk's h, from the h-walk running beside it (Params::h_ready); wait_flag ends in a
   // barrier, which also publishes s.walk and s.span
   // h then comes by TMA (the async proxy): the fence orders the flag's acquire before those reads
-  if (p.h_ready != nullptr) {
+  // (the dS-walk reads no h: it waits on no flag)
+  if (kForm != Form::kDsWalk && p.h_ready != nullptr) {
     wait_flag(p.h_ready + int64_t{walk.n} * p.problem.num_v_heads + walk.hv, kSlicesOfH);
     fence_proxy_async_global();
   } else {
     __syncthreads();
   }
-  run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role<Decay>(s, p, wg); },
-                                    [&] { side_role<Decay>(s, kp); });
+  run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role<Decay, kForm>(s, p, wg); },
+                                    [&] { side_role<Decay, kForm>(s, kp); });
 #endif
 }
 

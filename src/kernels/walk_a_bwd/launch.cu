@@ -4,39 +4,67 @@
 
 namespace cake::kernels::walk_a_bwd {
 
-template <class Decay>
-cudaError_t launch(Params const& params, cudaStream_t stream) {
+namespace {
+
+// One form's launch on a 1-D grid of `blocks` CTAs; `beside` makes it a programmatic dependent of
+// the kernel launched just before (the h-walk): its blocks start on the SMs the h-walk's last
+// blocks leave idle. Where the stream cannot overlap them it runs after the h-walk, as an ordinary
+// launch would.
+template <class Decay, Form kForm>
+cudaError_t launch_form(Params const& params, int64_t blocks, bool beside, cudaStream_t stream) {
   // ChannelDecay keeps kbar where eO's low part would go (kernel.cuh)
   if (Decay::kGatedKkt && params.eo_split) return cudaErrorInvalidValue;
   KernelParams kp{params, {}, {}, {}, {}, {}, {}, {}, {}};
-  if (cudaError_t const err = encode_maps<Decay>(kp); err != cudaSuccess) return err;
+  if (cudaError_t const err = encode_maps<Decay, kForm == Form::kDsWalk>(kp); err != cudaSuccess)
+    return err;
   int const smem = sizeof(SharedStorage<Decay>);
-  cudaError_t err = cudaFuncSetAttribute(walk_a_bwd_kernel<Decay>,
+  cudaError_t err = cudaFuncSetAttribute(walk_a_bwd_kernel<Decay, kForm>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  // 1-D: walk_of_block maps each block to its (document, value head), longest documents first
-  dim3 const grid(
-      static_cast<unsigned>(int64_t{params.problem.num_seqs} * params.problem.num_v_heads));
-  // With the h-walk's flags, a programmatic dependent of the h-walk launched just before: its
-  // blocks start on the SMs the h-walk's last blocks leave idle, each once its own h is stored
-  // (kernel.cuh waits on the flag). Where the stream cannot overlap them it runs after the h-walk,
-  // as an ordinary launch would.
   cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
   cudaLaunchAttribute overlap = {};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
-  if (params.h_ready != nullptr) {
+  if (beside) {
     config.attrs = &overlap;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, walk_a_bwd_kernel<Decay>, kp);
+  return cudaLaunchKernelEx(&config, walk_a_bwd_kernel<Decay, kForm>, kp);
+}
+
+}  // namespace
+
+template <class Decay>
+cudaError_t launch(Params const& params, cudaStream_t stream) {
+  Problem const& pr = params.problem;
+  if (params.ds_end_out != nullptr) return cudaErrorInvalidValue;  // the dS-walk's
+  if (params.ds_end == nullptr)  // the walk: walk_of_block maps each block to its (document,
+                                 // value head), longest documents first
+    return launch_form<Decay, Form::kWalk>(params, int64_t{pr.num_seqs} * pr.num_v_heads,
+                                           params.h_ready != nullptr, stream);
+  // the chunk pass: after the dS-walk (in stream order: it reads all of ds_end), each CTA waiting
+  // on its walk's h flag where the h-walk runs beside the dS-walk
+  if (params.dh0 != nullptr) return cudaErrorInvalidValue;
+  return launch_form<Decay, Form::kChunkPass>(params, pr.num_slots * pr.num_v_heads, false, stream);
+}
+
+template <class Decay>
+cudaError_t launch_ds_walk(Params const& params, cudaStream_t stream) {
+  Problem const& pr = params.problem;
+  // (no tickets: it writes no dq or dk, so the chunk pass after it takes them all)
+  if (params.ds_end_out == nullptr || params.ds_end != nullptr || params.order != nullptr)
+    return cudaErrorInvalidValue;
+  return launch_form<Decay, Form::kDsWalk>(params, int64_t{pr.num_seqs} * pr.num_v_heads,
+                                           params.h_ready != nullptr, stream);
 }
 
 template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
 template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
+template cudaError_t launch_ds_walk<ScalarDecay>(Params const&, cudaStream_t);
+template cudaError_t launch_ds_walk<ChannelDecay>(Params const&, cudaStream_t);
 
 }  // namespace cake::kernels::walk_a_bwd

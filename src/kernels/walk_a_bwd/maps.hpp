@@ -12,8 +12,8 @@
 namespace cake::kernels::walk_a_bwd {
 
 // The maps the instantiation reads (ChannelDecay: qg, kg [BT, HV, 128] in Q's and K's places,
-// kbar and the gated Q K^T); the first failure, or cudaSuccess.
-template <class Decay>
+// kbar and the gated Q K^T; the dS-walk reads neither V nor h); the first failure, or cudaSuccess.
+template <class Decay, bool kDsWalk = false>
 cudaError_t encode_maps(KernelParams& kp) {
   Params const& p = kp.p;
   Problem const& pr = p.problem;
@@ -28,10 +28,11 @@ cudaError_t encode_maps(KernelParams& kp) {
                 : cudaSuccess,
         channel ? encode_tile_map(kp.aqk_map, p.aqk, pr.num_tokens, pr.num_v_heads, kChunk)
                 : cudaSuccess,
-        encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
+        kDsWalk ? cudaSuccess
+                : encode_tile_map(kp.v_map, p.v, pr.num_tokens, pr.num_v_heads, kHeadDim),
         encode_tile_map(kp.dout_map, p.dout, pr.num_tokens, pr.num_v_heads, kHeadDim),
         encode_tile_map(kp.a_map, p.a, pr.num_tokens, pr.num_v_heads, kChunk),
-        encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads)})
+        kDsWalk ? cudaSuccess : encode_h_map(kp.h_map, p.h, pr.num_slots, pr.num_v_heads)})
     if (err != cudaSuccess) return err;
   return cudaSuccess;
 }

@@ -26,14 +26,21 @@ struct Params {
   // dependent, and each walk waits until its own flag says all of its h is stored (kSlicesOfH)
   // before it reads h.
   int const* h_ready = nullptr;
-  float const* dht = nullptr;   // [N, HV, K, V]   or nullptr (zero)
+  float const* dht = nullptr;  // [N, HV, K, V]   or nullptr (zero)
+  // The split form (kernel.cuh, "The split form"): the dS-walk (launch_ds_walk) writes ds_end,
+  // the chunk pass (launch with ds_end) reads it in place of the walk's carried dS.
+  float* ds_end_out = nullptr;    // [num_slots, HV, K, V] dS-walk: dS of each chunk's end state
+  float const* ds_end = nullptr;  // [num_slots, HV, K, V] or nullptr (the walk): the chunk pass,
+                                  //                 one CTA per (chunk, value head)
   // ScalarDecay: dq and dk summed over each q/k head's value heads in ascending order (the
   // value head with index 0 in its group stores its terms, the others add theirs at L2, each in
-  // its turn: bitwise reproducible; kernel.cuh)
+  // its turn: bitwise reproducible; kernel.cuh). The walk and the chunk pass write them (the same
+  // sums bit for bit); the dS-walk neither writes them nor takes turns.
   float* dq = nullptr;  // [BT, H, K]      out
   float* dk = nullptr;  // [BT, H, K]      out
   // zeroed before the launch (ScalarDecay with group_size() > 1, else nullptr): the ticket
-  // counter, then the turns of dq and of dk, [num_slots, H] each (walk_order_size)
+  // counter, then the turns of dq and of dk, [num_slots, H] each (walk_order_size). The split
+  // form's chunk pass takes its tickets from it (the dS-walk does not touch it).
   int* order = nullptr;
   // ScalarDecay: every value head adds its dq and dk terms at L2 in whatever order the walks
   // reach them, into dq and dk zeroed before the launch (order unused: nullptr); the sums are

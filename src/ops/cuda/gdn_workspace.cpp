@@ -7,7 +7,7 @@
 namespace cake::ops::cuda {
 
 GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
-                             SaveMode mode, void* saved, void* workspace) {
+                             SaveMode mode, bool split, void* saved, void* workspace) {
   using kernels::kChunk;
   using kernels::kHeadDim;
   using bf16 = __nv_bfloat16;
@@ -46,6 +46,7 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
       b.walk_order = scratch.take<int>(kernels::walk_a_bwd::walk_order_size(p));
     if (mode != SaveMode::kSaved)
       b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
+    if (split) b.ds_end = scratch.take<float>(states);
   }
   b.saved_bytes = kept ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();

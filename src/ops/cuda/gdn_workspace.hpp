@@ -39,13 +39,16 @@ struct GdnBuffers {
   int* walk_done = nullptr;    // [N, HV]      the h-walk's flags, where the backward runs
                                //              it (not in saved mode): each reverse walk
                                //              waits on its own (walk_a_bwd::Params::h_ready)
+  float* ds_end = nullptr;     // [num_slots, HV, K, V] the split reverse walk's dS of each
+                               //              chunk's end (ReverseForm::kSplit only)
   size_t saved_bytes = 0;      // the saved arena (0 in recompute mode), without slack
   size_t workspace_bytes = 0;  // the workspace, including alignment slack for any base
 };
 
 // Carves `saved` (kSavedAlign-aligned) and `workspace` for problem p; null bases only count. In
-// recompute mode the saved arena is empty and `saved` is ignored.
+// recompute mode the saved arena is empty and `saved` is ignored. `split`: the backward's reverse
+// walk takes the split form (stages.hpp, reverse_form), whose dS buffer is in the workspace.
 GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
-                             SaveMode mode, void* saved, void* workspace);
+                             SaveMode mode, bool split, void* saved, void* workspace);
 
 }  // namespace cake::ops::cuda

@@ -5,7 +5,7 @@
 namespace cake::ops::cuda {
 
 KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
-                             SaveMode mode, void* saved, void* workspace) {
+                             SaveMode mode, bool split, void* saved, void* workspace) {
   using kernels::kChunk;
   using kernels::kHeadDim;
   using bf16 = __nv_bfloat16;
@@ -50,6 +50,7 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.dq_sum = scratch.take<float>(qk_rows * kHeadDim);
     b.dk_sum = scratch.take<float>(qk_rows * kHeadDim);
     if (!kept) b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
+    if (split) b.ds_end = scratch.take<float>(slot_rows * kHeadDim * kHeadDim);
   }
   b.saved_bytes = products_kept ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();

@@ -44,13 +44,16 @@ struct KdaBuffers {
   float* dq_sum = nullptr;      // [BT, H, K]      dq summed over the value heads (intra_bwd)
   float* dk_sum = nullptr;      // [BT, H, K]      dk summed over the value heads (intra_bwd)
   int* walk_done = nullptr;     // [N, HV]         the h-walk's flags (not in saved mode)
+  float* ds_end = nullptr;      // [num_slots, HV, K, V] the split reverse walk's dS of each
+                                //                 chunk's end (ReverseForm::kSplit only)
   size_t saved_bytes = 0;       // the saved arena (0 in recompute mode), without slack
   size_t workspace_bytes = 0;   // the workspace, including alignment slack for any base
 };
 
 // Carves `saved` (kSavedAlign-aligned; ignored in recompute mode) and `workspace` for problem p;
-// null bases only count.
+// null bases only count. `split`: the backward's reverse walk takes the split form (stages.hpp,
+// reverse_form), whose dS buffer is in the workspace.
 KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass pass,
-                             SaveMode mode, void* saved, void* workspace);
+                             SaveMode mode, bool split, void* saved, void* workspace);
 
 }  // namespace cake::ops::cuda

@@ -107,6 +107,23 @@ auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pro
   return carve(p, options.use_qk_l2norm != 0, pass, save_mode(options), saved, workspace);
 }
 
+// The form of the backward's reverse walk (docs/design/gdn-hopper.md, "The split reverse walk"):
+// kWalk, walk_a_bwd's one CTA per (document, value head) carrying dS, where the walks fill the
+// device's SMs; kSplit where they do not: the dS-walk (the recurrence alone, beside the h-walk)
+// stores dS per chunk, and the chunk pass forms the gradients one CTA per (chunk, value head).
+// Both give the same gradients bitwise. Picked by the walks' count against the SM count of the
+// tensors' device, which the workspace query and the call both ask (the split's dS buffer is in
+// the workspace); where it cannot be asked, the walk (the launches then report why).
+enum class ReverseForm { kWalk, kSplit };
+inline ReverseForm reverse_form(kernels::Problem const& p, int device) {
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();  // not left behind for a later launch's check to find
+    return ReverseForm::kWalk;
+  }
+  return int64_t{p.num_seqs} * p.num_v_heads < sms ? ReverseForm::kSplit : ReverseForm::kWalk;
+}
+
 // The h-walk's flags ([N, HV] ints) cleared in stream order (capturable), before the h-walk that
 // sets them and the reverse walks that wait on them.
 inline void clear_walk_flags(int* walk_done, kernels::Problem const& p, cudaStream_t stream) {
