@@ -280,7 +280,7 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   roles::RolesParams rp{p, {}, {}, {}, {}, {}, {}, {}};
   if (cudaError_t const err = encode_maps<Decay>(rp); err != cudaSuccess) return err;
   int64_t const num_walks = int64_t{pr.num_seqs} * pr.num_v_heads;
-  bool const split = split_walks(num_walks, emu::num_sms);
+  bool const split = split_walks(num_walks, multiprocessor_count);
   Dim3 const grid{u(num_walks * (split ? kSlicesOfH : 1))};
   auto const run = [&](auto kernel) {
     emu::launch(grid, Dim3{roles::kThreads}, roles::smem_raw, [&] { kernel(rp); });

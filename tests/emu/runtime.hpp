@@ -68,10 +68,6 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// The device's SMs as the emulated launches see them, for the grids that a launch shapes by them
-// (walk_a_fwd/split.hpp): an H100's, unless a test sets another to take the other shape.
-inline int num_sms = 132;
-
 // The running fiber's coordinates.
 Dim3 const& thread_idx();
 Dim3 const& block_idx();
@@ -90,7 +86,8 @@ void launch(Dim3 grid, Dim3 block, std::span<char> shared, std::function<void()>
 
 // The emulated device's SM count, cudaDeviceGetAttribute's cudaDevAttrMultiProcessorCount (132,
 // an H100's, until set): the ops pick the forms of their stages by it (ops/cuda/stages.hpp,
-// reverse_form), so that a test can run either.
+// reverse_form) and the forward walk's launch its split (walk_a_fwd/split.hpp), so that a test
+// can run either.
 void set_multiprocessor_count(int count);
 
 // __syncthreads: waits for every thread of the block that has not exited.
