@@ -296,6 +296,9 @@ TEST(EmulatedKda, IntraPassMatchesTheFp64Model) {
 
 struct BackwardPool {
   Errors dq, dk, dv, dg, dbeta, dh0;
+  cake::emu_testing::Pool named() const {
+    return {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"dg", dg}, {"dbeta", dbeta}, {"dh0", dh0}};
+  }
 };
 
 // What walk_a_bwd<ChannelDecay> writes: dv, dh0 and the intra pass's inputs.
@@ -426,12 +429,7 @@ TEST(EmulatedKda, BackwardMatchesTheFp64Reference) {
   for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
     BackwardPool pool;
     for (int d = 0; d < 2; ++d) backward_draw(kc, rng, pool);
-    expect_pass(kc.label(), {{"dq", pool.dq},
-                             {"dk", pool.dk},
-                             {"dv", pool.dv},
-                             {"dg", pool.dg},
-                             {"dbeta", pool.dbeta},
-                             {"dh0", pool.dh0}});
+    expect_pass(kc.label(), pool.named());
   }
 }
 
@@ -445,12 +443,7 @@ TEST(EmulatedKda, SplitBackwardMatchesTheFp64Reference) {
   for (KdaCase const& kc : {all[0], all[2]}) {
     BackwardPool pool;
     for (int d = 0; d < 2; ++d) backward_draw(kc, rng, pool, true);
-    expect_pass("split " + kc.label(), {{"dq", pool.dq},
-                                         {"dk", pool.dk},
-                                         {"dv", pool.dv},
-                                         {"dg", pool.dg},
-                                         {"dbeta", pool.dbeta},
-                                         {"dh0", pool.dh0}});
+    expect_pass("split " + kc.label(), pool.named());
   }
 }
 
