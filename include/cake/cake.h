@@ -128,7 +128,11 @@ typedef struct {
 } cakeBackwardArgs_t;
 
 /* Size queries. They read shapes, dtypes and options, never tensor data, so any non-NULL data
- * pointers do; both depend on options.save_for_backward.
+ * pointers do; both depend on options.save_for_backward. On CUDA tensors the backward's also
+ * depends on the SM count of dout's device: where the walks (documents x value heads) are fewer
+ * than the SMs, the backward's reverse walk is split and its workspace holds each chunk's fp32
+ * dS gradient ([chunks, HV, K, V], twice the bf16 h per chunk), so a size is valid for the
+ * device it was asked on.
  * Workspace: the exact bytes of device scratch memory the call needs (0 on the CPU, which computes
  * in host memory of its own); its contents are dead once the call's work has run.
  * Saved: the exact bytes of the saved set that cakeForward writes and cakeBackward reads (0 in

@@ -89,6 +89,13 @@ void launch(Dim3 grid, Dim3 block, std::span<char> shared, std::function<void()>
 // reverse_form) and the forward walk's launch its split (walk_a_fwd/split.hpp), so that a test
 // can run either.
 void set_multiprocessor_count(int count);
+// set_multiprocessor_count for one scope: an H100's 132 again when it ends, by return or throw.
+struct ScopedMultiprocessorCount {
+  explicit ScopedMultiprocessorCount(int count) { set_multiprocessor_count(count); }
+  ~ScopedMultiprocessorCount() { set_multiprocessor_count(132); }
+  ScopedMultiprocessorCount(ScopedMultiprocessorCount const&) = delete;
+  ScopedMultiprocessorCount& operator=(ScopedMultiprocessorCount const&) = delete;
+};
 
 // __syncthreads: waits for every thread of the block that has not exited.
 void sync_block();

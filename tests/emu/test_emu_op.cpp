@@ -338,9 +338,10 @@ TEST(EmulatedOp, UnorderedSumsMatchTheFp64Reference) {
     OpRun const ordered = run_op(pr, 0);
     for (int const sms : {132, 1})
       for (int mode : {0, 1, 2}) {
-        cake::emu::set_multiprocessor_count(sms);
-        OpRun const run = run_op(pr, mode, true, false, {}, nullptr, false, true);
-        cake::emu::set_multiprocessor_count(132);
+        OpRun const run = [&] {
+          cake::emu::ScopedMultiprocessorCount const count(sms);
+          return run_op(pr, mode, true, false, {}, nullptr, false, true);
+        }();
         Grads const& a = run.grads;
         SCOPED_TRACE(c.name + std::string(", mode ") + std::to_string(mode) +
                      (sms == 1 ? ", walk" : ", split"));
@@ -428,9 +429,10 @@ TEST(EmulatedOp, ReverseWalkFormsAgreeBitwise) {
       ChannelGate const gate = kda ? channel_gate(pr, rng) : ChannelGate{};
       for (int mode : {0, 1}) {
         OpRun const split = run_op(pr, mode, true, false, gate);
-        cake::emu::set_multiprocessor_count(1);
-        OpRun const walk = run_op(pr, mode, true, false, gate);
-        cake::emu::set_multiprocessor_count(132);
+        OpRun const walk = [&] {
+          cake::emu::ScopedMultiprocessorCount const count(1);
+          return run_op(pr, mode, true, false, gate);
+        }();
         Grads const& a = split.grads;
         Grads const& b = walk.grads;
         EXPECT_TRUE(bitwise_equal(a.dq, b.dq) && bitwise_equal(a.dk, b.dk) &&

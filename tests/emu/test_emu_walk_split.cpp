@@ -1,6 +1,6 @@
 // The forward walk's split walks (walk_a_fwd/split.hpp: a CTA per 64-column slice of a walk)
-// against its whole walks, on the CPU emulator: the emulated SM count (set_multiprocessor_count) set so that
-// split.hpp's rule takes one shape and then the other, for GDN and KDA, in the walk's three uses
+// against its whole walks, on the CPU emulator: the emulated SM count set so that split.hpp's
+// rule takes one shape and then the other, for GDN and KDA, in the walk's three uses
 // (o and the final state; o, the final state and h per chunk; the h-walk: h per chunk and its
 // flags). Every output must be the same bitwise, and written: outputs are poisoned (NaN) before
 // each run, and o, the final state and every chunk's h must come back finite.
@@ -117,9 +117,8 @@ Outputs run_walk(Problem const& pr, Operands const& x, bool states, Use use, int
     p.walk_done = out.flags.data();
   }
   if (use != Use::kForward) p.h = out.h.data();
-  cake::emu::set_multiprocessor_count(num_sms);
+  cake::emu::ScopedMultiprocessorCount const count(num_sms);
   EXPECT_EQ(fwd::launch<Decay>(p, nullptr), cudaSuccess);
-  cake::emu::set_multiprocessor_count(132);
   return out;
 }
 

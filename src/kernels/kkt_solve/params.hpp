@@ -25,8 +25,8 @@ struct Params {
   // nothing reads the rest of G, which the intra pass forms again from g)
   float* glast = nullptr;  // [num_slots, HV, K] out or nullptr
   // ChannelDecay only, each out or nullptr (aqk given whenever a is: P is formed beside S): the
-  // output's intra-chunk attention and the walks' operands (the decay applied per channel, rounded to bf16 once; G_last: G of the chunk's last
-  // token)
+  // output's intra-chunk attention and the walks' operands (the decay applied per channel,
+  // rounded to bf16 once; G_last: G of the chunk's last token)
   __nv_bfloat16 const* q = nullptr;  // [BT, H, K]    read when aqk or qg is wanted
   __nv_bfloat16* aqk = nullptr;      // [BT, HV, 64]  P = s causal(Q K^T gated), diagonal in
   __nv_bfloat16* qg = nullptr;       // [BT, HV, K]   q o e^{G}
