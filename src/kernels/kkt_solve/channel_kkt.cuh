@@ -92,8 +92,8 @@ __device__ __forceinline__ void gated_tiles(__nv_bfloat16 const* const (&x)[kX],
   auto const pair = [](__nv_bfloat16 const* at) {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(at));
   };
-  // two channel steps in flight for one x; for two, one (at two, 128 registers would spill)
-#pragma unroll(kX == 1 ? 2 : 1)
+  // one channel step at a time: two in flight would spill at 128 registers
+#pragma unroll 1
   for (int k0 = 0; k0 < kHeadDim; k0 += 16) {
     uint32_t xf[kX][4];  // m16k16 fragments: register 2 h + u holds row i0 + 8 u, channels c, c + 1
     uint32_t kf[2][2];   // k16n8 fragments: kf[u][h] holds column j0 + 8 u, channels c, c + 1

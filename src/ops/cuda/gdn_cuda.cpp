@@ -76,21 +76,12 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
   check_cuda(kernels::walk_a_fwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_fwd launch");
 }
 
-// The layout function of a call whose backward's reverse walk takes `form` (the forward's carve
-// does not depend on it).
-auto gdn_layout(ReverseForm form) {
-  return [split = form == ReverseForm::kSplit](Problem const& p, bool use_qk_l2norm, Pass pass,
-                                               SaveMode mode, void* saved, void* workspace) {
-    return carve_gdn_buffers(p, use_qk_l2norm, pass, mode, split, saved, workspace);
-  };
-}
-
 }  // namespace
 
 size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
   // The forward's count: the backward carves the saved set in the same order (layout function).
-  return count_buffers(gdn_layout(ReverseForm::kWalk), options,
+  return count_buffers(layout_for(carve_gdn_buffers, ReverseForm::kWalk), options,
                        make_problem(options, q, v, cu_seqlens), Pass::kForward)
       .saved_bytes;
 }
@@ -98,7 +89,9 @@ size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(gdn_layout(ReverseForm::kWalk), options, p, Pass::kForward).workspace_bytes;
+  return count_buffers(layout_for(carve_gdn_buffers, ReverseForm::kWalk), options, p,
+                       Pass::kForward)
+      .workspace_bytes;
 }
 
 void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -111,8 +104,8 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("o", args.o, 4);
   check_aligned("initial_state", args.initial_state, 8);
   check_aligned("final_state", args.final_state, 8);
-  auto const b = bind_buffers(gdn_layout(ReverseForm::kWalk), options, p, Pass::kForward, saved,
-                              workspace, workspace_bytes);
+  auto const b = bind_buffers(layout_for(carve_gdn_buffers, ReverseForm::kWalk), options, p,
+                              Pass::kForward, saved, workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
   if (pass_states_without_tokens(p, args.initial_state, args.final_state, stream)) return;
@@ -133,8 +126,8 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(gdn_layout(reverse_form(p, args.dout.device_id)), options, p,
-                       Pass::kBackward)
+  return count_buffers(layout_for(carve_gdn_buffers, reverse_form(p, args.dout.device_id)), options,
+                       p, Pass::kBackward)
       .workspace_bytes;
 }
 
@@ -157,7 +150,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   // The carve hands out mutable pointers; in saved and inverse modes the backward only passes the
   // saved arena's regions to kernel inputs (const parameters).
   ReverseForm const form = reverse_form(p, args.dout.device_id);
-  auto const b = bind_buffers(gdn_layout(form), options, p, Pass::kBackward,
+  auto const b = bind_buffers(layout_for(carve_gdn_buffers, form), options, p, Pass::kBackward,
                               const_cast<void*>(saved), workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
@@ -215,22 +208,7 @@ void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dg = ptr<float>(args.dg);
   wp.dh0 = ptr<float>(args.dh0);
   wp.eo_split = ptr<float const>(args.initial_state) != nullptr;
-  if (form == ReverseForm::kSplit) {
-    // the dS-walk first, beside the h-walk (its programmatic dependent where the h-walk ran just
-    // before, so nothing is launched between them); it writes no dq or dk and takes no ticket.
-    // Then the chunk pass from its dS, each CTA on its walk's h flag
-    kernels::walk_a_bwd::Params dp = wp;
-    dp.ds_end_out = b.ds_end;
-    dp.dq = nullptr;
-    dp.dk = nullptr;
-    dp.order = nullptr;
-    dp.unordered_sum = false;
-    check_cuda(kernels::walk_a_bwd::launch_ds_walk<kernels::ScalarDecay>(dp, stream),
-               "walk_a_bwd dS-walk launch");
-    wp.ds_end = b.ds_end;
-    wp.dh0 = nullptr;
-  }
-  check_cuda(kernels::walk_a_bwd::launch<kernels::ScalarDecay>(wp, stream), "walk_a_bwd launch");
+  run_reverse_walk<kernels::ScalarDecay>(wp, form, b.ds_end, stream);
 
   // dq, dk to bf16 (through the L2 norm's backward): summed over the value heads already
   reduce_qk_grads(p, l2, b, args, b.dq_sum, b.dk_sum, 1, stream);

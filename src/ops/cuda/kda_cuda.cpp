@@ -79,20 +79,11 @@ void run_walk(Problem const& p, ForwardInputs const& in, KdaBuffers const& b, bf
   check_cuda(kernels::walk_a_fwd::launch<ChannelDecay>(wp, stream), "walk_a_fwd launch");
 }
 
-// The layout function of a call whose backward's reverse walk takes `form` (the forward's carve
-// does not depend on it).
-auto kda_layout(ReverseForm form) {
-  return [split = form == ReverseForm::kSplit](Problem const& p, bool use_qk_l2norm, Pass pass,
-                                               SaveMode mode, void* saved, void* workspace) {
-    return carve_kda_buffers(p, use_qk_l2norm, pass, mode, split, saved, workspace);
-  };
-}
-
 }  // namespace
 
 size_t kda_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
-  return count_buffers(kda_layout(ReverseForm::kWalk), options,
+  return count_buffers(layout_for(carve_kda_buffers, ReverseForm::kWalk), options,
                        make_problem(options, q, v, cu_seqlens), Pass::kForward)
       .saved_bytes;
 }
@@ -100,7 +91,9 @@ size_t kda_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
 size_t kda_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(kda_layout(ReverseForm::kWalk), options, p, Pass::kForward).workspace_bytes;
+  return count_buffers(layout_for(carve_kda_buffers, ReverseForm::kWalk), options, p,
+                       Pass::kForward)
+      .workspace_bytes;
 }
 
 void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -113,8 +106,8 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   check_aligned("o", args.o, 4);
   check_aligned("initial_state", args.initial_state, 8);
   check_aligned("final_state", args.final_state, 8);
-  auto const b = bind_buffers(kda_layout(ReverseForm::kWalk), options, p, Pass::kForward, saved,
-                              workspace, workspace_bytes);
+  auto const b = bind_buffers(layout_for(carve_kda_buffers, ReverseForm::kWalk), options, p,
+                              Pass::kForward, saved, workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
   if (pass_states_without_tokens(p, args.initial_state, args.final_state, stream)) return;
@@ -131,8 +124,8 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 size_t kda_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
   Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(kda_layout(reverse_form(p, args.dout.device_id)), options, p,
-                       Pass::kBackward)
+  return count_buffers(layout_for(carve_kda_buffers, reverse_form(p, args.dout.device_id)), options,
+                       p, Pass::kBackward)
       .workspace_bytes;
 }
 
@@ -153,7 +146,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   check_aligned("dh0", args.dh0, 8);
   // In saved mode the backward passes the saved arena's regions to kernel inputs only.
   ReverseForm const form = reverse_form(p, args.dout.device_id);
-  auto const b = bind_buffers(kda_layout(form), options, p, Pass::kBackward,
+  auto const b = bind_buffers(layout_for(carve_kda_buffers, form), options, p, Pass::kBackward,
                               const_cast<void*>(saved), workspace, workspace_bytes);
   if (empty(p)) return;
   auto const stream = static_cast<cudaStream_t>(stream_ptr);
@@ -193,15 +186,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   wp.dkbar = b.dkbar;
   wp.dgamma = b.dgamma;
   wp.dbeta_walk = b.dbeta_walk;
-  if (form == ReverseForm::kSplit) {  // as GDN's (gdn_cuda.cpp)
-    kernels::walk_a_bwd::Params dp = wp;
-    dp.ds_end_out = b.ds_end;
-    check_cuda(kernels::walk_a_bwd::launch_ds_walk<ChannelDecay>(dp, stream),
-               "walk_a_bwd dS-walk launch");
-    wp.ds_end = b.ds_end;
-    wp.dh0 = nullptr;
-  }
-  check_cuda(kernels::walk_a_bwd::launch<ChannelDecay>(wp, stream), "walk_a_bwd launch");
+  run_reverse_walk<ChannelDecay>(wp, form, b.ds_end, stream);
 
   kernels::intra_bwd::Params ip;
   ip.problem = p;

@@ -14,6 +14,7 @@
 #include "kernels/common/problem.hpp"
 #include "kernels/qk_grad/launch.hpp"
 #include "kernels/qk_norm/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
 #include "ops/cuda/carver.hpp"
 #include "ops/cuda/checks.hpp"
 
@@ -122,6 +123,40 @@ inline ReverseForm reverse_form(kernels::Problem const& p, int device) {
     return ReverseForm::kWalk;
   }
   return int64_t{p.num_seqs} * p.num_v_heads < sms ? ReverseForm::kSplit : ReverseForm::kWalk;
+}
+
+// The layout function of a call whose backward's reverse walk takes `form`: carve
+// (carve_gdn_buffers, carve_kda_buffers) with its `split` bound, since only the split form's
+// workspace holds ds_end (the forward's carve does not depend on it).
+template <class Carve>
+auto layout_for(Carve carve, ReverseForm form) {
+  return [carve, split = form == ReverseForm::kSplit](kernels::Problem const& p,
+                                                      bool use_qk_l2norm, Pass pass, SaveMode mode,
+                                                      void* saved, void* workspace) {
+    return carve(p, use_qk_l2norm, pass, mode, split, saved, workspace);
+  };
+}
+
+// The backward's reverse walk in `form`. kSplit: the dS-walk first, into ds_end ([num_slots, HV,
+// K, V] fp32), beside the h-walk (its programmatic dependent where the h-walk ran just before, so
+// nothing is launched between them); it writes no dq or dk and takes no ticket, and it forms dh0.
+// Then the chunk pass from its dS, each CTA on its walk's h flag.
+template <class Decay>
+void run_reverse_walk(kernels::walk_a_bwd::Params wp, ReverseForm form, float* ds_end,
+                      cudaStream_t stream) {
+  if (form == ReverseForm::kSplit) {
+    kernels::walk_a_bwd::Params dp = wp;
+    dp.ds_end_out = ds_end;
+    dp.dq = nullptr;
+    dp.dk = nullptr;
+    dp.order = nullptr;
+    dp.unordered_sum = false;
+    check_cuda(kernels::walk_a_bwd::launch_ds_walk<Decay>(dp, stream),
+               "walk_a_bwd dS-walk launch");
+    wp.ds_end = ds_end;
+    wp.dh0 = nullptr;
+  }
+  check_cuda(kernels::walk_a_bwd::launch<Decay>(wp, stream), "walk_a_bwd launch");
 }
 
 // The h-walk's flags ([N, HV] ints) cleared in stream order (capturable), before the h-walk that
