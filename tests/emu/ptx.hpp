@@ -274,6 +274,14 @@ inline void tma_load_box(void* dst, TensorMap const* map, int c0, int c1, int c2
   }
   emu::bulk_copy_issue(dst, box, bar);
 }
+// The bulk copy lands as a tensor copy does (emu::bulk_copy_issue); the alignment the GPU needs
+// is checked.
+inline void bulk_load(void* dst, void const* src, uint32_t bytes, uint64_t* bar) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0 ||
+      bytes % 16 != 0 || bytes == 0)
+    throw std::runtime_error("emulator: a bulk copy is 16-byte aligned, a multiple of 16 bytes");
+  emu::bulk_copy_issue(dst, {static_cast<char const*>(src), bytes}, bar);
+}
 inline void tma_load_2d(void* dst, TensorMap const* map, int c0, int c1, uint64_t* bar) {
   tma_load_box(dst, map, c0, c1, 0, bar);
 }

@@ -249,6 +249,17 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
       : "memory");
 }
 
+// A bulk copy global -> shared through the async proxy (no tensor map): `bytes` contiguous bytes
+// from src to dst (both 16-byte aligned, bytes a multiple of 16), completing them on bar.
+__device__ __forceinline__ void bulk_load(void* dst, void const* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar))
+      : "memory");
+}
+
 // Bulk tensor copies global -> shared through the async proxy, completing their bytes on bar:
 // the box of `map` at element coordinates (c0, c1[, c2]) (innermost first), in shared memory as
 // the map's swizzle lays it (1024-byte aligned for the 128-byte swizzle), elements outside the
