@@ -160,13 +160,15 @@ cudaError_t launch_backward(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::gate
 
 namespace cake::kernels::conv1d_fwd {
+alignas(128) char smem_raw[conv1d::ring_shared_bytes(2)];
 cudaError_t launch(Params const& p, cudaStream_t) {
   return conv1d::dispatch(p.x_dtype, p.width, [&](auto variant) {
     using T = typename decltype(variant)::Type;
     constexpr int W = decltype(variant)::kWidth;
     if (has_tiles(p)) {
       conv1d::Grid const g = tile_grid<T>(p);
-      emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { conv1d_fwd_kernel<T, W>(p); });
+      emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {smem_raw, tile_shared_bytes(p)},
+                  [&] { conv1d_fwd_kernel<T, W>(p); });
     }
     if (has_states(p)) {
       conv1d::Grid const g = state_grid(p);
@@ -178,7 +180,7 @@ cudaError_t launch(Params const& p, cudaStream_t) {
 }  // namespace cake::kernels::conv1d_fwd
 
 namespace cake::kernels::conv1d_bwd {
-alignas(16) char smem_raw[sizeof(ReduceShared)];
+alignas(128) char smem_raw[std::max(kTileSharedBytes, sizeof(ReduceShared))];
 
 cudaError_t launch(Params const& p, cudaStream_t) {
   return conv1d::dispatch(p.x_dtype, p.width, [&](auto variant) {
@@ -186,7 +188,8 @@ cudaError_t launch(Params const& p, cudaStream_t) {
     constexpr int W = decltype(variant)::kWidth;
     if (has_tiles(p)) {
       conv1d::Grid const g = tile_grid<T>(p);
-      emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {}, [&] { conv1d_bwd_kernel<T, W>(p); });
+      emu::launch(Dim3{g.x, g.y}, Dim3{kThreads}, {smem_raw, kTileSharedBytes},
+                  [&] { conv1d_bwd_kernel<T, W>(p); });
     }
     if (has_states(p)) {
       conv1d::Grid const g = state_grid(p);
@@ -195,7 +198,8 @@ cudaError_t launch(Params const& p, cudaStream_t) {
     }
     if (has_reduce(p)) {
       conv1d::Grid const g = reduce_grid(p);
-      emu::launch(Dim3{g.x, g.y}, Dim3{kReduceThreads}, smem_raw, [&] { conv1d_reduce_kernel(p); });
+      emu::launch(Dim3{g.x, g.y}, Dim3{kReduceThreads}, {smem_raw, sizeof(ReduceShared)},
+                  [&] { conv1d_reduce_kernel(p); });
     }
     return cudaSuccess;
   });

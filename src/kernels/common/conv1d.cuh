@@ -18,6 +18,7 @@
 
 #include "cake/cake.h"
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/ptx.cuh"
 
 namespace cake::kernels::conv1d {
 
@@ -62,32 +63,6 @@ __device__ __forceinline__ void load_row(T const* row, int d, int dim, bool vect
   for (int j = 0; j < V; ++j) out[j] = to_float(raw[j]);
 }
 
-// Rows rows[k * stride] for k < count (count <= N) of channels [d, d + V), as load_row. A full
-// vectorised batch issues its N loads before converting any (one basic block, N loads in flight):
-// with a branch per row, each row's conversion waits for its load before the next is issued.
-template <class T, int V, int N>
-__device__ __forceinline__ void load_rows(T const* rows, int64_t stride, int count, int d, int dim,
-                                          bool vectorised, float (&out)[N][V]) {
-  using Vector = typename Bits<V * sizeof(T)>::Type;
-  if (vectorised && count == N) {
-    Vector raw[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) raw[k] = *reinterpret_cast<Vector const*>(rows + k * stride + d);
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      T parts[V];
-      memcpy(parts, &raw[k], sizeof parts);
-#pragma unroll
-      for (int j = 0; j < V; ++j) out[k][j] = to_float(parts[j]);
-    }
-    return;
-  }
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    if (k < count) load_row<T, V>(rows + k * stride, d, dim, vectorised, out[k]);
-  }
-}
-
 // N token rows of channels [d, d + V) kept as the bits loaded (N vectors of V * sizeof(T) bytes),
 // so that a row's load is issued long before the row is used: issue(k, ...) starts row k's load
 // and does not wait for it; unpack(k, out) converts row k to float, waiting for it only then.
@@ -115,6 +90,146 @@ struct RowBatch {
     memcpy(parts, &raw[k], sizeof parts);
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = to_float(parts[j]);
+  }
+};
+
+// The block's input ring: the token-major inputs (x, and residual or dy) of a walk over tokens
+// [t_begin, t_begin + tokens) and channels [c0, c0 + kThreads V), staged through kRingStages slots
+// of shared memory, kStageBytes a tensor a stage (8 tokens of 16-bit x, 4 of fp32). With
+// `bulk_rows` (every row's segment 16-byte aligned: D sizeof(T) % 16 == 0 and aligned bases)
+// warp 0 fills a slot with one bulk copy a row (lane r: row r % K of tensor r / K), completing on
+// the slot's mbarrier; the threads wait on it, read their V channels of each row from shared
+// memory, and after a block barrier warp 0 refills the slot kRingStages stages ahead. Without, each
+// thread copies its own channels (load_row's vector or element loads, channels past D as 0) when
+// it reaches the stage: correct, not ahead. A segment past D (the last channel block) is not
+// copied; its threads read stale shared memory and store nothing.
+// Shared memory: the slots' mbarriers (kRingHeader bytes), then [kRingStages][tensors][K][kThreads
+// V] T.
+inline constexpr int kRingStages = 3;
+inline constexpr int kStageBytes = 8192;
+inline constexpr int kRingHeader = 128;
+inline constexpr size_t ring_shared_bytes(int tensors) {
+  return kRingHeader + size_t{kRingStages} * static_cast<size_t>(tensors) * kStageBytes;
+}
+
+template <class T, int kThreads, int V>
+struct RowRing {
+  static constexpr int kChannels = kThreads * V;
+  static constexpr int K = kStageBytes / (kChannels * static_cast<int>(sizeof(T)));
+  static_assert(K * kChannels * static_cast<int>(sizeof(T)) == kStageBytes && K >= 1);
+  static_assert(2 * K <= 32, "warp 0 copies a stage's rows of two tensors, one a lane");
+  using Vector = typename Bits<V * sizeof(T)>::Type;
+
+  uint64_t* full;  // [kRingStages]
+  T* slots;
+  T const* src0;  // the tensors' rows at channel 0 (two pointers, not an array: a runtime index
+  T const* src1;  // into one moves the ring to local memory)
+  int tensors;    // 1 or 2
+  int64_t t_begin;
+  int tokens;  // rows of each tensor, stages() stages
+  int dim, c0;
+  bool bulk_rows, vectorised;
+
+  // The ring of the dynamic shared memory at smem (kRingHeader-aligned); thread 0 initialises the
+  // barriers, and the block barrier makes them visible before any issue or wait.
+  __device__ __forceinline__ RowRing(char* smem, T const* a, T const* b, int64_t t_begin_,
+                                     int tokens_, int dim_, int c0_, bool bulk, bool vec)
+      : full(reinterpret_cast<uint64_t*>(smem)),
+        slots(reinterpret_cast<T*>(smem + kRingHeader)),
+        src0(a),
+        src1(b),
+        tensors(b != nullptr ? 2 : 1),
+        t_begin(t_begin_),
+        tokens(tokens_),
+        dim(dim_),
+        c0(c0_),
+        bulk_rows(bulk),
+        vectorised(vec) {
+    if (bulk_rows && threadIdx.x == 0) {
+#pragma unroll
+      for (int s = 0; s < kRingStages; ++s) mbarrier_init(&full[s], 1);
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ int stages() const { return (tokens + K - 1) / K; }
+  __device__ __forceinline__ int rows_in(int i) const {
+    return tokens - i * K < K ? tokens - i * K : K;
+  }
+  __device__ __forceinline__ T const* source(int j) const { return j == 0 ? src0 : src1; }
+  // Row k of tensor j of stage i, channel 0 of the block.
+  __device__ __forceinline__ T* row(int i, int j, int k) const {
+    return slots + ((i % kRingStages * tensors + j) * K + k) * kChannels;
+  }
+
+  // Stage i's copies (bulk_rows, i < stages()), by warp 0; every thread calls it.
+  __device__ __forceinline__ void issue(int i) const {
+    if (!bulk_rows || i >= stages() || threadIdx.x >= 32) return;
+    int const lane = static_cast<int>(threadIdx.x);
+    int const rows = rows_in(i);
+    int const channels = dim - c0 < kChannels ? dim - c0 : kChannels;
+    uint32_t const bytes = static_cast<uint32_t>(channels) * sizeof(T);
+    uint64_t* const bar = &full[i % kRingStages];
+    if (lane == 0) mbarrier_arrive_expect_tx(bar, bytes * static_cast<uint32_t>(rows * tensors));
+    __syncwarp();
+    if (lane < rows * tensors) {
+      int const j = lane / rows, k = lane % rows;
+      bulk_load(row(i, j, k), source(j) + (t_begin + i * K + k) * dim + c0, bytes, bar);
+    }
+  }
+
+  // The first kRingStages stages in flight (every thread calls it).
+  __device__ __forceinline__ void start() const {
+#pragma unroll
+    for (int i = 0; i < kRingStages; ++i) issue(i);
+  }
+
+  // Stage i's rows readable by this thread: their copies landed (bulk_rows), else this thread's
+  // channels copied now. Shared memory is only accessed as Vector (bulk copies write bytes).
+  __device__ __forceinline__ void acquire(int i) const {
+    if (bulk_rows) {
+      mbarrier_wait(&full[i % kRingStages], (i / kRingStages) & 1);
+      return;
+    }
+    int const v = static_cast<int>(threadIdx.x) * V;
+    if (c0 + v >= dim) return;
+    int const rows = rows_in(i);
+    for (int j = 0; j < tensors; ++j) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (k >= rows) break;
+        T const* from = source(j) + (t_begin + i * K + k) * dim + c0 + v;
+        Vector bits;
+        if (vectorised) {
+          bits = *reinterpret_cast<Vector const*>(from);
+        } else {
+          T parts[V];
+#pragma unroll
+          for (int c = 0; c < V; ++c) parts[c] = c0 + v + c < dim ? from[c] : from_float<T>(0.f);
+          memcpy(&bits, parts, sizeof bits);
+        }
+        *reinterpret_cast<Vector*>(row(i, j, k) + v) = bits;
+      }
+    }
+  }
+
+  // This thread's V channels of row k of tensor j of stage i (acquired), as float.
+  __device__ __forceinline__ void read(int i, int j, int k, float (&out)[V]) const {
+    Vector const bits =
+        *reinterpret_cast<Vector const*>(row(i, j, k) + static_cast<int>(threadIdx.x) * V);
+    T parts[V];
+    memcpy(parts, &bits, sizeof parts);
+#pragma unroll
+    for (int c = 0; c < V; ++c) out[c] = to_float(parts[c]);
+  }
+
+  // After stage i is read: once every thread is done with its slot, stage i + kRingStages's
+  // copies (a block barrier: every thread calls it, the same stages).
+  __device__ __forceinline__ void release(int i) const {
+    if (!bulk_rows || i + kRingStages >= stages()) return;
+    __syncthreads();
+    issue(i + kRingStages);
   }
 };
 

@@ -3,12 +3,20 @@
 //   dweight[:, i] = sum_t g[t] e[t - (W - 1) + i],   dbias = sum_t g[t],   dresidual = dy
 //   dinitial_state[n, :, c] = sum_t weight[:, c - 1 - t] g[t] (t < W - 1) + dht[n, :, c - L]
 // conv1d_bwd_kernel: a block owns a tile of tile_tokens tokens and kThreads * kVec channels; each
-// thread walks its tile in order (plus the W - 1 tokens after it, whose g its last tokens' dx
-// needs), recomputing pre[t] from x as the forward does (x and dy read once, plus halos), keeping
-// the last W - 1 values of g in registers, and writes dx[s] once g up to s + W - 1 is known (at a
-// document's last token, the pending ones, with the next document's g taken as zero). Its tile's
-// sums of dweight and dbias go to the workspace, one row per tile. Loads run kBatch tokens ahead:
-// token t's x and dy rows are issued when token t - kBatch is computed (2 kBatch in flight).
+// thread walks its tile in order (plus the W - 1 tokens after it while they are in the tile's
+// last document, whose g its last tokens' dx needs), recomputing pre[t] from x as the forward does
+// (x and dy read once, plus halos), keeping the last W - 1 values of g in registers, and writes
+// dx[s] once g up to s + W - 1 is known (at a document's last token, the pending ones, with the
+// next document's g taken as zero). Its tile's sums of dweight and dbias go to the workspace, one
+// row per tile. The walk's rows of x and dy come through the block's ring (conv1d::RowRing): bulk
+// copies of 8-token stages (fp32: 4), kRingStages slots, issued by warp 0; the W - 1 rows before
+// the tile are read by the threads themselves.
+// Bytes in flight, 16-bit x, D >= 512 (fp32: the same bytes): a stage is 16 KB (x and dy), the
+// ring 48 KB (plus 128 bytes of barriers); while a block computes a stage the next two are in
+// flight, 32 KB a block. __launch_bounds__(kThreads, kBlocksPerSm) holds registers to 128 a thread
+// (ptxas: 95-125, no spills), so 4 blocks share an SM (16 warps, 192 KB of its 227 KB of shared
+// memory): 128 KB in flight an SM, where the copy bandwidth of an H100 (~3 TB/s over 132 SMs)
+// with ~1 us of loaded latency needs ~25 KB.
 // conv1d_state_bwd_kernel: dinitial_state, one thread per (document, channel).
 // conv1d_reduce_kernel: dweight and dbias, each element the sum of the tiles' rows: 32 elements
 // a block, warp w summing tiles w, w + 8, ... in tile order, then the eight warps' sums added in
@@ -25,8 +33,11 @@ using conv1d::Documents;
 template <class T>
 inline constexpr int kVec = channels_per_thread(sizeof(T));
 
-// Tokens whose x and dy rows are in flight ahead of the arithmetic.
-inline constexpr int kBatch = 4;
+inline constexpr int kBlocksPerSm = 4;
+template <class T>
+using Ring = conv1d::RowRing<T, kThreads, kVec<T>>;
+// The ring of x and dy.
+inline constexpr size_t kTileSharedBytes = conv1d::ring_shared_bytes(2);
 inline constexpr int kStateThreads = 128;
 inline constexpr int kReduceThreads = 256;
 
@@ -59,45 +70,48 @@ inline bool has_reduce(Params const& p) {
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    conv1d_bwd_kernel(__grid_constant__ Params const p) {
   constexpr int V = kVec<T>;
-  int const d = (static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x)) * V;
-  if (d >= p.dim) return;
+  constexpr int K = Ring<T>::K;
+  extern __shared__ __align__(16) char smem_raw[];
+  int const c0 = static_cast<int>(blockIdx.y) * kThreads * V;
+  int const d = c0 + static_cast<int>(threadIdx.x) * V;
+  // Threads past D stay for the block barriers of the ring and store nothing.
+  bool const active = d < p.dim;
   int64_t const tile = blockIdx.x;
   int64_t const t0 = tile * p.tile_tokens;
   int64_t const t1 = t0 + p.tile_tokens < p.num_tokens ? t0 + p.tile_tokens : p.num_tokens;
-  // The W - 1 tokens after the tile feed its last tokens' dx.
+  // The W - 1 tokens after the tile feed its last tokens' dx, as far as t1 - 1's document goes:
+  // the walk is [t0, t_stop).
+  Documents const docs = documents(p);
   int64_t const t_end = t1 + (W - 1) < p.num_tokens ? t1 + (W - 1) : p.num_tokens;
+  int64_t const eos_last = docs.start(docs.of(t1 - 1) + 1);
+  int64_t const t_stop = eos_last < t_end ? eos_last : t_end;
   // The walk's tokens t by their offset t - t0 (up to tile_tokens + W - 1: int).
   int const off1 = static_cast<int>(t1 - t0), off_end = static_cast<int>(t_end - t0);
 
   T const* x = static_cast<T const*>(p.x);
   T const* dy = static_cast<T const*>(p.dy);
-  // xs.raw[k], dys.raw[k]: token t's rows for t - t0 = k (mod kBatch), loaded while the kBatch
-  // tokens before t are computed. The first kBatch, and the W - 1 rows before the tile (its halo
-  // where they are in t0's document), are issued before the weight loads and the document search.
-  conv1d::RowBatch<T, V, kBatch> xs, dys;
+  // Tensor 0 of the ring is x, tensor 1 dy. The W - 1 rows before the tile (its halo where they
+  // are in t0's document) are issued before the weight loads and the document search.
+  Ring<T> const inputs(smem_raw, x, dy, t0, static_cast<int>(t_stop - t0), p.dim, c0, p.bulk_rows,
+                       p.vectorised);
+  inputs.start();
   conv1d::RowBatch<T, V, W - 1> before;
-#pragma unroll
-  for (int k = 0; k < kBatch; ++k) {
-    if (k >= off_end) break;
-    xs.issue(k, x + (t0 + k) * p.dim, d, p.dim, p.vectorised);
-    dys.issue(k, dy + (t0 + k) * p.dim, d, p.dim, p.vectorised);
-  }
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
     int64_t const q = t0 - (W - 1) + k;
-    if (q >= 0) before.issue(k, x + q * p.dim, d, p.dim, p.vectorised);
+    if (active && q >= 0) before.issue(k, x + q * p.dim, d, p.dim, p.vectorised);
   }
 
   float w[W][V], b[V];
   conv1d::load_taps<V, W>(p.weight, p.weight_dtype, p.bias, p.bias_dtype, p.dim, d, w, b);
 
-  Documents const docs = documents(p);
   int64_t n = docs.of(t0);
   int64_t bos = docs.start(n), eos = docs.start(n + 1);
   // halo[k] = e[t - (W - 1) + k]; ring[k] = g[t - (W - 1) + k] of t's document (0 before it).
-  float halo[W - 1][V], ring[W - 1][V];
+  float halo[W - 1][V] = {}, ring[W - 1][V];
   // The document in offsets: off_next, where the next one starts (past the walk: off_end + 1, so
   // that neither it nor its last token off_next - 1 is reached); dx[t - (W - 1)] is due at offsets
   // from off_out on (s = t - (W - 1) in the document and the tile).
@@ -108,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) {
       int64_t const q = t - (W - 1) + k;
-      if (q < bos) {
+      if (active && q < bos) {
         conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
                                   bos, q, d, halo[k]);
       }
@@ -123,29 +137,22 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
   // entering it, so has none before it).
 #pragma unroll
   for (int k = 0; k < W - 1; ++k) {
-    if (t0 - (W - 1) + k >= bos) before.unpack(k, halo[k]);
+    if (active && t0 - (W - 1) + k >= bos) before.unpack(k, halo[k]);
   }
   float dw[W][V] = {}, db[V] = {};
 
-  bool past = false;  // a document starts after the tile: nothing more to compute
   bool const silu = p.activation == cakeActivationSilu;
-  for (int batch = 0; batch < off_end && !past; batch += kBatch) {
+  for (int stage = 0; stage < inputs.stages(); ++stage) {
+    inputs.acquire(stage);
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      int const off = batch + k;
-      if (off >= off_end) break;
+    for (int k = 0; k < K; ++k) {
+      int const off = stage * K + k;
+      if (off >= inputs.tokens) break;
       int64_t const t = t0 + off;
       float xt[V], dyt[V];
-      xs.unpack(k, xt);
-      dys.unpack(k, dyt);
-      // Token t + kBatch's rows take t's registers, in flight while t .. t + kBatch - 1 compute.
-      if (off + kBatch < off_end) {
-        xs.issue(k, x + (t + kBatch) * p.dim, d, p.dim, p.vectorised);
-        dys.issue(k, dy + (t + kBatch) * p.dim, d, p.dim, p.vectorised);
-      }
-      if (off >= off_next) {  // a document starts at t (after any empty ones)
-        past = off >= off1;
-        if (past) break;
+      inputs.read(stage, 0, k, xt);
+      inputs.read(stage, 1, k, dyt);
+      if (off >= off_next) {  // a document starts at t (after any empty ones; t < t1)
         n = docs.of(t);
         bos = docs.start(n);
         eos = docs.start(n + 1);
@@ -177,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
           dw[W - 1][j] = fmaf(g[j], xt[j], dw[W - 1][j]);
           db[j] += g[j];
         }
-        if (p.dresidual != nullptr) {
+        if (p.dresidual != nullptr && active) {
           conv1d::store_row<T, V>(static_cast<T*>(p.dresidual) + t * p.dim, d, p.dim, p.vectorised,
                                   dyt);
         }
@@ -203,7 +210,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
         conv1d::store_row<T, V>(static_cast<T*>(p.dx) + (t - m) * p.dim, d, p.dim, p.vectorised,
                                 out);
       };
-      if (p.dx != nullptr) {
+      if (p.dx != nullptr && active) {
         if (off + 1 == off_next) {  // t is its document's last token: every pending dx
 #pragma unroll
           for (int m = 0; m < W; ++m) {
@@ -228,6 +235,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_bwd_kernel(__grid_constant__ 
         ring[W - 2][j] = g[j];
       }
     }
+    inputs.release(stage);
   }
 
 #pragma unroll

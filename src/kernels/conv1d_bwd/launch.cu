@@ -9,7 +9,10 @@ cudaError_t launch(Params const& p, cudaStream_t stream) {
     constexpr int W = decltype(variant)::kWidth;
     if (has_tiles(p)) {
       conv1d::Grid const g = tile_grid<T>(p);
-      conv1d_bwd_kernel<T, W><<<dim3(g.x, g.y), kThreads, 0, stream>>>(p);
+      cudaError_t const err = cudaFuncSetAttribute(
+          conv1d_bwd_kernel<T, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSharedBytes);
+      if (err != cudaSuccess) return err;
+      conv1d_bwd_kernel<T, W><<<dim3(g.x, g.y), kThreads, kTileSharedBytes, stream>>>(p);
     }
     if (has_states(p)) {
       conv1d::Grid const g = state_grid(p);

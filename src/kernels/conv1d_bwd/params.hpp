@@ -28,6 +28,7 @@ struct Params {
   int32_t activation = 0;              // cakeActivation_t
   cakeDtype_t x_dtype = cakeBfloat16;  // x, dy, dx, dresidual
   bool vectorised = false;             // D % V == 0 and the token-major bases aligned to V elements
+  bool bulk_rows = false;              // D sizeof(T) % 16 == 0, x and dy 16-byte aligned
   void const* x = nullptr;             // [BT, D]
   void const* dy = nullptr;            // [BT, D]
   void* dx = nullptr;                  // [BT, D] out, or nullptr

@@ -3,9 +3,18 @@
 // conv1d_fwd_kernel: a block owns kTileTokens consecutive tokens of the pack and kThreads * kVec
 // channels; each thread walks its tile's tokens in order for its kVec channels, keeping the W - 1
 // tokens before the current one in registers, so x is read once plus W - 1 halo tokens per tile
-// (3 / 64 more at W = 4), and y written once. Tokens are loaded kBatch at a time ahead of the
-// arithmetic (independent 16-byte loads in flight). A document start inside the tile resets the
-// halo to the document's initial state (or zeros): documents never see each other's tokens.
+// (3 / 128 more at W = 4, read by the threads themselves), and y written once (kVec channels a
+// thread, straight from registers). The tile's rows of x and the residual come through the
+// block's ring (conv1d::RowRing): bulk copies of 8-token stages, kRingStages slots, issued by warp
+// 0. A document start inside the tile resets the halo to the document's initial state (or zeros):
+// documents never see each other's tokens.
+// Bytes in flight, 16-bit x, D >= 512 (fp32: the same bytes, 4-token stages): a stage is 8 KB a
+// tensor, the ring 3 stages (24 KB with x alone, 48 KB with the residual, plus 128 bytes of
+// barriers); while a block computes a stage the next two are in flight, 16 KB (32 KB) a block.
+// __launch_bounds__(kThreads, kBlocksPerSm) holds registers to 128 a thread (ptxas: 67-112, no
+// spills), so 4 blocks share an SM (16 warps; 96 KB or 192 KB of its 227 KB of shared memory):
+// 64 KB (128 KB) in flight an SM, where the copy bandwidth of an H100 (~3 TB/s over 132 SMs) with
+// ~1 us of loaded latency needs ~25 KB.
 // conv1d_state_kernel: final_state[n, :, s] = e[L - W + s], one thread per (document, channel),
 // also for empty documents (their initial state, or zeros).
 #pragma once
@@ -21,8 +30,10 @@ template <class T>
 inline constexpr int kVec = channels_per_thread(sizeof(T));
 
 inline constexpr int kThreads = 128;
-inline constexpr int kTileTokens = 64;
-inline constexpr int kBatch = 8;  // token loads issued together
+inline constexpr int kTileTokens = 128;
+inline constexpr int kBlocksPerSm = 4;
+template <class T>
+using Ring = conv1d::RowRing<T, kThreads, kVec<T>>;
 inline constexpr int kStateThreads = 128;
 
 __device__ __forceinline__ Documents documents(Params const& p) {
@@ -35,6 +46,11 @@ inline conv1d::Grid tile_grid(Params const& p) {
   return {conv1d::blocks(p.num_tokens, kTileTokens), conv1d::blocks(p.dim, kThreads * kVec<T>)};
 }
 
+// The ring of x, and of the residual when there is one.
+inline size_t tile_shared_bytes(Params const& p) {
+  return conv1d::ring_shared_bytes(p.residual != nullptr ? 2 : 1);
+}
+
 inline conv1d::Grid state_grid(Params const& p) {
   return {static_cast<unsigned>(p.num_seqs), conv1d::blocks(p.dim, kStateThreads)};
 }
@@ -45,12 +61,22 @@ inline bool has_states(Params const& p) {
 }
 
 template <class T, int W>
-__global__ void __launch_bounds__(kThreads) conv1d_fwd_kernel(__grid_constant__ Params const p) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    conv1d_fwd_kernel(__grid_constant__ Params const p) {
   constexpr int V = kVec<T>;
-  int const d = (static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x)) * V;
-  if (d >= p.dim) return;
+  extern __shared__ __align__(16) char smem_raw[];
+  int const c0 = static_cast<int>(blockIdx.y) * kThreads * V;
+  int const d = c0 + static_cast<int>(threadIdx.x) * V;
+  // Threads past D stay for the block barriers of the ring and store nothing.
+  bool const active = d < p.dim;
   int64_t const t0 = int64_t{blockIdx.x} * kTileTokens;
   int64_t const t1 = t0 + kTileTokens < p.num_tokens ? t0 + kTileTokens : p.num_tokens;
+
+  T const* x = static_cast<T const*>(p.x);
+  T const* residual = static_cast<T const*>(p.residual);
+  Ring<T> const inputs(smem_raw, x, residual, t0, static_cast<int>(t1 - t0), p.dim, c0, p.bulk_rows,
+                       p.vectorised);
+  inputs.start();
 
   float w[W][V], b[V];
   conv1d::load_taps<V, W>(p.weight, p.weight_dtype, p.bias, p.bias_dtype, p.dim, d, w, b);
@@ -58,10 +84,10 @@ __global__ void __launch_bounds__(kThreads) conv1d_fwd_kernel(__grid_constant__ 
   Documents const docs = documents(p);
   int64_t n = docs.of(t0);
   int64_t bos = docs.start(n), eos = docs.start(n + 1);
-  T const* x = static_cast<T const*>(p.x);
   // halo[k] = e[t - (W - 1) + k] of the current token t's document, k < W - 1.
-  float halo[W - 1][V];
+  float halo[W - 1][V] = {};
   auto const fill_halo = [&](int64_t t) {
+    if (!active) return;
 #pragma unroll
     for (int k = 0; k < W - 1; ++k) {
       conv1d::extended<T, W, V>(x, p.initial_state, p.initial_state_dtype, p.dim, p.vectorised, n,
@@ -70,19 +96,12 @@ __global__ void __launch_bounds__(kThreads) conv1d_fwd_kernel(__grid_constant__ 
   };
   fill_halo(t0);
 
-  T const* residual = static_cast<T const*>(p.residual);
   T* y = static_cast<T*>(p.y);
-  for (int64_t tb = t0; tb < t1; tb += kBatch) {
-    float xs[kBatch][V], rs[kBatch][V];
-    int const count = t1 - tb < kBatch ? static_cast<int>(t1 - tb) : kBatch;
-    conv1d::load_rows<T, V, kBatch>(x + tb * p.dim, p.dim, count, d, p.dim, p.vectorised, xs);
-    if (residual != nullptr) {
-      conv1d::load_rows<T, V, kBatch>(residual + tb * p.dim, p.dim, count, d, p.dim,
-                                      p.vectorised, rs);
-    }
+  for (int stage = 0; stage < inputs.stages(); ++stage) {
+    inputs.acquire(stage);
 #pragma unroll
-    for (int k = 0; k < kBatch; ++k) {
-      int64_t const t = tb + k;
+    for (int k = 0; k < Ring<T>::K; ++k) {
+      int64_t const t = t0 + stage * Ring<T>::K + k;
       if (t >= t1) break;
       if (t >= eos) {  // a document starts at t (after any empty ones)
         n = docs.of(t);
@@ -90,24 +109,28 @@ __global__ void __launch_bounds__(kThreads) conv1d_fwd_kernel(__grid_constant__ 
         eos = docs.start(n + 1);
         fill_halo(t);
       }
+      float xt[V], rt[V];
+      inputs.read(stage, 0, k, xt);
+      if (residual != nullptr) inputs.read(stage, 1, k, rt);
       float out[V];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         float pre = b[j];
 #pragma unroll
-        for (int i = 0; i < W - 1; ++i) pre = fmaf(w[i][j], halo[i][j], pre);
-        pre = fmaf(w[W - 1][j], xs[k][j], pre);
-        out[j] = conv1d::activate(p.activation, pre) + (residual != nullptr ? rs[k][j] : 0.f);
+        for (int h = 0; h < W - 1; ++h) pre = fmaf(w[h][j], halo[h][j], pre);
+        pre = fmaf(w[W - 1][j], xt[j], pre);
+        out[j] = conv1d::activate(p.activation, pre) + (residual != nullptr ? rt[j] : 0.f);
       }
-      conv1d::store_row<T, V>(y + t * p.dim, d, p.dim, p.vectorised, out);
+      if (active) conv1d::store_row<T, V>(y + t * p.dim, d, p.dim, p.vectorised, out);
 #pragma unroll
       for (int h = 0; h < W - 2; ++h) {
 #pragma unroll
         for (int j = 0; j < V; ++j) halo[h][j] = halo[h + 1][j];
       }
 #pragma unroll
-      for (int j = 0; j < V; ++j) halo[W - 2][j] = xs[k][j];
+      for (int j = 0; j < V; ++j) halo[W - 2][j] = xt[j];
     }
+    inputs.release(stage);
   }
 }
 

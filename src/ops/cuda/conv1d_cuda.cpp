@@ -31,6 +31,17 @@ bool vectorised(Conv1dDims const& d, int channels, cakeDtype_t x_dtype,
   return true;
 }
 
+// Bulk copies of the token-major inputs' rows (kernels/common/conv1d.cuh, RowRing): every row,
+// so every block's segment of it, 16-byte aligned.
+bool bulk_rows(Conv1dDims const& d, cakeDtype_t x_dtype,
+               std::initializer_list<cakeTensor_t const*> inputs) {
+  if (d.dim * static_cast<int64_t>(element_size(x_dtype)) % 16 != 0) return false;
+  for (cakeTensor_t const* t : inputs) {
+    if (present(*t) && reinterpret_cast<uintptr_t>(t->data) % 16 != 0) return false;
+  }
+  return true;
+}
+
 kernels::conv1d_bwd::Workspace backward_workspace(cakeConv1dBackwardArgs_t const& a,
                                                   Conv1dDims const& d) {
   return kernels::conv1d_bwd::workspace_layout(d.batch * d.seq_len, d.dim, d.width,
@@ -63,6 +74,7 @@ void conv1d_cuda_forward(cakeConv1dForwardArgs_t const& a, Conv1dDims const& d, 
   p.vectorised = vectorised(
       d, kernels::conv1d_fwd::channels_per_thread(static_cast<int>(element_size(a.x.dtype))),
       a.x.dtype, {&a.x, &a.residual, &a.y});
+  p.bulk_rows = bulk_rows(d, a.x.dtype, {&a.x, &a.residual});
   p.x = a.x.data;
   p.residual = a.residual.data;
   p.y = a.y.data;
@@ -101,6 +113,7 @@ void conv1d_cuda_backward(cakeConv1dBackwardArgs_t const& a, Conv1dDims const& d
   p.vectorised = vectorised(
       d, kernels::conv1d_bwd::channels_per_thread(static_cast<int>(element_size(a.x.dtype))),
       a.x.dtype, {&a.x, &a.dy, &a.dx, &a.dresidual});
+  p.bulk_rows = bulk_rows(d, a.x.dtype, {&a.x, &a.dy});
   p.x = a.x.data;
   p.dy = a.dy.data;
   p.dx = a.dx.data;
