@@ -2,7 +2,8 @@
 // CPU emulator, through the C ABI on "CUDA" tensors in host memory, against the FP64 reference
 // (ref/conv1d.hpp) on the same rounded inputs: bfloat16, float16 and float32 x; widths 2..4; D
 // with and without vector loads, over one and several channel blocks; packs of documents of 0..5,
-// W - 1, W, W + 1 tokens and ones across tiles; states, bias, residual, SiLU. Outputs poisoned
+// W - 1, W, W + 1 tokens and ones across tiles; states, bias, residual, SiLU, each also off;
+// the input ring's edges (D from 1 to 2048, aligned and misaligned bases). Outputs poisoned
 // first; guard bytes after the exact workspace stay untouched; the backward twice is bitwise
 // equal (fixed-order reductions).
 #include <cuda_bf16.h>
@@ -33,43 +34,62 @@ struct Case {
   int width;
 };
 
+// The optional tensors of a case: bias, residual, states (initial and final, and their
+// gradients); `shift` elements of offset on x, dy and the residual (bases off 16 bytes: the
+// kernels' rows then come without bulk copies).
+struct Options {
+  bool bias = true, residual = true, states = true;
+  int shift = 0;
+};
+
 template <class T>
-void check_case(Case const& c, uint64_t seed) {
+void check_case(Case const& c, uint64_t seed, Options const& o = {}) {
   std::mt19937 rng(static_cast<unsigned>(seed));
   int64_t const D = c.dim, W = c.width;
   std::vector<int64_t> cu = {0};
   for (int64_t n : c.lengths) cu.push_back(cu.back() + n);
   int64_t const T_ = cu.back(), N = static_cast<int64_t>(c.lengths.size());
-  std::vector<T> const x = random_values<T>(T_ * D, rng), residual = random_values<T>(T_ * D, rng);
-  std::vector<T> const h0 = random_values<T>(N * D * W, rng), dy = random_values<T>(T_ * D, rng);
+  std::vector<T> const x_buf = random_values<T>(T_ * D + o.shift, rng),
+                       residual_buf = random_values<T>(T_ * D + o.shift, rng);
+  std::vector<T> const h0 = random_values<T>(N * D * W, rng),
+                       dy_buf = random_values<T>(T_ * D + o.shift, rng);
+  T const* const x = x_buf.data() + o.shift;
+  T const* const residual = residual_buf.data() + o.shift;
+  T const* const dy = dy_buf.data() + o.shift;
   std::vector<T> const dht = random_values<T>(N * D * W, rng);
   std::vector<float> const weight = random_values<float>(D * W, rng);
   std::vector<float> const bias = random_values<float>(D, rng);
 
+  auto const span = [&](T const* p) { return std::vector<T>(p, p + T_ * D); };
   cake::ref::Conv1dShape shape{T_, D, W, cu};
-  std::vector<double> const xd = widen(x), rd = widen(residual), hd = widen(h0), wd = widen(weight),
-                            bd = widen(bias), dyd = widen(dy), dhtd = widen(dht);
-  cake::ref::Conv1dInputs const in{xd.data(), wd.data(), bd.data(),
-                                   rd.data(), hd.data(), cake::ref::Activation::kSilu};
+  std::vector<double> const xd = widen(span(x)), rd = widen(span(residual)), hd = widen(h0),
+                            wd = widen(weight), bd = widen(bias), dyd = widen(span(dy)),
+                            dhtd = widen(dht);
+  cake::ref::Conv1dInputs const in{xd.data(),
+                                   wd.data(),
+                                   o.bias ? bd.data() : nullptr,
+                                   o.residual ? rd.data() : nullptr,
+                                   o.states ? hd.data() : nullptr,
+                                   cake::ref::Activation::kSilu};
   std::vector<double> y_ref(T_ * D), ht_ref(N * D * W), dx_ref(T_ * D), dw_ref(D * W), db_ref(D),
       dh0_ref(N * D * W);
   cake::ref::conv1d_forward(shape, in, {y_ref.data(), ht_ref.data()});
   cake::ref::conv1d_backward(
-      shape, in, dyd.data(), dhtd.data(),
+      shape, in, dyd.data(), o.states ? dhtd.data() : nullptr,
       {dx_ref.data(), dw_ref.data(), db_ref.data(), nullptr, dh0_ref.data()});
 
   std::vector<T> y = poisoned<T>(T_ * D), ht = poisoned<T>(N * D * W);
   cakeConv1dForwardArgs_t fa{};
   fa.struct_size = sizeof fa;
   fa.activation = cakeActivationSilu;
-  fa.x = cuda_view(x.data(), {1, T_, D});
+  fa.x = cuda_view(const_cast<T*>(x), {1, T_, D});
   fa.weight = cuda_view(weight.data(), {D, W});
-  fa.bias = cuda_view(bias.data(), {D});
-  fa.residual = cuda_view(residual.data(), {1, T_, D});
-  fa.initial_state = cuda_view(h0.data(), {N, D, W});
+  if (o.bias) fa.bias = cuda_view(bias.data(), {D});
+  if (o.residual) fa.residual = cuda_view(const_cast<T*>(residual), {1, T_, D});
+  if (o.states) fa.initial_state = cuda_view(h0.data(), {N, D, W});
   fa.cu_seqlens = cake::dense_view(cu.data(), cakeInt64, cakeCUDA, {N + 1});
   fa.y = cuda_view(y.data(), {1, T_, D});
-  fa.final_state = cuda_view(ht.data(), {N, D, W});
+  if (o.states) fa.final_state = cuda_view(ht.data(), {N, D, W});
   size_t fwd_bytes = 1;
   ASSERT_EQ(cakeConv1dForwardWorkspaceSize(&fa, &fwd_bytes), cakeSuccess) << cakeGetLastError();
   EXPECT_EQ(fwd_bytes, 0u);
@@ -85,13 +105,13 @@ void check_case(Case const& c, uint64_t seed) {
     ba.bias = fa.bias;
     ba.initial_state = fa.initial_state;
     ba.cu_seqlens = fa.cu_seqlens;
-    ba.dy = cuda_view(dy.data(), {1, T_, D});
-    ba.dht = cuda_view(dht.data(), {N, D, W});
+    ba.dy = cuda_view(const_cast<T*>(dy), {1, T_, D});
+    if (o.states) ba.dht = cuda_view(dht.data(), {N, D, W});
     ba.dx = cuda_view(dx.data(), {1, T_, D});
     ba.dweight = cuda_view(dw.data(), {D, W});
-    ba.dbias = cuda_view(db.data(), {D});
-    ba.dresidual = cuda_view(dres.data(), {1, T_, D});
-    ba.dinitial_state = cuda_view(dh0.data(), {N, D, W});
+    if (o.bias) ba.dbias = cuda_view(db.data(), {D});
+    if (o.residual) ba.dresidual = cuda_view(dres.data(), {1, T_, D});
+    if (o.states) ba.dinitial_state = cuda_view(dh0.data(), {N, D, W});
     size_t bytes = 0;
     ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
     constexpr size_t kGuard = 1024;
@@ -115,12 +135,16 @@ void check_case(Case const& c, uint64_t seed) {
     EXPECT_LE(e.max_rel(), fp32 ? 1e-5 : 2e-2);
   };
   gate("y", y, y_ref);
-  gate("final_state", ht, ht_ref);
   gate("dx", dx, dx_ref);
   gate("dweight", dw, dw_ref);
-  gate("dbias", db, db_ref);
-  gate("dinitial_state", dh0, dh0_ref);
-  EXPECT_EQ(std::memcmp(dres.data(), dy.data(), dy.size() * sizeof(T)), 0) << "dresidual = dy";
+  if (o.states) {
+    gate("final_state", ht, ht_ref);
+    gate("dinitial_state", dh0, dh0_ref);
+  }
+  if (o.bias) gate("dbias", db, db_ref);
+  if (o.residual) {
+    EXPECT_EQ(std::memcmp(dres.data(), dy, T_ * D * sizeof(T)), 0) << "dresidual = dy";
+  }
 
   std::vector<T> dx2 = poisoned<T>(T_ * D), dres2 = poisoned<T>(T_ * D),
                  dh02 = poisoned<T>(N * D * W);
@@ -241,6 +265,45 @@ TEST(EmulatedConv1d, RowsAndInt32OffsetsWithoutOptionalTensors) {
 TEST(EmulatedConv1d, SeveralChannelBlocks) {
   // 128 threads x 4 channels = 512 channels a block: 1032 spans three, the third partly.
   check_case<__nv_bfloat16>({{3, 40}, 1032, 4}, 300);
+}
+
+// The kernels' input ring (conv1d.cuh, RowRing) at its edges: D of one channel, of a partial
+// vector, one past and one short of a 512-channel block, a partial third block, four whole ones
+// (bulk copies where D sizeof(T) is a multiple of 16 and the bases aligned, else each thread's
+// own loads; `shift` misaligns the bases); 1 to 8 documents of 0 to 200 tokens, many of 1 to
+// W + 1, so that documents start anywhere in the 8-token stages and the 128-token tiles; bias,
+// residual and states each on and off.
+TEST(EmulatedConv1d, RingEdges) {
+  std::mt19937 draw(11);
+  uint64_t seed = 500;
+  int variant = 0;
+  for (int64_t D : {1, 3, 5, 8, 511, 513, 1032, 2048}) {
+    for (int W = 2; W <= 4; ++W) {
+      std::vector<int64_t> lengths(1 + draw() % 8);
+      for (int64_t& n : lengths) {
+        unsigned const kind = draw() % 3;
+        n = kind == 0 ? draw() % 201 : kind == 1 ? 1 + draw() % (W + 1) : draw() % 3;
+      }
+      Options o;
+      o.bias = variant & 1;
+      o.residual = variant & 2;
+      o.states = variant & 4;
+      o.shift = variant % 5 == 4 ? 1 : 0;
+      ++variant;
+      SCOPED_TRACE("D = " + std::to_string(D) + ", W = " + std::to_string(W) + ", variant " +
+                   std::to_string(variant));
+      switch (variant % 3) {
+        case 0:
+          check_case<__nv_bfloat16>({lengths, D, W}, seed++, o);
+          break;
+        case 1:
+          check_case<__half>({lengths, D, W}, seed++, o);
+          break;
+        default:
+          check_case<float>({lengths, D, W}, seed++, o);
+      }
+    }
+  }
 }
 
 }  // namespace
