@@ -97,14 +97,14 @@ struct RowBatch {
 // [t_begin, t_begin + tokens) and channels [c0, c0 + kThreads V), staged through kRingStages slots
 // of shared memory, kStageBytes a tensor a stage (8 tokens of 16-bit x, 4 of fp32). With
 // `bulk_rows` (every row's segment 16-byte aligned: D sizeof(T) % 16 == 0 and aligned bases)
-// warp 0 fills a slot with one bulk copy a row (lane r: row r % K of tensor r / K), completing on
-// the slot's mbarrier; the threads wait on it, read their V channels of each row from shared
-// memory, and after a block barrier warp 0 refills the slot kRingStages stages ahead. Without, each
-// thread copies its own channels (load_row's vector or element loads, channels past D as 0) when
-// it reaches the stage: correct, not ahead. A segment past D (the last channel block) is not
-// copied; its threads read stale shared memory and store nothing.
-// Shared memory: the slots' mbarriers (kRingHeader bytes), then [kRingStages][tensors][K][kThreads
-// V] T.
+// warp 0 fills a slot with one bulk copy a row (lane r: row r % n of tensor r / n, n <= K the
+// stage's rows), completing on the slot's mbarrier; the threads wait on it, read their V channels
+// of each row from shared memory, and after a block barrier warp 0 refills the slot kRingStages
+// stages ahead. Without, each thread copies its own channels (load_row's vector or element loads,
+// channels past D as 0) when it reaches the stage: correct, not ahead. Channels past D (the last
+// channel block) are not copied; their threads read stale shared memory and store nothing.
+// Shared memory: the slots' mbarriers (kRingHeader bytes), then the slots, T
+// [kRingStages][tensors][K][kThreads * V].
 inline constexpr int kRingStages = 3;
 inline constexpr int kStageBytes = 8192;
 inline constexpr int kRingHeader = 128;
@@ -171,6 +171,7 @@ struct RowRing {
     int const channels = dim - c0 < kChannels ? dim - c0 : kChannels;
     uint32_t const bytes = static_cast<uint32_t>(channels) * sizeof(T);
     uint64_t* const bar = &full[i % kRingStages];
+    // The stage's bytes are announced before any copy can complete some of them.
     if (lane == 0) mbarrier_arrive_expect_tx(bar, bytes * static_cast<uint32_t>(rows * tensors));
     __syncwarp();
     if (lane < rows * tensors) {
