@@ -164,19 +164,21 @@ def peak_bytes(run):
 def steps_that_run(steps, leaves, report):
     """The steps whose first, untimed call succeeds. A baseline arm that fails there (a version
     refusing the shape, a compile error) is left out and reported, report(name, error), so that
-    one baseline cannot end a run whose device time is scarce; cake's arms are not guarded: their
-    failure is the run's."""
+    one baseline cannot end a run whose device time is scarce. cake's arms are left out only when
+    the GPU's memory does not hold them (a shape too large for the card, as KDA's A on an H100);
+    any other failure of theirs is the run's."""
     kept = {}
     for name, step in steps.items():
-        if not name.startswith("cake"):
-            try:
-                step()
-            except Exception as e:  # noqa: BLE001 - whatever the baseline raises, it skips
-                report(name, e)
-                continue
-            finally:
-                for t in leaves:
-                    t.grad = None
+        caught = torch.cuda.OutOfMemoryError if name.startswith("cake") else Exception
+        try:
+            step()
+        except caught as e:  # noqa: BLE001 - whatever a baseline raises, it skips
+            report(name, e)
+            torch.cuda.empty_cache()
+            continue
+        finally:
+            for t in leaves:
+                t.grad = None
         kept[name] = step
     return kept
 

@@ -1,5 +1,6 @@
 """The benchmarks' shared guard (bench/bench_gdn.py steps_that_run): a baseline arm whose first
-call fails is left out and reported, so the run goes on; cake's own arms are never guarded."""
+call fails is left out and reported, so the run goes on; cake's own arms only when they run out of
+the GPU's memory."""
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ def test_a_failing_baseline_is_left_out_and_reported():
                           lambda name, e: reported.setdefault(name, str(e)))
     assert list(kept) == ["cake", "cudnn", "cake_control"]
     assert reported == {"fla": "this shape is not supported"}
-    assert calls == ["cudnn"]  # the baselines' first calls ran here; cake's run in the timing
+    assert calls == ["cake", "cudnn", "cake_control"]  # every arm's first call ran here
     assert leaf.grad is None
 
 
@@ -34,5 +35,16 @@ def test_a_failing_cake_arm_ends_the_run():
     def failing():
         raise RuntimeError("cake failed")
 
-    kept = steps_that_run({"cake": failing}, [], lambda name, e: pytest.fail("reported"))
-    assert list(kept) == ["cake"]  # kept unguarded: measure's first call raises
+    with pytest.raises(RuntimeError, match="cake failed"):
+        steps_that_run({"cake": failing}, [], lambda name, e: pytest.fail("reported"))
+
+
+def test_a_cake_arm_out_of_memory_is_left_out_and_reported():
+    def too_large():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 43.15 GiB.")
+
+    reported = {}
+    kept = steps_that_run({"cake": lambda: None, "cake_saved": too_large}, [],
+                          lambda name, e: reported.setdefault(name, str(e)))
+    assert list(kept) == ["cake"]
+    assert reported == {"cake_saved": "CUDA out of memory. Tried to allocate 43.15 GiB."}
