@@ -114,13 +114,14 @@ auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pro
 // stores dS per chunk, and the chunk pass forms the gradients one CTA per (chunk, value head).
 // Both give the same gradients bitwise. Picked by the walks' count against the SM count of the
 // tensors' device, which the workspace query and the call both ask (the split's dS buffer is in
-// the workspace); where it cannot be asked, the walk (the launches then report why).
+// the workspace); where it cannot be asked, the call fails with the query's error.
 enum class ReverseForm { kWalk, kSplit };
 inline ReverseForm reverse_form(kernels::Problem const& p, int device) {
   int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();  // not left behind for a later launch's check to find
-    return ReverseForm::kWalk;
+  if (cudaError_t const err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      err != cudaSuccess) {
+    cudaGetLastError();  // reported here, so not left behind for a later launch's check to find
+    check_cuda(err, "the multiprocessor count of the tensors' device");
   }
   return int64_t{p.num_seqs} * p.num_v_heads < sms ? ReverseForm::kSplit : ReverseForm::kWalk;
 }
