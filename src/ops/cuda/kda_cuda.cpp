@@ -35,9 +35,10 @@ using kernels::ChannelDecay;
 using kernels::Problem;
 using namespace cuda;
 
-// The chunk pass: G's last row, A, P, beta in fp32 and qg, kg, kbar per (chunk, value head);
-// with products false qg, kg, kbar alone (the backward of inverse mode, which kept the rest).
-void run_chunk_pass(Problem const& p, ForwardInputs const& in, bf16 const* q_used,
+// kkt_solve, the forward's chunk pass: G's last row, A, P, beta in fp32 and qg, kg, kbar per
+// (chunk, value head); with products false qg, kg, kbar alone (the backward of inverse mode,
+// which kept the rest).
+void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* q_used,
                     bf16 const* k_used, KdaBuffers const& b, bool products,
                     cudaStream_t stream) {
   kernels::kkt_solve::Params kp;
@@ -116,7 +117,7 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
   bf16 const* q_used = nullptr;
   bf16 const* k_used = nullptr;
   normalize_qk(p, options.use_qk_l2norm != 0, in, b, stream, &q_used, &k_used);
-  run_chunk_pass(p, in, q_used, k_used, b, true, stream);
+  run_kkt_solve(p, in, q_used, k_used, b, true, stream);
   run_walk(p, in, b, ptr<bf16>(args.o), ptr<float>(args.final_state),
            save_mode(options) == SaveMode::kSaved ? b.h : nullptr, nullptr, stream);
 }
@@ -158,7 +159,7 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   SaveMode const mode = save_mode(options);
   if (mode != SaveMode::kSaved) {  // the saved set, recomputed (inverse mode kept the products)
     normalize_qk(p, l2, in, b, stream, &q_used, &k_used);
-    run_chunk_pass(p, in, q_used, k_used, b, mode == SaveMode::kRecompute, stream);
+    run_kkt_solve(p, in, q_used, k_used, b, mode == SaveMode::kRecompute, stream);
     clear_walk_flags(b.walk_done, p, stream);
     run_walk(p, in, b, nullptr, nullptr, b.h, b.walk_done, stream);
   }
