@@ -114,14 +114,15 @@ auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pro
 // stores dS per chunk, and the chunk pass forms the gradients one CTA per (chunk, value head).
 // Both give the same gradients bitwise. Picked by the walks' count against the SM count of the
 // tensors' device, which the workspace query and the call both ask (the split's dS buffer is in
-// the workspace); where it cannot be asked, the call fails with the query's error.
+// the workspace); where it cannot be asked, the walk: a CUDA build answers the size queries from
+// shapes on a machine without a GPU too, and a call there fails at its first launch, which says
+// why.
 enum class ReverseForm { kWalk, kSplit };
 inline ReverseForm reverse_form(kernels::Problem const& p, int device) {
   int sms = 0;
-  if (cudaError_t const err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      err != cudaSuccess) {
-    cudaGetLastError();  // reported here, so not left behind for a later launch's check to find
-    check_cuda(err, "the multiprocessor count of the tensors' device");
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();  // not left behind for a later launch's check to find
+    return ReverseForm::kWalk;
   }
   return int64_t{p.num_seqs} * p.num_v_heads < sms ? ReverseForm::kSplit : ReverseForm::kWalk;
 }
