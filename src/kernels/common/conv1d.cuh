@@ -226,9 +226,12 @@ struct RowRing {
   }
 
   // After stage i is read: once every thread is done with its slot, stage i + kRingStages's
-  // copies (a block barrier: every thread calls it, the same stages).
+  // copies (a block barrier: every thread calls it, the same stages). The slot was read through
+  // the generic proxy and is refilled through the async proxy: a barrier alone does not order
+  // the two (PTX ISA, memory model: proxies), so every reader fences before it.
   __device__ __forceinline__ void release(int i) const {
     if (!bulk_rows || i + kRingStages >= stages()) return;
+    fence_proxy_async_shared();
     __syncthreads();
     issue(i + kRingStages);
   }

@@ -212,8 +212,9 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// Makes this thread's generic-proxy writes to shared memory (st.shared, cp.async) visible to the
-// async proxy that wgmma reads operands through; then a barrier before the wgmma.
+// Orders this thread's generic-proxy accesses to shared memory (st.shared, cp.async, ld.shared)
+// before the async proxy's (wgmma's operand reads, a bulk copy's writes); then a barrier before
+// the wgmma or the copy.
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
