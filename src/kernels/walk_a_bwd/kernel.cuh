@@ -1163,6 +1163,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       warpgroup_mma<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.dout},
                                           KMajorSwizzledTile<kHeadDim>{s.h}, 0, x.k0, dq);
       store_tile_row_dots(dq, s.q, x.k0, s.oqh, x.ow, x.row_lo);
+      fence_proxy_async_shared();  // Q read by ldmatrix, before the next chunk's TMA refills it
       float const se_lo = scale * __expf(s.gcum[x.row_lo]);
       float const se_hi = scale * __expf(s.gcum[x.row_lo + 8]);
       for_each_wgmma_pair<kStateHalf>(0, x.k0, dq, [&](int r, int, float& x0, float& x1) {
