@@ -147,15 +147,11 @@ struct Buffers {
           cudaMemsetAsync(walk_done, 0, flags, stream) == cudaSuccess &&
           kn::walk_a_fwd::launch<kn::ScalarDecay>(fp, stream) == cudaSuccess))
       return false;
-    if (split) {  // the dS-walk writes no dq or dk and takes no ticket
-      kn::walk_a_bwd::Params dp = bp;
-      dp.ds_end_out = ds_end;
-      dp.dq = nullptr;
-      dp.dk = nullptr;
-      dp.order = nullptr;
-      if (kn::walk_a_bwd::launch_ds_walk<kn::ScalarDecay>(dp, stream) != cudaSuccess) return false;
-      bp.ds_end = ds_end;
-      bp.dh0 = nullptr;
+    if (split) {
+      if (kn::walk_a_bwd::launch_ds_walk<kn::ScalarDecay>(
+              kn::walk_a_bwd::ds_walk_params(bp, ds_end), stream) != cudaSuccess)
+        return false;
+      bp = kn::walk_a_bwd::chunk_pass_params(bp, ds_end);
     }
     return kn::walk_a_bwd::launch<kn::ScalarDecay>(bp, stream) == cudaSuccess;
   }

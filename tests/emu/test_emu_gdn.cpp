@@ -153,17 +153,13 @@ Grads run_reverse(Case const& c, Problem const& pr, Solved const& s, std::vector
   }
   // the dS-walk writes no dq or dk and takes no ticket: the chunk pass takes them all
   auto ds_end = poisoned<float>(kp.num_slots * pr.HV * K * K);
-  kn::walk_a_bwd::Params ds_walk = p;
-  ds_walk.ds_end_out = ds_end.data();
-  ds_walk.dq = nullptr;
-  ds_walk.dk = nullptr;
-  ds_walk.order = nullptr;
-  ds_walk.unordered_sum = false;
-  EXPECT_EQ(kn::walk_a_bwd::launch_ds_walk<kn::ScalarDecay>(ds_walk, nullptr), cudaSuccess);
+  EXPECT_EQ(kn::walk_a_bwd::launch_ds_walk<kn::ScalarDecay>(
+                kn::walk_a_bwd::ds_walk_params(p, ds_end.data()), nullptr),
+            cudaSuccess);
   EXPECT_TRUE(std::all_of(order.begin(), order.end(), [](int x) { return x == 0; }));
-  p.ds_end = ds_end.data();
-  p.dh0 = nullptr;
-  EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(p, nullptr), cudaSuccess);
+  EXPECT_EQ(kn::walk_a_bwd::launch<kn::ScalarDecay>(
+                kn::walk_a_bwd::chunk_pass_params(p, ds_end.data()), nullptr),
+            cudaSuccess);
   return g;
 }
 

@@ -356,12 +356,12 @@ WalkGrads run_reverse(Problem const& pr, ChunkPass const& c, std::vector<bf16> c
   p.dbeta_walk = w.dbeta_walk.data();
   if (split) {
     auto ds_end = poisoned<float>(kp.num_slots * pr.HV * K * K);
-    kn::walk_a_bwd::Params dp = p;
-    dp.ds_end_out = ds_end.data();
-    EXPECT_EQ(kn::walk_a_bwd::launch_ds_walk<kn::ChannelDecay>(dp, nullptr), cudaSuccess);
-    p.ds_end = ds_end.data();
-    p.dh0 = nullptr;
-    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+    EXPECT_EQ(kn::walk_a_bwd::launch_ds_walk<kn::ChannelDecay>(
+                  kn::walk_a_bwd::ds_walk_params(p, ds_end.data()), nullptr),
+              cudaSuccess);
+    EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(
+                  kn::walk_a_bwd::chunk_pass_params(p, ds_end.data()), nullptr),
+              cudaSuccess);
   } else {
     EXPECT_EQ(kn::walk_a_bwd::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
   }

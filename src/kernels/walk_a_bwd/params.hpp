@@ -75,4 +75,22 @@ inline constexpr int kDqTurns = 0;
 inline constexpr int kDkTurns = 1;
 inline int64_t walk_order_size(Problem const& p) { return 1 + 2 * p.num_slots * p.num_qk_heads; }
 
+// The split form's two launches from the walk's Params p; ds_end [num_slots, HV, K, V] fp32.
+// The dS-walk (launch_ds_walk) writes ds_end and dh0 and no dq or dk, so it takes no ticket.
+inline Params ds_walk_params(Params p, float* ds_end) {
+  p.ds_end_out = ds_end;
+  p.dq = nullptr;
+  p.dk = nullptr;
+  p.order = nullptr;
+  p.unordered_sum = false;
+  return p;
+}
+// The chunk pass (launch with ds_end): the stored dS in place of the carried one; dh0 is the
+// dS-walk's.
+inline Params chunk_pass_params(Params p, float const* ds_end) {
+  p.ds_end = ds_end;
+  p.dh0 = nullptr;
+  return p;
+}
+
 }  // namespace cake::kernels::walk_a_bwd

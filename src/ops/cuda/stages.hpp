@@ -147,16 +147,10 @@ template <class Decay>
 void run_reverse_walk(kernels::walk_a_bwd::Params wp, ReverseForm form, float* ds_end,
                       cudaStream_t stream) {
   if (form == ReverseForm::kSplit) {
-    kernels::walk_a_bwd::Params dp = wp;
-    dp.ds_end_out = ds_end;
-    dp.dq = nullptr;
-    dp.dk = nullptr;
-    dp.order = nullptr;
-    dp.unordered_sum = false;
-    check_cuda(kernels::walk_a_bwd::launch_ds_walk<Decay>(dp, stream),
+    check_cuda(kernels::walk_a_bwd::launch_ds_walk<Decay>(
+                   kernels::walk_a_bwd::ds_walk_params(wp, ds_end), stream),
                "walk_a_bwd dS-walk launch");
-    wp.ds_end = ds_end;
-    wp.dh0 = nullptr;
+    wp = kernels::walk_a_bwd::chunk_pass_params(wp, ds_end);
   }
   check_cuda(kernels::walk_a_bwd::launch<Decay>(wp, stream), "walk_a_bwd launch");
 }
