@@ -46,23 +46,6 @@ using kernels::load_small;
 using kernels::store_small;
 using kernels::to_float;
 
-// Channels [d, d + V) of the token row starting at row (a pointer to channel 0).
-template <class T, int V>
-__device__ __forceinline__ void load_row(T const* row, int d, int dim, bool vectorised,
-                                         float (&out)[V]) {
-  using Vector = typename Bits<V * sizeof(T)>::Type;
-  alignas(16) T raw[V];
-  if (vectorised) {
-    Vector const bits = *reinterpret_cast<Vector const*>(row + d);
-    memcpy(raw, &bits, sizeof bits);
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) raw[j] = d + j < dim ? row[d + j] : from_float<T>(0.f);
-  }
-#pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = to_float(raw[j]);
-}
-
 // N token rows of channels [d, d + V) kept as the bits loaded (N vectors of V * sizeof(T) bytes),
 // so that a row's load is issued long before the row is used: issue(k, ...) starts row k's load
 // and does not wait for it; unpack(k, out) converts row k to float, waiting for it only then.
@@ -92,6 +75,15 @@ struct RowBatch {
     for (int j = 0; j < V; ++j) out[j] = to_float(parts[j]);
   }
 };
+
+// Channels [d, d + V) of the token row starting at row (a pointer to channel 0), at once.
+template <class T, int V>
+__device__ __forceinline__ void load_row(T const* row, int d, int dim, bool vectorised,
+                                         float (&out)[V]) {
+  RowBatch<T, V, 1> one;
+  one.issue(0, row, d, dim, vectorised);
+  one.unpack(0, out);
+}
 
 // The block's input ring: the token-major inputs (x, and residual or dy) of a walk over tokens
 // [t_begin, t_begin + tokens) and channels [c0, c0 + kThreads V), staged through kRingStages slots
