@@ -262,6 +262,30 @@ TEST(EmulatedConv1d, RowsAndInt32OffsetsWithoutOptionalTensors) {
   }
 }
 
+// No tokens (T = 0): the backward's workspace is 0 bytes, passed as NULL; dweight and dbias are
+// still written, as zeros (element 0 too, whose partial sums' address is then NULL).
+TEST(EmulatedConv1d, BackwardWithoutTokens) {
+  int64_t const D = 16, W = 4;
+  float x_dummy = 0.f;  // a present tensor of no elements
+  std::vector<float> const weight(D * W, 1.f), bias(D, 1.f);
+  std::vector<float> dw = poisoned<float>(D * W), db = poisoned<float>(D);
+  cakeConv1dBackwardArgs_t ba{};
+  ba.struct_size = sizeof ba;
+  ba.activation = cakeActivationSilu;
+  ba.x = cuda_view(&x_dummy, {1, 0, D});
+  ba.weight = cuda_view(weight.data(), {D, W});
+  ba.bias = cuda_view(bias.data(), {D});
+  ba.dy = cuda_view(&x_dummy, {1, 0, D});
+  ba.dweight = cuda_view(dw.data(), {D, W});
+  ba.dbias = cuda_view(db.data(), {D});
+  size_t bytes = 1;
+  ASSERT_EQ(cakeConv1dBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
+  ASSERT_EQ(bytes, 0u);
+  ASSERT_EQ(cakeConv1dBackward(&ba, nullptr, 0, nullptr), cakeSuccess) << cakeGetLastError();
+  for (int64_t i = 0; i < D * W; ++i) EXPECT_EQ(dw[i], 0.f) << "dweight " << i;
+  for (int64_t i = 0; i < D; ++i) EXPECT_EQ(db[i], 0.f) << "dbias " << i;
+}
+
 TEST(EmulatedConv1d, SeveralChannelBlocks) {
   // 128 threads x 4 channels = 512 channels a block: 1032 spans three, the third partly.
   check_case<__nv_bfloat16>({{3, 40}, 1032, 4}, 300);

@@ -306,17 +306,22 @@ __global__ void __launch_bounds__(kReduceThreads)
   int const warp = static_cast<int>(threadIdx.x) / 32;
   int64_t const k = int64_t{blockIdx.x} * 32 + lane;
   int64_t const taps = int64_t{p.dim} * p.width;
+  // The element is wanted (its sum is written, 0 without tiles). Not `src != nullptr`: without
+  // tokens the workspace may be NULL (0 bytes), and element 0's src is then NULL too.
+  bool wanted = false;
   float const* src = nullptr;  // the element's value in tile 0; tile t's at src[t * stride]
   int64_t stride = 0;
   if (k < taps && p.dweight != nullptr) {
+    wanted = true;
     src = p.dweight_partial + k;
     stride = taps;
   } else if (k >= taps && k < taps + p.dim && p.dbias != nullptr) {
+    wanted = true;
     src = p.dbias_partial + (k - taps);
     stride = p.dim;
   }
   float acc = 0.f;
-  if (src != nullptr) {
+  if (wanted) {
     int64_t tile = warp;
     for (; tile + (kAhead - 1) * kReduceWarps < p.num_tiles; tile += kAhead * kReduceWarps) {
       float v[kAhead];
@@ -329,7 +334,7 @@ __global__ void __launch_bounds__(kReduceThreads)
   }
   part[warp][lane] = acc;
   __syncthreads();
-  if (warp != 0 || src == nullptr) return;
+  if (warp != 0 || !wanted) return;
   float sum = part[0][lane];
 #pragma unroll
   for (int w = 1; w < kReduceWarps; ++w) sum += part[w][lane];
