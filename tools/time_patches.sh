@@ -36,13 +36,13 @@ parts_of() {  # the patch's commits as files, in order
   ls "$dir"/* | sort
 }
 apply_staged() {  # apply_staged NAME: all of its commits, or none
-  local done=() f
+  local applied_parts=() f i
   for f in $(parts_of "$1"); do
     if ! git apply "$f"; then
-      for ((i = ${#done[@]} - 1; i >= 0; --i)); do git apply -R "${done[i]}"; done
+      for ((i = ${#applied_parts[@]} - 1; i >= 0; --i)); do git apply -R "${applied_parts[i]}"; done
       return 1
     fi
-    done+=("$f")
+    applied_parts+=("$f")
   done
 }
 unapply_staged() {  # unapply_staged NAME: its commits taken back out, last first
