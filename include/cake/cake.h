@@ -12,6 +12,8 @@
  *   non-decreasing, end T) are checked for CPU tensors; on the device they are not read by the
  *   host (that would synchronise), so invalid device offsets give undefined results.
  * Value head hv reads q/k head hv / (HV / H).
+ * No output (or gradient) may share memory with an input or another output: the kernels read
+ * while they write, so in-place calls are refused (cakeInvalidArgument) by every op's run.
  *
  * CPU tensors run the FP64 reference (any float dtype in, computed in FP64, written in the output
  * tensor's dtype). CUDA tensors run the GPU kernels where they exist, else cakeNotImplemented.

@@ -77,6 +77,7 @@ cakeResult_t cakeForward(cakeOptions_t const* options, cakeForwardArgs_t const* 
     Implementation const& impl = checked_forward(options, args, &d);
     cake::ops::validate_saved(*options, saved, saved_bytes,
                               impl.saved_bytes(*options, args->q, args->v, args->cu_seqlens));
+    cake::ops::check_forward_apart(*args);
     impl.forward(*options, *args, d, saved, workspace, workspace_bytes, stream);
   });
 }
@@ -89,6 +90,7 @@ cakeResult_t cakeBackward(cakeOptions_t const* options, cakeBackwardArgs_t const
     Implementation const& impl = checked_backward(options, args, &d);
     cake::ops::validate_saved(*options, saved, saved_bytes,
                               impl.saved_bytes(*options, args->q, args->v, args->cu_seqlens));
+    cake::ops::check_backward_apart(*args);
     impl.backward(*options, *args, d, saved, workspace, workspace_bytes, stream);
   });
 }

@@ -1,5 +1,7 @@
 #include "ops/checks.hpp"
 
+#include <cstdint>
+
 #include "core/error.hpp"
 #include "core/tensor.hpp"
 
@@ -101,6 +103,50 @@ void check_cuda_contiguous(std::initializer_list<NamedTensor> tensors) {
                " must be contiguous for the CUDA kernels (call .contiguous()), got strides that "
                "are not row-major for shape ",
                shape_string(*t));
+  }
+}
+
+namespace {
+
+// The bytes a strided view can reach: [first, last) as addresses, empty when it has no elements.
+struct ByteSpan {
+  uintptr_t first = 0, last = 0;
+};
+
+ByteSpan span_of(cakeTensor_t const& t) {
+  if (numel(t) == 0) return {};
+  int64_t low = 0, high = 0;  // element offsets of the lowest and highest reachable elements
+  for (int d = 0; d < t.ndim; ++d) {
+    int64_t const reach = (t.shape[d] - 1) * t.strides[d];
+    (reach < 0 ? low : high) += reach;
+  }
+  int64_t const size = element_size(t.dtype);
+  auto const base = reinterpret_cast<uintptr_t>(t.data);
+  return {base + static_cast<uintptr_t>(low * size), base + static_cast<uintptr_t>((high + 1) * size)};
+}
+
+void check_apart(NamedTensor a, NamedTensor b) {
+  auto [a_name, a_t] = a;
+  auto [b_name, b_t] = b;
+  if (!present(*a_t) || !present(*b_t) || a_t->device_type != b_t->device_type ||
+      a_t->device_id != b_t->device_id) {
+    return;
+  }
+  ByteSpan const x = span_of(*a_t), y = span_of(*b_t);
+  bool const apart = x.first == x.last || y.first == y.last || x.last <= y.first ||
+                     y.last <= x.first;
+  CAKE_CHECK(apart, cakeInvalidArgument, a_name, " must not share memory with ", b_name,
+             " (the kernels read their inputs while they write their outputs; in-place calls "
+             "are not supported): pass a separate tensor");
+}
+
+}  // namespace
+
+void check_no_overlap(std::initializer_list<NamedTensor> outputs,
+                      std::initializer_list<NamedTensor> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    for (NamedTensor in : inputs) check_apart(*out, in);
+    for (auto other = outputs.begin(); other != out; ++other) check_apart(*out, *other);
   }
 }
 

@@ -67,6 +67,7 @@ cakeResult_t cakeConv1dForward(cakeConv1dForwardArgs_t const* args, void* worksp
     Conv1dDims d;
     Conv1dImplementation const& impl = checked_forward(args, &d);
     check_workspace(workspace, workspace_bytes, impl.forward_workspace_bytes(*args, d));
+    cake::ops::check_conv1d_forward_apart(*args);
     impl.forward(*args, d, workspace, workspace_bytes, stream);
   });
 }
@@ -77,6 +78,7 @@ cakeResult_t cakeConv1dBackward(cakeConv1dBackwardArgs_t const* args, void* work
     Conv1dDims d;
     Conv1dImplementation const& impl = checked_backward(args, &d);
     check_workspace(workspace, workspace_bytes, impl.backward_workspace_bytes(*args, d));
+    cake::ops::check_conv1d_backward_apart(*args);
     impl.backward(*args, d, workspace, workspace_bytes, stream);
   });
 }

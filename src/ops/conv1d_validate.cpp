@@ -110,4 +110,29 @@ Conv1dDims validate_conv1d_backward(cakeConv1dBackwardArgs_t const* args) {
   return d;
 }
 
+void check_conv1d_forward_apart(cakeConv1dForwardArgs_t const& args) {
+  check_no_overlap({{"y", &args.y}, {"final_state", &args.final_state}},
+                   {{"x", &args.x},
+                    {"weight", &args.weight},
+                    {"bias", &args.bias},
+                    {"residual", &args.residual},
+                    {"initial_state", &args.initial_state},
+                    {"cu_seqlens", &args.cu_seqlens}});
+}
+
+void check_conv1d_backward_apart(cakeConv1dBackwardArgs_t const& args) {
+  check_no_overlap({{"dx", &args.dx},
+                    {"dweight", &args.dweight},
+                    {"dbias", &args.dbias},
+                    {"dresidual", &args.dresidual},
+                    {"dinitial_state", &args.dinitial_state}},
+                   {{"x", &args.x},
+                    {"weight", &args.weight},
+                    {"bias", &args.bias},
+                    {"initial_state", &args.initial_state},
+                    {"cu_seqlens", &args.cu_seqlens},
+                    {"dy", &args.dy},
+                    {"dht", &args.dht}});
+}
+
 }  // namespace cake::ops

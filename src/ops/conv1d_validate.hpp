@@ -22,4 +22,9 @@ struct Conv1dDims {
 Conv1dDims validate_conv1d_forward(cakeConv1dForwardArgs_t const* args);
 Conv1dDims validate_conv1d_backward(cakeConv1dBackwardArgs_t const* args);
 
+// No output shares memory with an input or another output. Only for the runs: the size queries
+// take placeholder data pointers (any non-NULL ones, maybe all the same).
+void check_conv1d_forward_apart(cakeConv1dForwardArgs_t const& args);
+void check_conv1d_backward_apart(cakeConv1dBackwardArgs_t const& args);
+
 }  // namespace cake::ops

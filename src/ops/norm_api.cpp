@@ -49,7 +49,9 @@ cakeResult_t cakeRmsNormCheckSupport(cakeRmsNormForwardArgs_t const* args, int32
 cakeResult_t cakeRmsNormForward(cakeRmsNormForwardArgs_t const* args, void* stream) {
   return guard([&] {
     NormDims d;
-    checked_forward(args, &d).forward(*args, d, stream);
+    NormImplementation const& impl = checked_forward(args, &d);
+    cake::ops::check_norm_forward_apart(*args);
+    impl.forward(*args, d, stream);
   });
 }
 
@@ -64,6 +66,7 @@ cakeResult_t cakeRmsNormBackward(cakeRmsNormBackwardArgs_t const* args, void* wo
     CAKE_CHECK(workspace_bytes >= expected, cakeInsufficientWorkspace,
                "workspace: expected at least ", expected,
                " bytes (cakeRmsNormBackwardWorkspaceSize), got ", workspace_bytes);
+    cake::ops::check_norm_backward_apart(*args);
     impl.backward(*args, d, workspace, workspace_bytes, stream);
   });
 }

@@ -94,4 +94,18 @@ NormDims validate_norm_backward(cakeRmsNormBackwardArgs_t const* args) {
   return d;
 }
 
+void check_norm_forward_apart(cakeRmsNormForwardArgs_t const& args) {
+  check_no_overlap({{"y", &args.y}, {"rstd", &args.rstd}},
+                   {{"x", &args.x}, {"g", &args.g}, {"weight", &args.weight}});
+}
+
+void check_norm_backward_apart(cakeRmsNormBackwardArgs_t const& args) {
+  check_no_overlap({{"dx", &args.dx}, {"dg", &args.dg}, {"dweight", &args.dweight}},
+                   {{"x", &args.x},
+                    {"g", &args.g},
+                    {"weight", &args.weight},
+                    {"rstd", &args.rstd},
+                    {"dy", &args.dy}});
+}
+
 }  // namespace cake::ops

@@ -19,4 +19,9 @@ struct NormDims {
 NormDims validate_norm_forward(cakeRmsNormForwardArgs_t const* args);
 NormDims validate_norm_backward(cakeRmsNormBackwardArgs_t const* args);
 
+// No output shares memory with an input or another output. Only for the runs: the size queries
+// take placeholder data pointers (any non-NULL ones, maybe all the same).
+void check_norm_forward_apart(cakeRmsNormForwardArgs_t const& args);
+void check_norm_backward_apart(cakeRmsNormBackwardArgs_t const& args);
+
 }  // namespace cake::ops

@@ -233,4 +233,39 @@ void validate_saved(cakeOptions_t const& options, void const* saved, size_t save
              options.save_for_backward, ", got ", saved_bytes);
 }
 
+void check_forward_apart(cakeForwardArgs_t const& args) {
+  check_no_overlap({{"o", &args.o}, {"final_state", &args.final_state}},
+                   {{"q", &args.q},
+                    {"k", &args.k},
+                    {"v", &args.v},
+                    {"g", &args.g},
+                    {"beta", &args.beta},
+                    {"initial_state", &args.initial_state},
+                    {"cu_seqlens", &args.cu_seqlens},
+                    {"A_log", &args.A_log},
+                    {"dt_bias", &args.dt_bias}});
+}
+
+void check_backward_apart(cakeBackwardArgs_t const& args) {
+  check_no_overlap({{"dq", &args.dq},
+                    {"dk", &args.dk},
+                    {"dv", &args.dv},
+                    {"dg", &args.dg},
+                    {"dbeta", &args.dbeta},
+                    {"dh0", &args.dh0},
+                    {"dA_log", &args.dA_log},
+                    {"ddt_bias", &args.ddt_bias}},
+                   {{"q", &args.q},
+                    {"k", &args.k},
+                    {"v", &args.v},
+                    {"g", &args.g},
+                    {"beta", &args.beta},
+                    {"initial_state", &args.initial_state},
+                    {"cu_seqlens", &args.cu_seqlens},
+                    {"A_log", &args.A_log},
+                    {"dt_bias", &args.dt_bias},
+                    {"dout", &args.dout},
+                    {"dht", &args.dht}});
+}
+
 }  // namespace cake::ops

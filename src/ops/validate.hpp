@@ -26,6 +26,11 @@ struct Dims {
 Dims validate_forward(cakeOptions_t const* options, cakeForwardArgs_t const* args);
 Dims validate_backward(cakeOptions_t const* options, cakeBackwardArgs_t const* args);
 
+// No output shares memory with an input or another output. Only for the runs: the size queries
+// take placeholder data pointers (any non-NULL ones, maybe all the same).
+void check_forward_apart(cakeForwardArgs_t const& args);
+void check_backward_apart(cakeBackwardArgs_t const& args);
+
 // The saved-set buffer of cakeForward / cakeBackward against options.save_for_backward and
 // expected_bytes, the device's saved-size query for the validated call (0 on the CPU).
 void validate_saved(cakeOptions_t const& options, void const* saved, size_t saved_bytes,

@@ -235,6 +235,35 @@ TEST(Conv1dAbi, CpuBackwardThroughTheAbi) {
   a.dbias = view(db, {D + 1});
   EXPECT_EQ(cakeConv1dBackward(&a, nullptr, 0, nullptr), cakeInvalidArgument);
   EXPECT_STREQ(cakeGetLastError(), "dbias must have shape [D] (as bias) = [3], got [4]");
+
+  // In place (dx over dy) is refused by the run, before anything is written.
+  a.dbias = view(db, {D});
+  a.dx = a.dy;
+  Vec const dy_before = dy;
+  EXPECT_EQ(cakeConv1dBackward(&a, nullptr, 0, nullptr), cakeInvalidArgument);
+  EXPECT_NE(std::string(cakeGetLastError()).find("dx must not share memory with dy"),
+            std::string::npos)
+      << cakeGetLastError();
+  EXPECT_EQ(dy, dy_before);
+}
+
+TEST(Conv1dAbi, InPlaceForwardIsRefused) {
+  Problem p = random_problem({2, 5}, 3, 4, true, Activation::kSilu, 5);
+  int64_t const T = p.shape.num_tokens, D = 3, W = 4;
+  cakeConv1dForwardArgs_t a{};
+  a.struct_size = sizeof a;
+  a.activation = cakeActivationSilu;
+  a.x = cake::dense_view(p.x.data(), cakeFloat64, cakeCPU, {1, T, D});
+  a.weight = cake::dense_view(p.weight.data(), cakeFloat64, cakeCPU, {D, W});
+  a.y = a.x;
+  size_t bytes = 1;
+  EXPECT_EQ(cakeConv1dForwardWorkspaceSize(&a, &bytes), cakeSuccess) << cakeGetLastError();
+  Vec const x_before = p.x;
+  EXPECT_EQ(cakeConv1dForward(&a, nullptr, 0, nullptr), cakeInvalidArgument);
+  EXPECT_NE(std::string(cakeGetLastError()).find("y must not share memory with x"),
+            std::string::npos)
+      << cakeGetLastError();
+  EXPECT_EQ(p.x, x_before);
 }
 
 }  // namespace

@@ -258,6 +258,32 @@ TEST(NormAbi, BackwardErrorsNameTheArgument) {
   expect(a, "rstd is required but was not given");
 }
 
+// In-place calls are refused by the runs; the workspace query, which may take placeholder data
+// pointers, is not.
+TEST(NormAbi, OutputsSharingMemoryAreRefused) {
+  AbiCall c;
+  cakeRmsNormForwardArgs_t fa = c.forward_args();
+  fa.y = fa.x;
+  EXPECT_EQ(cakeRmsNormForward(&fa, nullptr), cakeInvalidArgument);
+  EXPECT_STREQ(cakeGetLastError(),
+               "y must not share memory with x (the kernels read their inputs while they write "
+               "their outputs; in-place calls are not supported): pass a separate tensor");
+  cakeRmsNormBackwardArgs_t ba = c.backward_args();
+  ba.dx = ba.dy;
+  size_t bytes = 1;
+  EXPECT_EQ(cakeRmsNormBackwardWorkspaceSize(&ba, &bytes), cakeSuccess) << cakeGetLastError();
+  EXPECT_EQ(cakeRmsNormBackward(&ba, nullptr, 0, nullptr), cakeInvalidArgument);
+  EXPECT_NE(std::string(cakeGetLastError()).find("dx must not share memory with dy"),
+            std::string::npos)
+      << cakeGetLastError();
+  ba = c.backward_args();
+  ba.dg = ba.dx;
+  EXPECT_EQ(cakeRmsNormBackward(&ba, nullptr, 0, nullptr), cakeInvalidArgument);
+  EXPECT_NE(std::string(cakeGetLastError()).find("dg must not share memory with dx"),
+            std::string::npos)
+      << cakeGetLastError();
+}
+
 // What CUDA would refuse, asked on CPU tensors (no GPU needed): N and dtypes.
 TEST(NormAbi, CudaSupportRules) {
   AbiCall c;

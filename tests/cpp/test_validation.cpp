@@ -440,6 +440,38 @@ TEST(Validation, BackwardGradients) {
   expect_error(t.backward(), cakeInvalidArgument, {"dv must be contiguous"});
 }
 
+// An output over an input, over part of one, or over another output is refused by the runs; the
+// size queries (placeholder data pointers allowed) still answer. Adjacent buffers are fine.
+TEST(Validation, OutputsMustNotShareMemory) {
+  for (bool kda : {false, true}) {
+    Problem p(kda);
+    p.fwd.o = view(p.v.data(), cakeFloat64, {1, 8, 2, 4});
+    size_t bytes = 0;
+    EXPECT_EQ(p.forward_size(&bytes), cakeSuccess) << last_error();
+    expect_error(p.forward(), cakeInvalidArgument, {"o must not share memory with v", "in-place"});
+
+    Problem q(kda);  // o's first element on q's last one ([1, 8, 1, 4]: 32 elements)
+    q.fwd.o = view(q.q.data() + 31, cakeFloat64, {1, 8, 2, 4});
+    expect_error(q.forward(), cakeInvalidArgument, {"o must not share memory with q"});
+    q.fwd.o = view(q.q.data() + 32, cakeFloat64, {1, 8, 2, 4});
+    EXPECT_EQ(q.forward(), cakeSuccess) << last_error();
+
+    Problem r(kda);
+    r.fwd.final_state = view(r.o.data(), cakeFloat64, {2, 2, 4, 4});
+    expect_error(r.forward(), cakeInvalidArgument, {"final_state must not share memory with o"});
+
+    Problem s(kda);
+    s.bwd.dv = view(s.dout.data(), cakeFloat64, {1, 8, 2, 4});
+    EXPECT_EQ(cakeBackwardWorkspaceSize(&s.options, &s.bwd, &bytes), cakeSuccess) << last_error();
+    expect_error(s.backward(), cakeInvalidArgument, {"dv must not share memory with dout"});
+    EXPECT_TRUE(std::isnan(s.dq[0])) << "dq written although the call failed";
+
+    Problem t(kda);
+    t.bwd.dk = t.bwd.dq;
+    expect_error(t.backward(), cakeInvalidArgument, {"dk must not share memory with dq"});
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // CUDA tensors
 // ------------------------------------------------------------------------------------------------
@@ -608,6 +640,8 @@ struct CudaShapes {
   static constexpr int64_t T = 130, H = 1, HV = 2, D = 128;
   std::vector<uint16_t> qk = std::vector<uint16_t>(T * H * D);
   std::vector<uint16_t> vo = std::vector<uint16_t>(T * HV * D);
+  std::vector<uint16_t> o = std::vector<uint16_t>(T * HV * D);   // outputs apart from the inputs
+  std::vector<uint16_t> dv = std::vector<uint16_t>(T * HV * D);
   std::vector<float> row = std::vector<float>(T * HV);
   std::vector<int32_t> cu = {0, T};
   cakeOptions_t options{};
@@ -625,13 +659,14 @@ struct CudaShapes {
     fwd.g = view(row.data(), cakeFloat32, {1, T, HV});
     fwd.beta = fwd.g;
     fwd.cu_seqlens = view(cu.data(), cakeInt32, {2});
-    fwd.o = fwd.v;
+    fwd.o = view(o.data(), cakeBfloat16, {1, T, HV, D});
     for (auto* t : {&fwd.q, &fwd.k, &fwd.v, &fwd.g, &fwd.beta, &fwd.cu_seqlens, &fwd.o}) {
       t->device_type = cakeCUDA;
     }
     bwd = cake::testing::backward_inputs(fwd);
     bwd.dout = fwd.v;
-    bwd.dv = fwd.v;
+    bwd.dv = view(dv.data(), cakeBfloat16, {1, T, HV, D});
+    bwd.dv.device_type = cakeCUDA;
   }
 };
 

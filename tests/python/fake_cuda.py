@@ -1,13 +1,14 @@
 """Tensors that claim to live on a CUDA device, for testing cake's error paths without a GPU.
 
-FakeCuda exports a DLPack capsule with device (kDLCUDA, id) over a host buffer that nothing may
+FakeCuda exports a DLPack capsule with device (kDLCUDA, id) over an address that nothing may
 read: every call a test makes with them must fail in validation, before any kernel launch (a
 launch on a machine without a GPU would fail with a CUDA error, which the tests would catch too).
+Each FakeCuda gets addresses of its own, as far apart as its shape reaches, so that cake's check
+that no output shares memory with an input passes unless a test passes the same FakeCuda twice.
 """
 
 import ctypes
-
-import numpy as np
+import itertools
 
 
 class _Device(ctypes.Structure):
@@ -45,6 +46,8 @@ def _no_delete(_):
 _DTYPES = {"float16": (2, 16), "float32": (2, 32), "float64": (2, 64), "bfloat16": (4, 16),
            "int32": (0, 32), "int64": (0, 64), "uint8": (1, 8)}
 _CUDA = 2
+_SPAN = 1 << 36  # bytes of address space per FakeCuda: more than any test's tensor reaches
+_addresses = itertools.count(1 << 44, _SPAN)  # 256-aligned, never mapped
 
 
 class FakeCuda:
@@ -59,7 +62,7 @@ class FakeCuda:
                 strides.insert(0, step)
                 step *= n
         self.strides = tuple(strides)
-        self._buffer = np.zeros(512, dtype=np.uint8)  # an aligned address, never read
+        self._address = next(_addresses)
         self._keep = []
 
     def __dlpack_device__(self):
@@ -71,8 +74,7 @@ class FakeCuda:
         strides = (ctypes.c_int64 * n)(*self.strides)
         managed = _Managed()
         code, bits = _DTYPES[self.dtype]
-        address = (self._buffer.ctypes.data + 255) // 256 * 256
-        managed.dl_tensor = _Tensor(address, _Device(_CUDA, self.device_id), len(self.shape),
+        managed.dl_tensor = _Tensor(self._address, _Device(_CUDA, self.device_id), len(self.shape),
                                     _DataType(code, bits, 1), shape, strides, 0)
         managed.deleter = _no_delete
         self._keep.extend([managed, shape, strides])

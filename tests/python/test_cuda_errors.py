@@ -112,6 +112,16 @@ def test_short_buffers(mode):
             forward(args, FakeCuda((16,), "uint8"), FakeCuda((workspace_bytes,), "uint8"))
 
 
+@pytest.mark.skipif(not KERNELS, reason="the queries need the kernels compiled in")
+def test_in_place_is_refused():
+    """o over v: the size queries answer (they take placeholder data), the run refuses."""
+    v = FakeCuda((1, T, HV, D))
+    args = problem(v=v, o=v)
+    workspace_bytes = abi.forward_workspace_size(*args)
+    with pytest.raises(ValueError, match=r"^o must not share memory with v \(.*in-place"):
+        forward(args, None, FakeCuda((workspace_bytes,), "uint8"))
+
+
 @pytest.mark.skipif(KERNELS, reason="this build has the kernels")
 def test_build_without_kernels_names_itself():
     expect(NotImplementedError, r"built without CUDA .*cake.build_info\(\)", problem())
