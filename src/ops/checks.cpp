@@ -122,7 +122,8 @@ ByteSpan span_of(cakeTensor_t const& t) {
   }
   int64_t const size = element_size(t.dtype);
   auto const base = reinterpret_cast<uintptr_t>(t.data);
-  return {base + static_cast<uintptr_t>(low * size), base + static_cast<uintptr_t>((high + 1) * size)};
+  return {base + static_cast<uintptr_t>(low * size),
+          base + static_cast<uintptr_t>((high + 1) * size)};
 }
 
 void check_apart(NamedTensor a, NamedTensor b) {
@@ -133,8 +134,8 @@ void check_apart(NamedTensor a, NamedTensor b) {
     return;
   }
   ByteSpan const x = span_of(*a_t), y = span_of(*b_t);
-  bool const apart = x.first == x.last || y.first == y.last || x.last <= y.first ||
-                     y.last <= x.first;
+  bool const apart =
+      x.first == x.last || y.first == y.last || x.last <= y.first || y.last <= x.first;
   CAKE_CHECK(apart, cakeInvalidArgument, a_name, " must not share memory with ", b_name,
              " (the kernels read their inputs while they write their outputs; in-place calls "
              "are not supported): pass a separate tensor");
@@ -142,8 +143,8 @@ void check_apart(NamedTensor a, NamedTensor b) {
 
 }  // namespace
 
-void check_no_overlap(std::initializer_list<NamedTensor> outputs,
-                      std::initializer_list<NamedTensor> inputs) {
+void check_no_overlap(std::vector<NamedTensor> const& outputs,
+                      std::vector<NamedTensor> const& inputs) {
   for (auto out = outputs.begin(); out != outputs.end(); ++out) {
     for (NamedTensor in : inputs) check_apart(*out, in);
     for (auto other = outputs.begin(); other != out; ++other) check_apart(*out, *other);

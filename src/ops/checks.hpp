@@ -47,7 +47,7 @@ void check_cuda_contiguous(std::initializer_list<NamedTensor> tensors);
 // No output shares memory with an input or with another output: the kernels read their inputs
 // while they write their outputs, so an in-place call (y over x, dx over dy) would read values
 // already overwritten. Absent tensors and tensors of no elements pass.
-void check_no_overlap(std::initializer_list<NamedTensor> outputs,
-                      std::initializer_list<NamedTensor> inputs);
+void check_no_overlap(std::vector<NamedTensor> const& outputs,
+                      std::vector<NamedTensor> const& inputs);
 
 }  // namespace cake::ops

@@ -233,20 +233,31 @@ void validate_saved(cakeOptions_t const& options, void const* saved, size_t save
              options.save_for_backward, ", got ", saved_bytes);
 }
 
+namespace {
+
+// The forward's inputs by name (the backward takes them unchanged, under the same names).
+template <typename Args>
+std::vector<NamedTensor> forward_inputs(Args const& args) {
+  return {{"q", &args.q},
+          {"k", &args.k},
+          {"v", &args.v},
+          {"g", &args.g},
+          {"beta", &args.beta},
+          {"initial_state", &args.initial_state},
+          {"cu_seqlens", &args.cu_seqlens},
+          {"A_log", &args.A_log},
+          {"dt_bias", &args.dt_bias}};
+}
+
+}  // namespace
+
 void check_forward_apart(cakeForwardArgs_t const& args) {
-  check_no_overlap({{"o", &args.o}, {"final_state", &args.final_state}},
-                   {{"q", &args.q},
-                    {"k", &args.k},
-                    {"v", &args.v},
-                    {"g", &args.g},
-                    {"beta", &args.beta},
-                    {"initial_state", &args.initial_state},
-                    {"cu_seqlens", &args.cu_seqlens},
-                    {"A_log", &args.A_log},
-                    {"dt_bias", &args.dt_bias}});
+  check_no_overlap({{"o", &args.o}, {"final_state", &args.final_state}}, forward_inputs(args));
 }
 
 void check_backward_apart(cakeBackwardArgs_t const& args) {
+  std::vector<NamedTensor> inputs = forward_inputs(args);
+  inputs.insert(inputs.end(), {{"dout", &args.dout}, {"dht", &args.dht}});
   check_no_overlap({{"dq", &args.dq},
                     {"dk", &args.dk},
                     {"dv", &args.dv},
@@ -255,17 +266,7 @@ void check_backward_apart(cakeBackwardArgs_t const& args) {
                     {"dh0", &args.dh0},
                     {"dA_log", &args.dA_log},
                     {"ddt_bias", &args.ddt_bias}},
-                   {{"q", &args.q},
-                    {"k", &args.k},
-                    {"v", &args.v},
-                    {"g", &args.g},
-                    {"beta", &args.beta},
-                    {"initial_state", &args.initial_state},
-                    {"cu_seqlens", &args.cu_seqlens},
-                    {"A_log", &args.A_log},
-                    {"dt_bias", &args.dt_bias},
-                    {"dout", &args.dout},
-                    {"dht", &args.dht}});
+                   inputs);
 }
 
 }  // namespace cake::ops

@@ -640,7 +640,7 @@ struct CudaShapes {
   static constexpr int64_t T = 130, H = 1, HV = 2, D = 128;
   std::vector<uint16_t> qk = std::vector<uint16_t>(T * H * D);
   std::vector<uint16_t> vo = std::vector<uint16_t>(T * HV * D);
-  std::vector<uint16_t> o = std::vector<uint16_t>(T * HV * D);   // outputs apart from the inputs
+  std::vector<uint16_t> o = std::vector<uint16_t>(T * HV * D);  // outputs apart from the inputs
   std::vector<uint16_t> dv = std::vector<uint16_t>(T * HV * D);
   std::vector<float> row = std::vector<float>(T * HV);
   std::vector<int32_t> cu = {0, T};
@@ -693,8 +693,8 @@ TEST(Validation, SavedSetOnCudaTensors) {
   auto const up = [](size_t n) { return (n + 255) / 256 * 256; };
   size_t const bt = CudaShapes::T, hv = CudaShapes::HV, d = CudaShapes::D, h = CudaShapes::H;
   size_t const qk_norm = up(bt * h * d * 2) * 2 + up(bt * h * 4) * 2;
-  size_t const expected = qk_norm + up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4) +
-                          4 * hv * d * d * 2;
+  size_t const expected =
+      qk_norm + up(bt * hv * 4) + up(bt * hv * 64 * 2) + up(bt * hv * 4) + 4 * hv * d * d * 2;
   EXPECT_EQ(saved, expected);
   // The forward's scratch (each region 256-byte aligned, plus 256 bytes of slack for any base):
   // q and k normalised with their rstd, G, A and beta in recompute mode; nothing but the slack in
