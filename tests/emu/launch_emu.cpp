@@ -309,15 +309,16 @@ template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 namespace cake::kernels::walk_a_bwd {
 alignas(1024) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
                                      sizeof(SharedStorage<ChannelDecay>))];
-// launch.cu checks and launches as here (the walk, the chunk pass and the dS-walk)
-template <class Decay, Form kForm>
+// launch.cu checks and launches as here (the walk, the chunk pass and the dS-walk, split on the
+// emulated SM count as launch.cu splits it on the device's)
+template <class Decay, Form kForm, int kSlices>
 cudaError_t launch_form(Params const& p, int64_t blocks) {
   if (Decay::kGatedKkt && p.eo_split) return cudaErrorInvalidValue;
   KernelParams kp{p, {}, {}, {}, {}, {}, {}, {}, {}};
   if (cudaError_t const err = encode_maps<Decay, kForm == Form::kDsWalk>(kp); err != cudaSuccess)
     return err;
   emu::launch(Dim3{u(blocks)}, Dim3{kThreads}, smem_raw,
-              [&] { walk_a_bwd_kernel<Decay, kForm>(kp); });
+              [&] { walk_a_bwd_kernel<Decay, kForm, kSlices>(kp); });
   return cudaSuccess;
 }
 template <class Decay>
@@ -325,16 +326,19 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
   if (p.ds_end_out != nullptr) return cudaErrorInvalidValue;
   if (p.ds_end == nullptr)
-    return launch_form<Decay, Form::kWalk>(p, int64_t{pr.num_seqs} * pr.num_v_heads);
+    return launch_form<Decay, Form::kWalk, 1>(p, int64_t{pr.num_seqs} * pr.num_v_heads);
   if (p.dh0 != nullptr) return cudaErrorInvalidValue;
-  return launch_form<Decay, Form::kChunkPass>(p, pr.num_slots * pr.num_v_heads);
+  return launch_form<Decay, Form::kChunkPass, 1>(p, pr.num_slots * pr.num_v_heads);
 }
 template <class Decay>
 cudaError_t launch_ds_walk(Params const& p, cudaStream_t) {
   Problem const& pr = p.problem;
   if (p.ds_end_out == nullptr || p.ds_end != nullptr || p.order != nullptr)
     return cudaErrorInvalidValue;
-  return launch_form<Decay, Form::kDsWalk>(p, int64_t{pr.num_seqs} * pr.num_v_heads);
+  int64_t const num_walks = int64_t{pr.num_seqs} * pr.num_v_heads;
+  if (walk_a_fwd::split_walks(num_walks, multiprocessor_count))
+    return launch_form<Decay, Form::kDsWalk, kSlicesOfH>(p, num_walks * kSlicesOfH);
+  return launch_form<Decay, Form::kDsWalk, 1>(p, num_walks);
 }
 template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);
 template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);

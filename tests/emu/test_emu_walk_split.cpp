@@ -3,7 +3,9 @@
 // rule takes one shape and then the other, for GDN and KDA, in the walk's three uses
 // (o and the final state; o, the final state and h per chunk; the h-walk: h per chunk and its
 // flags). Every output must be the same bitwise, and written: outputs are poisoned (NaN) before
-// each run, and o, the final state and every chunk's h must come back finite.
+// each run, and o, the final state and every chunk's h must come back finite. The same for the
+// backward's dS-walk (walk_a_bwd::launch_ds_walk, split by dS's columns on the same rule): every
+// chunk's dS and dh0.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "emu/kda_emu_testing.hpp"
 #include "emu/runtime.hpp"
 #include "kernels/kkt_solve/launch.hpp"
+#include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/split.hpp"
 
@@ -27,6 +30,7 @@ using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
 namespace kn = cake::kernels;
 namespace fwd = cake::kernels::walk_a_fwd;
+namespace bwd = cake::kernels::walk_a_bwd;
 
 // kkt_solve's outputs the walk reads, for either decay (ScalarDecay: gcum, beta, A; ChannelDecay:
 // glast, beta, A, P, qg, kg, kbar).
@@ -205,6 +209,96 @@ void expect_split_matches_whole(char const* decay) {
   }
 }
 
+// The dS-walk's outputs: dS of every chunk's end ds_end [num_slots, HV, K, K], dh0 [N, HV, K, K].
+struct DsOutputs {
+  std::vector<float> ds_end, dh0;
+};
+
+// The dS-walk with the emulated device's SMs set to num_sms (GDN with states: eO as hi + lo, as
+// the op sets it).
+template <class Decay>
+DsOutputs run_ds_walk(Problem const& pr, Operands const& x, bool states, int num_sms) {
+  kn::Problem const kp = pr.kernel_problem();
+  DsOutputs out{poisoned<float>(kp.num_slots * pr.HV * K * K), poisoned<float>(pr.states_size())};
+  bwd::Params p;
+  p.problem = kp;
+  p.dout = pr.dout16.data();
+  p.a = x.a.data();
+  p.beta = x.beta.data();
+  p.dht = states ? pr.dht32.data() : nullptr;
+  p.dh0 = out.dh0.data();
+  p.ds_end_out = out.ds_end.data();
+  if constexpr (Decay::kGatedKkt) {
+    p.q = x.qg.data();
+    p.k = x.kg.data();
+    p.kbar = x.kbar.data();
+    p.aqk = x.aqk.data();
+    p.glast = x.glast.data();
+  } else {
+    p.q = pr.q16.data();
+    p.k = pr.k16.data();
+    p.gcum = x.gcum.data();
+    p.eo_split = states;
+  }
+  cake::emu::ScopedMultiprocessorCount const count(num_sms);
+  EXPECT_EQ(bwd::launch_ds_walk<Decay>(p, nullptr), cudaSuccess);
+  return out;
+}
+
+// Where the split dS-walk's outputs differ from the whole one's or were left unwritten ("" if
+// none); `states` counts the states compared.
+std::string compare_ds(Problem const& pr, DsOutputs const& whole, DsOutputs const& split,
+                       int& states) {
+  kn::Problem const kp = pr.kernel_problem();
+  size_t const state = size_t{K} * K;
+  if (!all_finite(whole.dh0.data(), whole.dh0.size())) return "dh0 not all written (whole)";
+  if (!all_finite(split.dh0.data(), split.dh0.size())) return "dh0 not all written (split)";
+  if (std::memcmp(whole.dh0.data(), split.dh0.data(), whole.dh0.size() * sizeof(float)) != 0)
+    return "dh0 differs";
+  states += static_cast<int>(whole.dh0.size() / state);
+  for (int n = 0; n < pr.N; ++n) {  // chunk j of document n in slot slot_base(n) + j
+    int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
+    for (int64_t j = 0; j < chunks; ++j)
+      for (int hv = 0; hv < pr.HV; ++hv) {
+        size_t const at = ((kp.slot_base(n) + j) * pr.HV + hv) * state;
+        if (!all_finite(whole.ds_end.data() + at, state)) return "dS not all written (whole)";
+        if (!all_finite(split.ds_end.data() + at, state)) return "dS not all written (split)";
+        if (std::memcmp(whole.ds_end.data() + at, split.ds_end.data() + at,
+                        state * sizeof(float)) != 0)
+          return "dS of document " + std::to_string(n) + "'s chunk " + std::to_string(j) +
+                 ", value head " + std::to_string(hv) + " differs";
+        ++states;
+      }
+  }
+  return "";
+}
+
+template <class Decay>
+void expect_split_ds_walk_matches_whole(char const* decay) {
+  unsigned const seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  for (Case const& c : cases()) {
+    Problem const pr = cake::gdn_testing::make_problem(c, rng);
+    ASSERT_FALSE(fwd::split_walks(int64_t{pr.N} * pr.HV, whole_sms(pr)));
+    ASSERT_TRUE(fwd::split_walks(int64_t{pr.N} * pr.HV, split_sms(pr)));
+    std::vector<float> g32 = pr.g32;
+    if constexpr (Decay::kGatedKkt) {  // a gate per channel: KDA's shape of g
+      cake::kda_emu_testing::KdaCase const kc{c, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)};
+      std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+      g32 = cake::gdn_testing::to_f32(g);
+    }
+    Operands const x = run_kkt_solve<Decay>(pr, g32);
+    DsOutputs const whole = run_ds_walk<Decay>(pr, x, c.states, whole_sms(pr));
+    DsOutputs const split = run_ds_walk<Decay>(pr, x, c.states, split_sms(pr));
+    int states = 0;
+    std::string const verdict = compare_ds(pr, whole, split, states);
+    std::printf("%s %s, dS-walk: %s (%d states of 128 x 128)\n", decay, c.name.c_str(),
+                verdict.empty() ? "split == whole" : verdict.c_str(), states);
+    EXPECT_TRUE(verdict.empty()) << decay << " " << c.name << ": " << verdict;
+  }
+}
+
 TEST(EmulatedWalkSplit, RuleSplitsAllWalksUpToHalfTheSms) {
   EXPECT_TRUE(fwd::split_walks(1, 132));
   EXPECT_TRUE(fwd::split_walks(64, 132));
@@ -221,6 +315,14 @@ TEST(EmulatedWalkSplit, GdnSplitWalksMatchWholeWalksBitwise) {
 
 TEST(EmulatedWalkSplit, KdaSplitWalksMatchWholeWalksBitwise) {
   expect_split_matches_whole<kn::ChannelDecay>("kda");
+}
+
+TEST(EmulatedWalkSplit, GdnSplitDsWalkMatchesWholeDsWalkBitwise) {
+  expect_split_ds_walk_matches_whole<kn::ScalarDecay>("gdn");
+}
+
+TEST(EmulatedWalkSplit, KdaSplitDsWalkMatchesWholeDsWalkBitwise) {
+  expect_split_ds_walk_matches_whole<kn::ChannelDecay>("kda");
 }
 
 }  // namespace

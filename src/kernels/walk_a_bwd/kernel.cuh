@@ -70,7 +70,11 @@
 //   roles load Q, K, dO, A, G, beta and form T and P (three hand-overs: TilesFull, GatesFull,
 //   ChainFull, after which the next chunk's tiles load); each step first stores dS as it enters
 //   the chunk (fp32 [num_slots, HV, 128, 128], Params::ds_end_out), and the walk ends with dh0.
-//   No h flag: it runs beside the h-walk.
+//   No h flag: it runs beside the h-walk. Where twice the walks fit the SMs (launch.cu) a walk
+//   runs as two CTAs (kSlices), each with 64 of dS's columns (a column warpgroup 32: wgmma
+//   N = 32) and dO's, and Q, K, A, G, beta and the gates whole: no product of the recurrence
+//   reduces over V's columns, so each CTA's columns of dS and dh0 are the whole walk's bit for
+//   bit, at a shorter step on SMs that were idle.
 // - the chunk pass (Form::kChunkPass, Params::ds_end): the walk of one chunk, one CTA per
 //   (chunk, value head), its dS loaded from ds_end in place of the carried one. Its step is the
 //   walk's without the update of dS (eO, gamma dS + Q^T eO + K^T Zs; dh0 comes from the dS-walk),
@@ -257,11 +261,11 @@ __device__ __forceinline__ void st_pair(bf16* tile, int at, float x0, float x1) 
 }
 
 // for_each_blocked_pair over a column warpgroup's share of the state (rows 0 .. 63, then
-// 64 .. 127, columns c0 ..) in a blocked [128 x 128] tile.
-template <class F>
-__device__ __forceinline__ void for_each_state_blocked_pair(StateHalf& st, int c0, F const& f) {
-  for_each_blocked_pair<kHeadDim, kStateHalf>(0, c0, st.lo, f);
-  for_each_blocked_pair<kHeadDim, kStateHalf>(kStateHalf, c0, st.hi, f);
+// 64 .. 127, columns c0 .. c0 + kN - 1) in a blocked [128 x 128] tile.
+template <int kN, class F>
+__device__ __forceinline__ void for_each_state_blocked_pair(StateCols<kN>& st, int c0, F const& f) {
+  for_each_blocked_pair<kHeadDim, kN>(0, c0, st.lo, f);
+  for_each_blocked_pair<kHeadDim, kN>(kHeadDim / 2, c0, st.hi, f);
 }
 
 // parts[part * 64 + row] <- the row sums whose thread shares are lo (row_lo) and hi (row_lo + 8).
@@ -361,17 +365,23 @@ __device__ __forceinline__ void mask_grad(float (&acc)[kGateCols / 2], bf16* x, 
       });
 }
 
-// A column warpgroup (wg 0 or 1): dS's columns c0 .. c0 + 63 (StateHalf), walked over the chunks
-// of its document (s.span), last to first. The dS-walk keeps the chain's products and stores each
+// A column warpgroup (wg 0 or 1) of a CTA of kHeadDim / kSlices of dS's columns from col0: the
+// kWg = kHeadDim / kSlices / 2 columns c0 = col0 + kWg wg .. c0 + kWg - 1 (64, or 32 in a split
+// dS-walk's CTA), walked over the chunks of its document (s.span), last to first. Every product
+// here left-multiplies dS or is per column of V (K dS, Q^T eO, P^T dO, T^T dDelta, K^T Zs), so a
+// warpgroup's columns need no other's. The dS-walk keeps the chain's products and stores each
 // chunk's dS; the chunk pass (s.span is its one chunk) starts from that dS and leaves out the
 // update (kUpdate).
-template <class Decay, Form kForm>
-__device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params const& p, int wg) {
+template <class Decay, Form kForm, int kSlices>
+__device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params const& p, int wg,
+                                            int col0) {
   constexpr bool kChannel = Decay::kGatedKkt;
   constexpr bool kDsWalk = kForm == Form::kDsWalk;
   constexpr bool kUpdate = kForm != Form::kChunkPass;  // dS walks on to the previous chunk
+  constexpr int kWg = kHeadDim / kSlices / 2;          // this warpgroup's columns
+  constexpr int kHalfRows = kHeadDim / 2;              // the share's hi rows start here
   int const HV = p.problem.num_v_heads;
-  int const c0 = kStateHalf * wg;
+  int const c0 = col0 + kWg * wg;
   int const group = kColumnGroup0 + wg;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
   float const scale = p.problem.scale;
@@ -385,7 +395,7 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     int64_t const slot = read_here(s.span).slot0 + j;
     return (slot * HV + read_here(s.walk).hv) * kHeadDim * kHeadDim;
   };
-  StateHalf ds;
+  StateCols<kWg> ds;
   if constexpr (kForm == Form::kChunkPass)
     load_state_half(ds, p.ds_end + chunk_state_offset(0), c0);
   else
@@ -436,11 +446,11 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
       float dsh_rows[2][2] = {};
 #pragma unroll
       for (int part = 0; part < 2; ++part) {  // h's rows 0 .. 63 (ds.lo), then 64 .. 127 (ds.hi)
-        float const(&acc)[kStateHalf / 2] = part == 0 ? ds.lo : ds.hi;
-        uint32_t hf[kStateHalf / 4];  // by ldmatrix, in for_each_wgmma_pair's order
-        load_swizzled_frag<kHeadDim, kStateHalf>(s.h, kStateHalf * part, c0, hf);
+        float const(&acc)[kWg / 2] = part == 0 ? ds.lo : ds.hi;
+        uint32_t hf[kWg / 4];  // by ldmatrix, in for_each_wgmma_pair's order
+        load_swizzled_frag<kHeadDim, kWg>(s.h, kHalfRows * part, c0, hf);
 #pragma unroll
-        for (int q = 0; q < kStateHalf / 4; ++q) {
+        for (int q = 0; q < kWg / 4; ++q) {
           float2 const hh = bits_float2(hf[q]);
           if constexpr (kChannel)
             dsh_rows[part][q % 2] += acc[2 * q] * hh.x + acc[2 * q + 1] * hh.y;
@@ -455,8 +465,8 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
           float const lo = quad_sum(dsh_rows[part][0]);
           float const hi = quad_sum(dsh_rows[part][1]);
           if (lane % 4 == 0) {
-            out[kStateHalf * part + row_lo] = lo;
-            out[kStateHalf * part + row_hi] = hi;
+            out[kHalfRows * part + row_lo] = lo;
+            out[kHalfRows * part + row_hi] = hi;
           }
         }
       } else {
@@ -465,16 +475,16 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     }
     // eO = s e dO -> ddelta on this warpgroup's columns; with an initial state
     // (Params::eo_split) its rounding residual -> delta_eb
-    // By fragments (ldmatrix, stmatrix), in two 32-column halves (registers): pair q of a half
-    // is row_lo (even q) or row_hi (odd q). (Only the update reads eO.)
+    // By fragments (ldmatrix, stmatrix), in two halves of the warpgroup's columns (registers):
+    // pair q of a half is row_lo (even q) or row_hi (odd q). (Only the update reads eO.)
 #pragma unroll
     for (int part = 0; part < (kUpdate ? 2 : 0); ++part) {
-      int const n0 = c0 + kStateHalf / 2 * part;
-      uint32_t frag[kStateHalf / 8];
-      load_swizzled_frag<kChunk, kStateHalf / 2>(s.dout, 0, n0, frag);
-      uint32_t lo[kStateHalf / 8];  // eO's rounding residual (eo_split)
+      int const n0 = c0 + kWg / 2 * part;
+      uint32_t frag[kWg / 8];
+      load_swizzled_frag<kChunk, kWg / 2>(s.dout, 0, n0, frag);
+      uint32_t lo[kWg / 8];  // eO's rounding residual (eo_split)
 #pragma unroll
-      for (int q = 0; q < kStateHalf / 8; ++q) {
+      for (int q = 0; q < kWg / 8; ++q) {
         float const se = scale * (q % 2 == 0 ? e_lo : e_hi);
         float2 const d = bits_float2(frag[q]);
         __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
@@ -482,9 +492,9 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
         lo[q] = bf16x2_bits(__floats2bfloat162_rn(se * d.x - hi.x, se * d.y - hi.y));
         frag[q] = bf16x2_bits(eo);
       }
-      store_swizzled_frag<kChunk, kStateHalf / 2>(ddelta_of(s, j), 0, n0, frag);
+      store_swizzled_frag<kChunk, kWg / 2>(ddelta_of(s, j), 0, n0, frag);
       if constexpr (!kChannel)
-        if (eo_split) store_swizzled_frag<kChunk, kStateHalf / 2>(s.delta_eb, 0, n0, lo);
+        if (eo_split) store_swizzled_frag<kChunk, kWg / 2>(s.delta_eb, 0, n0, lo);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
@@ -500,30 +510,30 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
         for (float& x : ds.hi) x *= gamma;
       }
     }
-    float kh[kStateHalf / 2] = {};
-    float kds[kStateHalf / 2] = {};
+    float kh[kWg / 2] = {};
+    float kds[kWg / 2] = {};
     fence_accumulators(kh);
     fence_accumulators(kds);
     fence_accumulators(ds.lo);
     fence_accumulators(ds.hi);
     wgmma_fence();
     if constexpr (!kDsWalk) {
-      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                                MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
+      warpgroup_mma_async<kWg, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                         MNMajorSwizzledTile<kHeadDim>{s.h}, 0, c0, kh);
       wgmma_commit();
     }
     if constexpr (kChannel)
-      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{s.kbar},
-                                                MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
+      warpgroup_mma_async<kWg, kHeadDim>(KMajorSwizzledTile<kChunk>{s.kbar},
+                                         MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     else
-      warpgroup_mma_async<kStateHalf, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                                MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
+      warpgroup_mma_async<kWg, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                         MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
     for (int part = 0; part < (kUpdate ? (eo_split ? 2 : 1) : 0); ++part) {
       bf16 const* const eo = part == 0 ? ddelta_of(s, j) : eo_low(s);
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
-                                              MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
-      warpgroup_mma_async<kStateHalf, kChunk>(
-          MNMajorSwizzledTile<kChunk>{s.q}, MNMajorSwizzledTile<kChunk>{eo}, kStateHalf, c0, ds.hi);
+      warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
+                                       MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
+      warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
+                                       MNMajorSwizzledTile<kChunk>{eo}, kHalfRows, c0, ds.hi);
     }
     wgmma_commit();
     // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below. V by
@@ -534,19 +544,19 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     }
 #pragma unroll
     for (int part = 0; part < (kDsWalk ? 0 : 2); ++part) {
-      int const n0 = c0 + kStateHalf / 2 * part;
-      uint32_t frag[kStateHalf / 8];
-      load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+      int const n0 = c0 + kWg / 2 * part;
+      uint32_t frag[kWg / 8];
+      load_swizzled_frag<kChunk, kWg / 2>(s.v, 0, n0, frag);
 #pragma unroll
-      for (int q = 0; q < kStateHalf / 8; ++q) {
+      for (int q = 0; q < kWg / 8; ++q) {
         float const e = q % 2 == 0 ? e_lo : e_hi;
         float const b = q % 2 == 0 ? b_lo : b_hi;
         float2 const vv = bits_float2(frag[q]);
-        float const x0 = kh[kStateHalf / 4 * part + 2 * q];
-        float const x1 = kh[kStateHalf / 4 * part + 2 * q + 1];
+        float const x0 = kh[kWg / 4 * part + 2 * q];
+        float const x1 = kh[kWg / 4 * part + 2 * q + 1];
         frag[q] = bf16x2_bits(__floats2bfloat162_rn(b * (vv.x - e * x0), b * (vv.y - e * x1)));
       }
-      store_blocked_frag<kHeadDim, kStateHalf / 2>(s.r, 0, n0, frag);
+      store_blocked_frag<kHeadDim, kWg / 2>(s.r, 0, n0, frag);
     }
     fence_proxy_async_shared();
     wgmma_wait<0>();
@@ -563,26 +573,26 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
       float2 dot = make_float2(0.f, 0.f);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        int const n0 = c0 + kStateHalf / 2 * half;
-        float d[kStateHalf / 4] = {};
-        warpgroup_mma<kStateHalf / 2, kChunk>(KMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.r},
-                                              0, n0, d);
+        int const n0 = c0 + kWg / 2 * half;
+        float d[kWg / 4] = {};
+        warpgroup_mma<kWg / 2, kChunk>(KMajorTile<kChunk>{s.t}, MNMajorTile<kHeadDim>{s.r}, 0, n0,
+                                       d);
         if constexpr (kChannel) {
-          for_each_blocked_pair<kHeadDim, kStateHalf / 2>(
+          for_each_blocked_pair<kHeadDim, kWg / 2>(
               0, n0, d,
               [&](int, int, int at, float& x0, float& x1) { st_pair(s.delta, at, x0, x1); });
         } else {
 #pragma unroll
-          for (int e = 0; e < kStateHalf / 4; ++e) {
-            float const x = d[e] * kds[kStateHalf / 4 * half + e];
+          for (int e = 0; e < kWg / 4; ++e) {
+            float const x = d[e] * kds[kWg / 4 * half + e];
             (e % 4 < 2 ? dot.x : dot.y) += x;
           }
-          for_each_blocked_pair<kHeadDim, kStateHalf / 2>(
-              0, n0, d, [&](int r, int, int at, float& x0, float& x1) {
-                float const eb = by_row(r, eb_lo, eb_hi);
-                st_pair(s.delta, at, x0, x1);
-                st_pair(s.delta_eb, at, eb * x0, eb * x1);
-              });
+          for_each_blocked_pair<kHeadDim, kWg / 2>(0, n0, d,
+                                                   [&](int r, int, int at, float& x0, float& x1) {
+                                                     float const eb = by_row(r, eb_lo, eb_hi);
+                                                     st_pair(s.delta, at, x0, x1);
+                                                     st_pair(s.delta_eb, at, eb * x0, eb * x1);
+                                                   });
         }
       }
       if constexpr (!kChannel) store_row_sums(dot.x, dot.y, s.kdsd, wg, row_lo);
@@ -593,16 +603,16 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     // dDelta = ebar (K dS) + P^T dO (ChannelDecay: kbar dS + P^T dO, P as TMA left it)
     if constexpr (kChannel) {
       wait_landed(s, kALanded, j);  // P lands with A (before GatesFull: the side roles waited)
-      warpgroup_mma<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{s.p},
-                                        MNMajorSwizzledTile<kChunk>{s.dout}, 0, c0, kds);
+      warpgroup_mma<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.p},
+                                 MNMajorSwizzledTile<kChunk>{s.dout}, 0, c0, kds);
     } else {
-      for_each_wgmma_pair<kStateHalf>(0, c0, kds, [&](int r, int, float& x0, float& x1) {
+      for_each_wgmma_pair<kWg>(0, c0, kds, [&](int r, int, float& x0, float& x1) {
         float const eb = by_row(r, eb_lo, eb_hi);
         x0 *= eb;
         x1 *= eb;
       });
-      warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.p},
-                                        MNMajorSwizzledTile<kChunk>{s.dout}, 0, c0, kds);
+      warpgroup_mma<kWg, kChunk>(MNMajorTile<kChunk>{s.p}, MNMajorSwizzledTile<kChunk>{s.dout}, 0,
+                                 c0, kds);
     }
     if constexpr (!kDsWalk) {
       named_barrier_arrive(kPFree, kThreads);
@@ -610,51 +620,50 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     // bf16(dDelta) -> ddelta (this warpgroup's eO columns are read); Z's diagonal term
     // T_ii dDelta_i (T_ii = 1) in fp32: the rounding residual stays in kds, Z's accumulator
 #pragma unroll
-    for (int part = 0; part < 2; ++part) {  // by stmatrix, in 32-column halves
-      uint32_t frag[kStateHalf / 8];
+    for (int part = 0; part < 2; ++part) {  // by stmatrix, in halves of its columns
+      uint32_t frag[kWg / 8];
 #pragma unroll
-      for (int q = 0; q < kStateHalf / 8; ++q) {
-        float& x0 = kds[kStateHalf / 4 * part + 2 * q];
-        float& x1 = kds[kStateHalf / 4 * part + 2 * q + 1];
+      for (int q = 0; q < kWg / 8; ++q) {
+        float& x0 = kds[kWg / 4 * part + 2 * q];
+        float& x1 = kds[kWg / 4 * part + 2 * q + 1];
         __nv_bfloat162 const d = __floats2bfloat162_rn(x0, x1);
         frag[q] = bf16x2_bits(d);
         float2 const df = __bfloat1622float2(d);
         x0 -= df.x;
         x1 -= df.y;
       }
-      store_swizzled_frag<kChunk, kStateHalf / 2>(ddelta_of(s, j), 0, c0 + kStateHalf / 2 * part,
-                                                  frag);
+      store_swizzled_frag<kChunk, kWg / 2>(ddelta_of(s, j), 0, c0 + kWg / 2 * part, frag);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);
-    float(&z)[kStateHalf / 2] = kds;  // Z = T^T dDelta
-    warpgroup_mma<kStateHalf, kChunk>(MNMajorTile<kChunk>{s.t},
-                                      MNMajorSwizzledTile<kChunk>{ddelta_of(s, j)}, 0, c0, z);
+    float(&z)[kWg / 2] = kds;  // Z = T^T dDelta
+    warpgroup_mma<kWg, kChunk>(MNMajorTile<kChunk>{s.t},
+                               MNMajorSwizzledTile<kChunk>{ddelta_of(s, j)}, 0, c0, z);
     {  // <Z, K h> and <Z, V> by rows (fp32), for dbeta's <Z, Rt> = <Z, V> - e <Z, K h> and dg's
        // <Zs h^T, K> = -beta e <Z, K h> (formed from K h, not Rt = V - e (K h): under strong
        // decay e (K h) is below Rt's rounding of V, and dg ~ e^G); Zs = -beta e Z -> v (this
        // warpgroup's V is read; the dS-walk forms Zs alone, into the tile V would have had)
       float2 zv = make_float2(0.f, 0.f);
 #pragma unroll
-      for (int part = 0; part < 2; ++part) {  // V and Zs by fragments, in 32-column halves
-        int const n0 = c0 + kStateHalf / 2 * part;
-        uint32_t frag[kStateHalf / 8];
-        if constexpr (!kDsWalk) load_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+      for (int part = 0; part < 2; ++part) {  // V and Zs by fragments, in column halves
+        int const n0 = c0 + kWg / 2 * part;
+        uint32_t frag[kWg / 8];
+        if constexpr (!kDsWalk) load_swizzled_frag<kChunk, kWg / 2>(s.v, 0, n0, frag);
 #pragma unroll
-        for (int q = 0; q < kStateHalf / 8; ++q) {
+        for (int q = 0; q < kWg / 8; ++q) {
           float const be = q % 2 == 0 ? b_lo * e_lo : b_hi * e_hi;
-          float const x0 = z[kStateHalf / 4 * part + 2 * q];
-          float const x1 = z[kStateHalf / 4 * part + 2 * q + 1];
+          float const x0 = z[kWg / 4 * part + 2 * q];
+          float const x1 = z[kWg / 4 * part + 2 * q + 1];
           if constexpr (!kDsWalk) {
             float2 const vv = bits_float2(frag[q]);
             (q % 2 == 0 ? zv.x : zv.y) += x0 * vv.x + x1 * vv.y;
           }
           frag[q] = bf16x2_bits(__floats2bfloat162_rn(-be * x0, -be * x1));
         }
-        store_swizzled_frag<kChunk, kStateHalf / 2>(s.v, 0, n0, frag);
+        store_swizzled_frag<kChunk, kWg / 2>(s.v, 0, n0, frag);
       }
       if constexpr (!kDsWalk) {
-        float2 const zkh = acc_row_dots<kStateHalf>(z, kh);
+        float2 const zkh = acc_row_dots<kWg>(z, kh);
         store_row_sums(zv.x - e_lo * zkh.x, zv.y - e_hi * zkh.y, s.zrt, wg, row_lo);
         if constexpr (!kChannel)
           store_row_sums(-b_lo * e_lo * zkh.x, -b_hi * e_hi * zkh.y, s.zkh, wg, row_lo);
@@ -669,17 +678,16 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     fence_accumulators(ds.hi);
     wgmma_fence();
     if constexpr (kUpdate) {
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                              MNMajorSwizzledTile<kChunk>{s.v}, 0, c0, ds.lo);
-      warpgroup_mma_async<kStateHalf, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
-                                              MNMajorSwizzledTile<kChunk>{s.v}, kStateHalf, c0,
-                                              ds.hi);
+      warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                       MNMajorSwizzledTile<kChunk>{s.v}, 0, c0, ds.lo);
+      warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{k_of(s, j)},
+                                       MNMajorSwizzledTile<kChunk>{s.v}, kHalfRows, c0, ds.hi);
     }
     wgmma_commit();
     if (!kDsWalk && p.dv != nullptr) {
       bf16* const dv =
           p.dv + ((t0 + row_lo) * HV + read_here(s.walk).hv) * kHeadDim + c0 + 2 * (lane % 4);
-      store_wgmma_rows<kStateHalf>(dv, v_stride, row_lo, len, z, [&](float x0, float x1, bool hi) {
+      store_wgmma_rows<kWg>(dv, v_stride, row_lo, len, z, [&](float x0, float x1, bool hi) {
         float const b = hi ? b_hi : b_lo;
         return __floats2bfloat162_rn(b * x0, b * x1);
       });
@@ -780,13 +788,15 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
 // chunk's tiles load during the step before, each group as soon as its tiles' last reader there
 // is done (side_role), so that a step starts on tiles that have landed.
 
-template <class S>
+// (dO's columns col0 .. col0 + kCols - 1: all, or a split dS-walk's CTA's 64)
+template <int kCols, class S>
 __device__ __forceinline__ void load_dout(S& s, KernelParams const& kp, int64_t t0, int hv,
-                                          int tid) {
+                                          int col0, int tid) {
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kDoutLanded];
-  mbarrier_arrive_expect_tx(bar, kChunk * kHeadDim * 2);
-  for (int half = 0; half < 2; ++half)  // 64 columns each, kChunk x 64 elements apart
+  mbarrier_arrive_expect_tx(bar, kChunk * kCols * 2);
+  // boxes of 64 columns, kChunk x 64 elements apart
+  for (int half = col0 / 64; half < (col0 + kCols) / 64; ++half)
     tma_load_2d(s.dout + half * kChunk * 64, &kp.dout_map, hv * kHeadDim + 64 * half,
                 static_cast<int>(t0), bar);
 }
@@ -959,13 +969,16 @@ __device__ __forceinline__ SideHere side_here(S const& s, int64_t j) {
   return x;
 }
 
-// The two side warpgroups. Each phase of a step forms its indices anew (side_here). In the
-// dS-walk they load the tiles and form the gates, and nothing else; the chunk pass's are the
-// walk's.
-template <class Decay, Form kForm>
-__device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams const& kp) {
+// The two side warpgroups of a CTA of kHeadDim / kSlices of dS's columns from col0. Each phase of
+// a step forms its indices anew (side_here). In the dS-walk they load the tiles (dO's columns of
+// the CTA; Q, K, A, G and beta whole, as both CTAs of a split walk need them) and form the gates
+// (whole in each CTA), and nothing else; the chunk pass's are the walk's.
+template <class Decay, Form kForm, int kSlices>
+__device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams const& kp,
+                                          int col0) {
   constexpr bool kChannel = Decay::kGatedKkt;
   constexpr bool kDsWalk = kForm == Form::kDsWalk;
+  constexpr int kCols = kHeadDim / kSlices;
   Params const& p = kp.p;
   int const HV = p.problem.num_v_heads;
   int64_t const v_stride = int64_t{HV} * kHeadDim;
@@ -1021,7 +1034,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       SideHere const x = side_here(s, j);
       if (j == num_chunks - 1) {
         int const hk = kChannel ? x.hv : x.hv / p.problem.group_size();  // Q's and K's head
-        load_dout(s, kp, x.t0, x.hv, x.tid);
+        load_dout<kCols>(s, kp, x.t0, x.hv, col0, x.tid);
         load_a(s, kp, x.t0, x.hv, x.tid);
         load_q_h<!kDsWalk>(s, kp, x.t0, read_here(s.span).slot0 + j, hk, x.hv, x.tid);
         load_v_g_beta<!kDsWalk>(s, kp, x.t0, x.len, x.hv, j, x.tid);
@@ -1110,7 +1123,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       if (j > 0) {
         SideHere const y = side_here(s, j - 1);
         int const hk = kChannel ? y.hv : y.hv / p.problem.group_size();
-        load_dout(s, kp, y.t0, y.hv, y.tid);
+        load_dout<kCols>(s, kp, y.t0, y.hv, col0, y.tid);
         load_q_h<false>(s, kp, y.t0, read_here(s.span).slot0 + j - 1, hk, y.hv, y.tid);
         load_k(s, k_of(s, j - 1), kp, y.t0, hk, y.tid);
         load_v_g_beta<false>(s, kp, y.t0, kChunk, y.hv, j - 1, y.tid);
@@ -1182,7 +1195,7 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
       // dO's last readers are done (both side warpgroups' dP and dq: ChainFull counts every side
       // thread; the column roles' P^T dO before PFree): the next chunk's dO
       SideHere const x = side_here(s, j);
-      if (j > 0) load_dout(s, kp, x.t0 - kChunk, x.hv, x.tid);
+      if (j > 0) load_dout<kHeadDim>(s, kp, x.t0 - kChunk, x.hv, 0, x.tid);
       bf16 const* const m = s.r;
       float dk[kStateHalf / 2];
       if constexpr (kChannel) {  // dkg = Zs h^T -> p.dkg
@@ -1263,12 +1276,17 @@ __device__ __forceinline__ void side_role(SharedStorage<Decay>& s, KernelParams 
   }
 }
 
-// The walk and the dS-walk: a 1-D grid of N x HV CTAs (walk_of_block). The chunk pass: a 1-D
-// grid of num_slots x HV CTAs, value heads fastest, each the walk of one chunk (its span: the
-// chunk alone, slot0 its slot); the slots that hold no chunk exit at once.
-template <class Decay, Form kForm>
+// The walk and the dS-walk: a 1-D grid of N x HV x kSlices CTAs (walk_slice_of_block), kSlices 1
+// (a CTA per walk, all of dS's columns) or, for the dS-walk alone, kSlicesOfH (a CTA per 64 of
+// dS's columns: the split dS-walk, launch.cu says when). The chunk pass: a 1-D grid of
+// num_slots x HV CTAs, value heads fastest, each the walk of one chunk (its span: the chunk alone,
+// slot0 its slot); the slots that hold no chunk exit at once.
+template <class Decay, Form kForm, int kSlices>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_a_bwd_kernel(__grid_constant__ KernelParams const kp) {
+  static_assert(kSlices == 1 || kForm == Form::kDsWalk,
+                "only the dS-walk splits by dS's columns (the walk's and the chunk pass's other "
+                "products reduce over V)");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<Decay>*>(smem_raw);
@@ -1284,6 +1302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   WalkRef walk;
   WalkSpan span;
+  int col0 = 0;  // the CTA's first column of dS
   if constexpr (kForm == Form::kChunkPass) {
     // value heads fastest: a q/k head's value heads of one slot hold adjacent tickets in
     // ascending order, and each waits only on the one before (a lower ticket)
@@ -1296,7 +1315,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     span.seq_len = c.len;
     span.slot0 = slot;
   } else {
-    walk = walk_of_block(p.problem, order);
+    WalkSlice const slice = walk_slice_of_block<kSlices>(p.problem, order);
+    walk = slice.walk;
+    col0 = slice.c0;
     span = walk_span(p.problem, walk);
   }
   if (threadIdx.x == 0) {
@@ -1315,8 +1336,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     __syncthreads();
   }
-  run_roles<kColumnRegs, kSideRegs>([&](int wg) { column_role<Decay, kForm>(s, p, wg); },
-                                    [&] { side_role<Decay, kForm>(s, kp); });
+  run_roles<kColumnRegs, kSideRegs>(
+      [&](int wg) { column_role<Decay, kForm, kSlices>(s, p, wg, col0); },
+      [&] { side_role<Decay, kForm, kSlices>(s, kp, col0); });
 #endif
 }
 
