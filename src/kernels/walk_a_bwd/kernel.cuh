@@ -792,6 +792,7 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
 template <int kCols, class S>
 __device__ __forceinline__ void load_dout(S& s, KernelParams const& kp, int64_t t0, int hv,
                                           int col0, int tid) {
+  static_assert(kCols % 64 == 0, "dO comes in boxes of 64 columns (col0 a multiple of 64)");
   if (tid != 0) return;
   uint64_t* const bar = &s.landed[kDoutLanded];
   mbarrier_arrive_expect_tx(bar, kChunk * kCols * 2);
