@@ -181,6 +181,19 @@ std::vector<Case> cases() {
 int whole_sms(Problem const& pr) { return pr.N * pr.HV; }
 int split_sms(Problem const& pr) { return fwd::kSplitSlices * pr.N * pr.HV; }
 
+// The case's gate in g's shape for Decay: the problem's own for a scalar decay, one drawn per
+// channel (KDA's shape) for a gated one.
+template <class Decay>
+std::vector<float> gate_for(Case const& c, Problem const& pr, std::mt19937& rng) {
+  if constexpr (Decay::kGatedKkt) {
+    cake::kda_emu_testing::KdaCase const kc{c, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)};
+    std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+    return cake::gdn_testing::to_f32(g);
+  } else {
+    return pr.g32;
+  }
+}
+
 template <class Decay>
 void expect_split_matches_whole(char const* decay) {
   unsigned const seed = std::random_device{}();
@@ -190,13 +203,7 @@ void expect_split_matches_whole(char const* decay) {
     Problem const pr = cake::gdn_testing::make_problem(c, rng);
     ASSERT_FALSE(fwd::split_walks(int64_t{pr.N} * pr.HV, whole_sms(pr)));
     ASSERT_TRUE(fwd::split_walks(int64_t{pr.N} * pr.HV, split_sms(pr)));
-    std::vector<float> g32 = pr.g32;
-    if constexpr (Decay::kGatedKkt) {  // a gate per channel: KDA's shape of g
-      cake::kda_emu_testing::KdaCase const kc{c, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)};
-      std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
-      g32 = cake::gdn_testing::to_f32(g);
-    }
-    Operands const x = run_kkt_solve<Decay>(pr, g32);
+    Operands const x = run_kkt_solve<Decay>(pr, gate_for<Decay>(c, pr, rng));
     for (Use use : {Use::kForward, Use::kSaved, Use::kHWalk}) {
       Outputs const whole = run_walk<Decay>(pr, x, c.states, use, whole_sms(pr));
       Outputs const split = run_walk<Decay>(pr, x, c.states, use, split_sms(pr));
@@ -282,13 +289,7 @@ void expect_split_ds_walk_matches_whole(char const* decay) {
     Problem const pr = cake::gdn_testing::make_problem(c, rng);
     ASSERT_FALSE(fwd::split_walks(int64_t{pr.N} * pr.HV, whole_sms(pr)));
     ASSERT_TRUE(fwd::split_walks(int64_t{pr.N} * pr.HV, split_sms(pr)));
-    std::vector<float> g32 = pr.g32;
-    if constexpr (Decay::kGatedKkt) {  // a gate per channel: KDA's shape of g
-      cake::kda_emu_testing::KdaCase const kc{c, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)};
-      std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
-      g32 = cake::gdn_testing::to_f32(g);
-    }
-    Operands const x = run_kkt_solve<Decay>(pr, g32);
+    Operands const x = run_kkt_solve<Decay>(pr, gate_for<Decay>(c, pr, rng));
     DsOutputs const whole = run_ds_walk<Decay>(pr, x, c.states, whole_sms(pr));
     DsOutputs const split = run_ds_walk<Decay>(pr, x, c.states, split_sms(pr));
     int states = 0;

@@ -1,3 +1,4 @@
+#include "kernels/common/device_sms.hpp"
 #include "kernels/walk_a_bwd/kernel.cuh"
 #include "kernels/walk_a_bwd/launch.hpp"
 #include "kernels/walk_a_bwd/maps.hpp"
@@ -66,13 +67,8 @@ cudaError_t launch_ds_walk(Params const& params, cudaStream_t stream) {
   // their number fits the SMs of the current device, an attribute: no sync), for its reason: the
   // step is a chain of products on the columns, at N = 32 a warpgroup in place of 64, on SMs that
   // were idle. A walk's two CTAs (blocks 2w, 2w + 1) each store their 64 columns of ds_end and dh0.
-  int device = 0;
   int num_sms = 0;
-  if (cudaError_t const err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (cudaError_t const err =
-          cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
-      err != cudaSuccess)
-    return err;
+  if (cudaError_t const err = current_sm_count(&num_sms); err != cudaSuccess) return err;
   int64_t const num_walks = int64_t{pr.num_seqs} * pr.num_v_heads;
   bool const beside = params.h_ready != nullptr;
   if (walk_a_fwd::split_walks(num_walks, num_sms))

@@ -1,3 +1,4 @@
+#include "kernels/common/device_sms.hpp"
 #include "kernels/walk_a_fwd/launch.hpp"
 #include "kernels/walk_a_fwd/maps.hpp"
 #include "kernels/walk_a_fwd/roles.cuh"
@@ -16,13 +17,8 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   roles::RolesParams rp{params, {}, {}, {}, {}, {}, {}, {}};
   if (cudaError_t const err = encode_maps<Decay>(rp); err != cudaSuccess) return err;
   // The SMs of the current device (an attribute: no sync), for split.hpp's rule
-  int device = 0;
   int num_sms = 0;
-  if (cudaError_t const err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (cudaError_t const err =
-          cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
-      err != cudaSuccess)
-    return err;
+  if (cudaError_t const err = current_sm_count(&num_sms); err != cudaSuccess) return err;
   int64_t const num_walks = int64_t{pr.num_seqs} * pr.num_v_heads;
   bool const split = split_walks(num_walks, num_sms);
   bool const with_o = params.o != nullptr;
