@@ -47,7 +47,7 @@ _DTYPES = {"float16": (2, 16), "float32": (2, 32), "float64": (2, 64), "bfloat16
            "int32": (0, 32), "int64": (0, 64), "uint8": (1, 8)}
 _CUDA = 2
 _SPAN = 1 << 36  # bytes of address space per FakeCuda: more than any test's tensor reaches
-_addresses = itertools.count(1 << 44, _SPAN)  # 256-aligned, never mapped
+_addresses = itertools.count(1 << 44, _SPAN)  # 256-aligned; nothing reads them
 
 
 class FakeCuda:
