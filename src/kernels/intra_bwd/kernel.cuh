@@ -150,40 +150,61 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
       // walks; rows past the end have zero tile rows, and their loads and writes are skipped.
       int64_t const out0 = (row0 + int64_t{r} * HV) * kHeadDim + ch;
       int64_t const sum_at0 = ((c.t0 + r) * H + h) * kHeadDim + ch;
-      float dqg[R], dkg[R], dkbar[R], dq_before[R], dk_before[R], qv[R], kv[R], e[R];
+      float dqg[R], dkg[R], dkbar[R], dq_before[R] = {}, dk_before[R] = {};
 #pragma unroll
       for (int m = 0; m < R; ++m) {
         bool const valid = r + m < len;
         int64_t const out = out0 + int64_t{m} * HV * kHeadDim;
-        int64_t const sum_at = sum_at0 + m * qk_stride;
         dqg[m] = valid ? p.dqg[out] : 0.f;
         dkg[m] = valid ? p.dkg[out] : 0.f;
         dkbar[m] = valid ? p.dkbar[out] : 0.f;
-        dq_before[m] = valid && gi > 0 ? p.dq[sum_at] : 0.f;
-        dk_before[m] = valid && gi > 0 ? p.dk[sum_at] : 0.f;
+      }
+      // the sums of the heads before (a uniform branch: none for the group's first head, so no
+      // predicated-off address arithmetic is issued there)
+      if (gi > 0) {
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+          int64_t const sum_at = sum_at0 + m * qk_stride;
+          if (r + m < len) {
+            dq_before[m] = p.dq[sum_at];
+            dk_before[m] = p.dk[sum_at];
+          }
+        }
+      }
+      // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r; r is a multiple of
+      // four, so j comes in aligned quads j0 .. j0 + 3, each read as one float4 of dQK and one of
+      // dL per row (a quarter of the loads of one per step); the sums take j in descending order
+      float aq[R] = {}, ak[R] = {};
+      float run = 1.f;
+#pragma unroll 1  // one quad a trip: 128 registers hold no more
+      for (int j0 = r - 4; j0 >= 0; j0 -= 4) {
+        float kj[4];
+#pragma unroll
+        for (int l = 3; l >= 0; --l) {
+          run *= s.d[at(j0 + l + 1)];
+          kj[l] = __bfloat162float(s.k[(j0 + l) * kLdBf16 + ch]) * run;
+        }
+#pragma unroll
+        for (int m = 0; m < R; ++m) {
+          float4 const dqk = *reinterpret_cast<float4 const*>(&s.dqk[(r + m) * kLd64 + j0]);
+          float4 const dl = *reinterpret_cast<float4 const*>(&s.dl[(r + m) * kLd64 + j0]);
+          aq[m] += dqk.w * kj[3];
+          ak[m] += dl.w * kj[3];
+          aq[m] += dqk.z * kj[2];
+          ak[m] += dl.z * kj[2];
+          aq[m] += dqk.y * kj[1];
+          ak[m] += dl.y * kj[1];
+          aq[m] += dqk.x * kj[0];
+          ak[m] += dl.x * kj[0];
+        }
+      }
+      // the group's own rows, read after the row side's walk (fewer registers live through it)
+      float qv[R], kv[R], e[R];
+#pragma unroll
+      for (int m = 0; m < R; ++m) {
         qv[m] = __bfloat162float(s.q[(r + m) * kLdBf16 + ch]);
         kv[m] = __bfloat162float(s.k[(r + m) * kLdBf16 + ch]);
         e[m] = s.d[at(r + m)];
-      }
-      // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r; r is even, so j comes
-      // in aligned pairs j0, j0 + 1, each read as one float2 of dQK and one of dL per row (half
-      // the loads of one per step)
-      float aq[R] = {}, ak[R] = {};
-      float run = 1.f;
-      for (int j0 = r - 2; j0 >= 0; j0 -= 2) {
-        run *= s.d[at(j0 + 2)];
-        float const k1 = __bfloat162float(s.k[(j0 + 1) * kLdBf16 + ch]) * run;
-        run *= s.d[at(j0 + 1)];
-        float const k0 = __bfloat162float(s.k[j0 * kLdBf16 + ch]) * run;
-#pragma unroll
-        for (int m = 0; m < R; ++m) {
-          float2 const dqk = *reinterpret_cast<float2 const*>(&s.dqk[(r + m) * kLd64 + j0]);
-          float2 const dl = *reinterpret_cast<float2 const*>(&s.dl[(r + m) * kLd64 + j0]);
-          aq[m] += dqk.y * k1;
-          ak[m] += dl.y * k1;
-          aq[m] += dqk.x * k0;
-          ak[m] += dl.x * k0;
-        }
       }
       // the pairs (r + m, r + l), l < m, then the factors e_{l+1}
 #pragma unroll
