@@ -176,6 +176,12 @@ template <int kPending>
 void cp_async_wait() {
   emu::cp_async_wait_group(kPending);
 }
+// An L2 prefetch moves nothing the emulator models; it reads the byte, so that an address outside
+// the buffers is at least touched here.
+inline void prefetch_l2(void const* p) {
+  volatile unsigned char sink = *static_cast<unsigned char const*>(p);
+  (void)sink;
+}
 
 namespace emu_detail {
 struct Frag4 {

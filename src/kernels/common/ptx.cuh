@@ -77,6 +77,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Starts bringing the 128-byte line of global memory that holds p into L2: a hint with nothing to
+// wait for, for data that a CTA expected to start later will load.
+__device__ __forceinline__ void prefetch_l2(void const* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p) : "memory");
+}
+
 // Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
 // l / 8. Without .trans thread t gets (row t / 4, columns 2 (t % 4) + {0, 1}) of each matrix;
 // with .trans it gets (rows 2 (t % 4) + {0, 1}, column t / 4).

@@ -35,6 +35,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/problem.hpp"
+#include "kernels/common/ptx.cuh"
 #include "kernels/common/tile.cuh"
 #include "kernels/intra_bwd/params.hpp"
 #include "kernels/kkt_solve/channel_kkt.cuh"
@@ -62,6 +63,10 @@ struct SharedStorage {
   float dbeta_walk[kChunk];
   float dbeta_part[kChunk * kHeadDim / 32];  // [64 x 4] k o ak (before beta) summed per warp
   float tail[kPhases * kHeadDim];  // the sum of dkbar o k o ebar over rows, per phase
+  // the chunk of the CTA p.prefetch_ahead places on: first token, length (0: none), q/k head
+  int64_t ahead_t0;
+  int ahead_len;
+  int ahead_h;
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "intra_bwd shared memory exceeds 227 KB");
 
@@ -132,6 +137,21 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         to[1] = *reinterpret_cast<float4 const*>(&bk8[4]);
       }
     }
+    // The CTA p.prefetch_ahead places further in launch order (x fastest) starts about when this
+    // one ends; the last warp finds its chunk beside the cumsum (after its share of beta o k),
+    // and the threads bring its tiles into L2 in their last row group (prefetch_l2), so that its
+    // loads above wait on L2, not on DRAM. The fields are read after the barrier below.
+    if (gi == 0 && tid / 32 == kWarps - 1) {
+      int64_t const ahead = blockIdx.x + int64_t{blockIdx.y} * gridDim.x + p.prefetch_ahead;
+      ChunkRef ca;
+      bool const has = p.prefetch_ahead > 0 && ahead < int64_t{gridDim.x} * gridDim.y &&
+                       find_chunk(p.problem, ahead % gridDim.x, ca);
+      if (tid % 32 == 0) {
+        s.ahead_t0 = has ? ca.t0 : 0;
+        s.ahead_len = has ? ca.len : 0;
+        s.ahead_h = static_cast<int>(ahead / gridDim.x);
+      }
+    }
     __syncthreads();
 
 
@@ -169,6 +189,35 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
             dq_before[m] = p.dq[sum_at];
             dk_before[m] = p.dk[sum_at];
           }
+        }
+      }
+      // the last row group of the last value head: one row of the CTA ahead's q, k, g, dQK or
+      // dL tile per thread (its first value head's; a warp's lanes take one tile), a prefetch per
+      // 128-byte line
+      if (gi == group - 1 && r + R * kPhases >= len && tid < 5 * kChunk &&
+          tid % kChunk < s.ahead_len) {
+        int64_t const t = s.ahead_t0 + tid % kChunk;
+        int64_t const qk_row = (t * H + s.ahead_h) * kHeadDim;
+        int64_t const hv_row = t * HV + int64_t{s.ahead_h} * group;
+        auto const lines = [](auto const* row, int n) {  // the n elements at row
+          int const bytes = n * static_cast<int>(sizeof(*row));
+          for (int b = 0; b < bytes; b += 128) prefetch_l2(reinterpret_cast<char const*>(row) + b);
+        };
+        switch (tid / kChunk) {  // the same for a warp's lanes
+          case 0:
+            lines(p.q + qk_row, kHeadDim);
+            break;
+          case 1:
+            lines(p.k + qk_row, kHeadDim);
+            break;
+          case 2:
+            lines(p.g + hv_row * kHeadDim, kHeadDim);
+            break;
+          case 3:
+            lines(p.dqk + hv_row * kChunk, kChunk);
+            break;
+          default:
+            lines(p.dl + hv_row * kChunk, kChunk);
         }
       }
       // row side: j = r - 1 down to 0, run = Gamma_rj = d_{j+1} ... d_r; r is a multiple of
