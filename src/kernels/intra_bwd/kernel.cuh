@@ -264,33 +264,48 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
           ak[m] = e[l + 1] * (ak[m] + s.dl[(r + m) * kLd64 + r + l] * kv[l]);
         }
       }
-      // dbeta's sum over this warp's 32 channels of k o ak (before beta), a butterfly (fixed
-      // order); rows past the end have ak = 0
+      // dbeta's sum over this warp's 32 channels of k o ak (before beta) for the group's four
+      // rows at once, in a fixed order: the lanes trade halves of their rows (xor 16: the lanes
+      // with bit 4 set keep rows 2, 3, the others rows 0, 1; xor 8: one row each by bit 3), then
+      // a butterfly over the other three bits; lane 8 m ends with row m's sum. Six shuffles for
+      // the four rows, not twenty. Rows past the end have ak = 0.
       if (p.dbeta != nullptr) {
+        static_assert(R == 4, "the dbeta reduction trades four rows");
+        int const lane = tid % 32;
+        float v[R];
 #pragma unroll
-        for (int m = 0; m < R; ++m) {
-          float part = kv[m] * ak[m];
+        for (int m = 0; m < R; ++m) v[m] = kv[m] * ak[m];
+        bool const hi16 = lane & 16, hi8 = lane & 8;
+        float const a = (hi16 ? v[2] : v[0]) + __shfl_xor_sync(0xffffffffu, hi16 ? v[0] : v[2], 16);
+        float const b = (hi16 ? v[3] : v[1]) + __shfl_xor_sync(0xffffffffu, hi16 ? v[1] : v[3], 16);
+        float part = (hi8 ? b : a) + __shfl_xor_sync(0xffffffffu, hi8 ? a : b, 8);
 #pragma unroll
-          for (int d = 16; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, part, d);
-          if (tid % 32 == 0) s.dbeta_part[(r + m) * (kHeadDim / 32) + ch / 32] = part;
-        }
+        for (int d = 4; d > 0; d /= 2) part += __shfl_xor_sync(0xffffffffu, part, d);
+        if (lane % 8 == 0) s.dbeta_part[(r + lane / 8) * (kHeadDim / 32) + ch / 32] = part;
       }
 #pragma unroll
       for (int m = 0; m < R; ++m) ak[m] *= s.beta[r + m];
-      // column side: i = r + R up to the end, run = Gamma_{i,r+R-1} = d_{r+R} ... d_i
+      // column side: i = r + R up to the end, run = Gamma_{i,r+R-1} = d_{r+R} ... d_i; q_i and
+      // beta_i k_i scaled by run once a step, as the row side scales k_j (two products a step and
+      // two fused sums a column, not four products and eight fused ones), four steps a trip
       static_assert(R == 4, "the column side reads the group's four columns as one float4");
       float ac[R] = {};
       run = 1.f;
+#pragma unroll 4
       for (int i = r + R; i < len; ++i) {
         run *= s.d[at(i)];
-        float const qi = __bfloat162float(s.q[i * kLdBf16 + ch]);
-        float const bki = s.bk[at(i)];
+        float const qr = __bfloat162float(s.q[i * kLdBf16 + ch]) * run;
+        float const bkr = s.bk[at(i)] * run;
         float4 const dqk = *reinterpret_cast<float4 const*>(&s.dqk[i * kLd64 + r]);
         float4 const dl = *reinterpret_cast<float4 const*>(&s.dl[i * kLd64 + r]);
-        ac[0] += (dqk.x * qi + dl.x * bki) * run;
-        ac[1] += (dqk.y * qi + dl.y * bki) * run;
-        ac[2] += (dqk.z * qi + dl.z * bki) * run;
-        ac[3] += (dqk.w * qi + dl.w * bki) * run;
+        ac[0] += dqk.x * qr;
+        ac[1] += dqk.y * qr;
+        ac[2] += dqk.z * qr;
+        ac[3] += dqk.w * qr;
+        ac[0] += dl.x * bkr;
+        ac[1] += dl.y * bkr;
+        ac[2] += dl.z * bkr;
+        ac[3] += dl.w * bkr;
       }
       // the pairs (r + l, r + m), l > m, then the factors e_l
 #pragma unroll
