@@ -97,10 +97,11 @@ template cudaError_t launch<ChannelDecay>(Params const&, cudaStream_t);
 
 namespace cake::kernels::intra_bwd {
 alignas(16) char smem_raw[sizeof(SharedStorage)];
-cudaError_t launch(Params const& params, cudaStream_t) {
-  Params p = params;
-  p.prefetch_ahead = 3;  // a few CTAs, so that the prefetch's addressing runs here too
-  emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_qk_heads)}, Dim3{kThreads}, smem_raw,
+cudaError_t launch(Params const& p, cudaStream_t) {
+  // three CTAs (the GPU's launch: one per SM), so that each walks several items
+  int64_t const items = int64_t{p.problem.num_slots} * p.problem.num_qk_heads;
+  if (items == 0) return cudaSuccess;
+  emu::launch(Dim3{u(std::min<int64_t>(items, 3))}, Dim3{kThreads}, smem_raw,
               [&] { intra_bwd_kernel(p); });
   return cudaSuccess;
 }

@@ -1,5 +1,5 @@
-// The KDA intra pass (ChannelDecay's backward, after the reverse walk): one CTA per (chunk, q/k
-// head) forms, for each value head of the group in turn, the adjoints of the chunk's gated
+// The KDA intra pass (ChannelDecay's backward, after the reverse walk): for each (chunk, q/k head)
+// item, and each value head of the group in turn, it forms the adjoints of the chunk's gated
 // products and finishes dq, dk, dg and dbeta, as the FP64 model's intra_backward
 // (ref/kda_walk_model.hpp). With M = diag(beta) dL, d_t = e^{g_t} per channel and
 // Gamma_ij = e^{G_i - G_j} = d_{j+1} ... d_i (i >= j):
@@ -29,7 +29,11 @@
 // 32 channels of one row, so dQK and dL are read as broadcasts. fp32 throughout, in fixed orders
 // (deterministic); dq and dk summed over the group's value heads in ascending order as they come
 // (each thread adds to the sums it stored for the heads before), so q and k are loaded once per
-// group and no terms per value head are written.
+// group and no terms per value head are written. One CTA per SM walks its share of the items,
+// step by step (an item's value heads, then its next item): a step's tile loads start once the
+// walks of the step before are done, so that their latency overlaps that step's dbeta and dg
+// (and, prefetched into L2 during the walks, is L2's), with no CTA launch or chunk lookup
+// between items.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,6 +53,13 @@ inline constexpr int kPhases = kThreads / kHeadDim;
 inline constexpr int kGroupRows = 4;  // rows that share one walk
 using kkt_solve::kLdGate;
 
+// A unit of work: one chunk (slot) and one q/k head, item u = slot + num_slots h.
+struct Item {
+  int64_t u;
+  ChunkRef c;
+  int h;
+};
+
 // About 208 KB: one CTA per SM.
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128] (zero past the end)
@@ -62,11 +73,9 @@ struct SharedStorage {
   float beta[kChunk];
   float dbeta_walk[kChunk];
   float dbeta_part[kChunk * kHeadDim / 32];  // [64 x 4] k o ak (before beta) summed per warp
-  float tail[kPhases * kHeadDim];  // the sum of dkbar o k o ebar over rows, per phase
-  // the chunk of the CTA p.prefetch_ahead places on: first token, length (0: none), q/k head
-  int64_t ahead_t0;
-  int ahead_len;
-  int ahead_h;
+  float tail[kPhases * kHeadDim];            // the sum of dkbar o k o ebar over rows, per phase
+  Item cur;   // this step's item, for after the walks (no registers held through them)
+  Item next;  // this CTA's next item (next.c.len 0: none)
 };
 static_assert(sizeof(SharedStorage) <= 227 * 1024, "intra_bwd shared memory exceeds 227 KB");
 
@@ -74,38 +83,70 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage*>(smem_raw);
-  ChunkRef c;
-  if (!find_chunk(p.problem, blockIdx.x, c)) return;
-  int const h = blockIdx.y;
   int const HV = p.problem.num_v_heads;
   int const H = p.problem.num_qk_heads;
   int const group = p.problem.group_size();
-  int const len = c.len;
+  int const num_slots = p.problem.num_slots;
   int const tid = threadIdx.x;
   int64_t const qk_stride = int64_t{H} * kHeadDim;
   int64_t const key_stride = int64_t{HV} * kHeadDim;
 
-  // q and k once for the group's value heads
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                              qk_stride, len);
-  for (int gi = 0; gi < group; ++gi) {
+  // The CTA's items are blockIdx.x + k gridDim.x (one CTA per SM, items of about the same cost);
+  // find_item(u) finds the first of them from u on whose slot holds a chunk. Every lane of a warp
+  // calls it (find_chunk).
+  auto const find_item = [&](int64_t u, Item& it) {
+    for (; u < int64_t{num_slots} * H; u += gridDim.x)
+      if (find_chunk(p.problem, u % num_slots, it.c)) {
+        it.u = u;
+        it.h = static_cast<int>(u / num_slots);
+        return true;
+      }
+    return false;
+  };
+  // A (value head, item) step's tiles: q and k with the item's first value head, then g, dQK and
+  // dL of value head hv, into the tiles whose last readers were the previous step's walks.
+  auto const load_tiles = [&](ChunkRef const& c, int h, int hv, bool with_qk) {
+    if (with_qk) {
+      load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
+                                                  qk_stride, c.len);
+      load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
+                                                  qk_stride, c.len);
+    }
+    int64_t const row0 = c.t0 * HV + hv;
+    load_tile_async<kChunk, kHeadDim, kThreads>(s.d, kLdGate, p.g + row0 * kHeadDim, key_stride,
+                                                c.len);
+    load_tile_async<kChunk, kChunk, kThreads>(s.dqk, kLd64, p.dqk + row0 * kChunk,
+                                              int64_t{HV} * kChunk, c.len);
+    load_tile_async<kChunk, kChunk, kThreads>(s.dl, kLd64, p.dl + row0 * kChunk,
+                                              int64_t{HV} * kChunk, c.len);
+    cp_async_commit();
+  };
+  // beta_t (thread t < 64) and dbeta_walk_t (thread 128 + t, its reader below) of value head hv
+  auto const beta_at = [&](ChunkRef const& c, int hv) {
+    int const t = tid % kChunk;
+    if (t >= c.len) return 0.f;
+    int64_t const at = (c.t0 + t) * HV + hv;
+    if (tid < kChunk) return load_scalar(p.beta, at, p.beta_is_bf16);
+    return tid / kChunk == 2 && p.dbeta != nullptr ? p.dbeta_walk[at] : 0.f;
+  };
+
+  Item it;
+  if (!find_item(blockIdx.x, it)) return;
+  int gi = 0;
+  load_tiles(it.c, it.h, it.h * group, true);
+  {
+    float const b = beta_at(it.c, it.h * group);
+    if (tid < kChunk)
+      s.beta[tid] = b;
+    else if (tid / kChunk == 2)
+      s.dbeta_walk[tid % kChunk] = b;
+  }
+  for (;;) {
+    ChunkRef const c = it.c;
+    int const h = it.h;
+    int const len = c.len;
     int const hv = h * group + gi;
     int64_t const row0 = c.t0 * HV + hv;  // [BT, HV] row of the chunk's first token
-    // the previous value head's readers of the tiles, beta, dbeta_part and tail are done
-    if (gi > 0) __syncthreads();
-    load_tile_async<kChunk, kHeadDim, kThreads>(s.d, kLdGate, p.g + row0 * kHeadDim, key_stride,
-                                                len);
-    load_tile_async<kChunk, kChunk, kThreads>(s.dqk, kLd64, p.dqk + row0 * kChunk,
-                                              int64_t{HV} * kChunk, len);
-    load_tile_async<kChunk, kChunk, kThreads>(s.dl, kLd64, p.dl + row0 * kChunk,
-                                              int64_t{HV} * kChunk, len);
-    cp_async_commit();
-    if (tid < kChunk)
-      s.beta[tid] = tid < len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
-    else if (tid < 2 * kChunk && tid - kChunk < len && p.dbeta != nullptr)
-      s.dbeta_walk[tid - kChunk] = p.dbeta_walk[row0 + int64_t{tid - kChunk} * HV];
     cp_async_wait<0>();
     __syncthreads();
 
@@ -137,21 +178,19 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         to[1] = *reinterpret_cast<float4 const*>(&bk8[4]);
       }
     }
-    // The CTA p.prefetch_ahead places further in launch order (x fastest) starts about when this
-    // one ends; the last warp finds its chunk beside the cumsum (after its share of beta o k),
-    // and the threads bring its tiles into L2 in their last row group (prefetch_l2), so that its
-    // loads above wait on L2, not on DRAM. The fields are read after the barrier below.
+    // The CTA's next item: the last warp finds it beside the cumsum (after its share of beta o
+    // k); the threads bring its tiles into L2 in their last row group of the item's last value
+    // head (prefetch_l2), and its loads start once the walks are done. Read after the barriers
+    // below.
     if (gi == 0 && tid / 32 == kWarps - 1) {
-      int64_t const ahead = blockIdx.x + int64_t{blockIdx.y} * gridDim.x + p.prefetch_ahead;
-      ChunkRef ca;
-      bool const has = p.prefetch_ahead > 0 && ahead < int64_t{gridDim.x} * gridDim.y &&
-                       find_chunk(p.problem, ahead % gridDim.x, ca);
+      Item nx{};
+      bool const has = find_item(it.u + gridDim.x, nx);
       if (tid % 32 == 0) {
-        s.ahead_t0 = has ? ca.t0 : 0;
-        s.ahead_len = has ? ca.len : 0;
-        s.ahead_h = static_cast<int>(ahead / gridDim.x);
+        s.next = nx;
+        if (!has) s.next.c.len = 0;
       }
     }
+    if (tid == kThreads - 1) s.cur = it;
     __syncthreads();
 
 
@@ -191,14 +230,14 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
           }
         }
       }
-      // the last row group of the last value head: one row of the CTA ahead's q, k, g, dQK or
+      // the last row group of the last value head: one row of the next item's q, k, g, dQK or
       // dL tile per thread (its first value head's; a warp's lanes take one tile), a prefetch per
       // 128-byte line
       if (gi == group - 1 && r + R * kPhases >= len && tid < 5 * kChunk &&
-          tid % kChunk < s.ahead_len) {
-        int64_t const t = s.ahead_t0 + tid % kChunk;
-        int64_t const qk_row = (t * H + s.ahead_h) * kHeadDim;
-        int64_t const hv_row = t * HV + int64_t{s.ahead_h} * group;
+          tid % kChunk < s.next.c.len) {
+        int64_t const t = s.next.c.t0 + tid % kChunk;
+        int64_t const qk_row = (t * H + s.next.h) * kHeadDim;
+        int64_t const hv_row = t * HV + int64_t{s.next.h} * group;
         auto const lines = [](auto const* row, int n) {  // the n elements at row
           int const bytes = n * static_cast<int>(sizeof(*row));
           for (int b = 0; b < bytes; b += 128) prefetch_l2(reinterpret_cast<char const*>(row) + b);
@@ -336,7 +375,20 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
       }
     }
     s.tail[phase * kHeadDim + ch] = tail;
-    __syncthreads();  // dG, the tails and dbeta's parts visible
+    __syncthreads();  // dG, the tails and dbeta's parts visible; the tiles free
+
+    // The next step (the item's next value head, or the next item) starts its loads now, beside
+    // this step's dbeta and dg: its tiles land while they run. Its beta and dbeta_walk go to
+    // shared memory once this step's readers of them are done (below).
+    bool const last_head = gi + 1 == group;
+    Item const nx = last_head ? s.next : s.cur;
+    bool const more = !last_head || nx.c.len > 0;
+    int const next_gi = last_head ? 0 : gi + 1;
+    float beta_next = 0.f;
+    if (more) {
+      load_tiles(nx.c, nx.h, nx.h * group + next_gi, last_head);
+      beta_next = beta_at(nx.c, nx.h * group + next_gi);
+    }
 
     // dbeta_r = dbeta_walk_r + the four warps' parts in order, by threads 128 + r (beside the
     // cumsum below)
@@ -352,10 +404,12 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
       else
         static_cast<float*>(p.dbeta)[at] = sum;
     }
+    if (more && tid / kChunk == 2) s.dbeta_walk[tid % kChunk] = beta_next;
 
     // dg = reverse cumsum of dG, the last row's terms through G_last first
     if (tid < kHeadDim && p.dg != nullptr) {
-      float const dgamma = p.dgamma[(blockIdx.x * int64_t{HV} + hv) * kHeadDim + tid];
+      int64_t const slot = s.cur.u % num_slots;
+      float const dgamma = p.dgamma[(slot * HV + hv) * kHeadDim + tid];
       float acc = __expf(g_last) * dgamma;
       for (int ph = 0; ph < kPhases; ++ph) acc += s.tail[ph * kHeadDim + tid];
       for (int r = len - 1; r >= 0; --r) {
@@ -363,6 +417,10 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         p.dg[(row0 + int64_t{r} * HV) * kHeadDim + tid] = acc;
       }
     }
+    if (!more) break;
+    if (tid < kChunk) s.beta[tid] = beta_next;
+    it = nx;
+    gi = next_gi;
   }
 #endif
 }

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "kernels/intra_bwd/kernel.cuh"
 #include "kernels/intra_bwd/launch.hpp"
 
@@ -12,11 +14,11 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return err;
-  Params p = params;
-  p.prefetch_ahead = sms;  // one CTA per SM (SharedStorage)
-  dim3 const grid(static_cast<unsigned>(params.problem.num_slots),
-                  static_cast<unsigned>(params.problem.num_qk_heads));
-  intra_bwd_kernel<<<grid, kThreads, smem, stream>>>(p);
+  // one CTA per SM (SharedStorage), each walking its share of the items
+  int64_t const items = int64_t{params.problem.num_slots} * params.problem.num_qk_heads;
+  if (items == 0) return cudaSuccess;
+  dim3 const grid(static_cast<unsigned>(std::min<int64_t>(items, sms)));
+  intra_bwd_kernel<<<grid, kThreads, smem, stream>>>(params);
   return cudaGetLastError();
 }
 

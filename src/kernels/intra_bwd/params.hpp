@@ -29,10 +29,6 @@ struct Params {
   void* dbeta = nullptr;              // [BT, HV]     out or nullptr: fp32, or bf16 when
                                       //              dbeta_is_bf16
   bool dbeta_is_bf16 = false;
-  // Set by launch: the CTA this many places further in launch order has its first value head's
-  // tiles prefetched into L2 by this one (the SM count: with one CTA per SM, about the CTA that
-  // starts when this one ends); 0: none.
-  int prefetch_ahead = 0;
 };
 
 }  // namespace cake::kernels::intra_bwd
