@@ -87,8 +87,12 @@ alignas(16) char smem_raw[std::max(sizeof(SharedStorage<ScalarDecay>),
 template <class Decay>
 cudaError_t launch(Params const& p, cudaStream_t) {
   if (!params_valid<Decay>(p)) return cudaErrorInvalidValue;
-  emu::launch(Dim3{u(p.problem.num_slots), u(p.problem.num_qk_heads)}, Dim3{kThreads}, smem_raw,
-              [&] { kkt_solve_kernel<Decay>(p); });
+  Dim3 grid{u(p.problem.num_slots), u(p.problem.num_qk_heads)};
+  if constexpr (Decay::kGatedKkt) {
+    grid = Dim3{u(channel_decay_ctas(p.problem, multiprocessor_count))};
+    if (grid.x == 0) return cudaSuccess;
+  }
+  emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { kkt_solve_kernel<Decay>(p); });
   return cudaSuccess;
 }
 template cudaError_t launch<ScalarDecay>(Params const&, cudaStream_t);

@@ -3,15 +3,19 @@
 // chunk [num_slots, HV, K] and the gated inverse A = T [BT, HV, 64]; and against FP64 formed here
 // from the reference's G: the output's intra-chunk attention P_ij = s sum_c q_ic k_jc e^{G_ic -
 // G_jc} (i >= j) and the walks' operands qg, kg, kbar. On the cases of kda_emu_testing.hpp, whose
-// gates break a naive e^{G} e^{-G} split. Outputs poisoned (NaN) before each run.
+// gates break a naive e^{G} e^{-G} split. Outputs poisoned (NaN) before each run. And the
+// persistent CTAs (each taking many items, the next head's loads under the solve) against one item
+// per CTA, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "emu/kda_emu_testing.hpp"
+#include "emu/runtime.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "ref/chunk_cumsum.hpp"
 #include "ref/chunk_solve.hpp"
@@ -168,6 +172,82 @@ TEST(EmulatedKdaKktSolve, OutputsMatchTheFp64Reference) {
                              {"qg", pool.qg},
                              {"kg", pool.kg},
                              {"kbar", pool.kbar}});
+  }
+}
+
+// Every output of one launch, as bytes: G's last rows, beta, A, P, qg, kg, kbar (poisoned where
+// the launch does not write).
+std::vector<char> run_bytes(Problem const& pr, std::vector<float> const& g32, bool solves,
+                            bool with_qg) {
+  int64_t const slots = pr.kernel_problem().num_slots;
+  auto glast = poisoned<float>(slots * pr.HV * K);
+  auto beta = poisoned<float>(pr.BT * pr.HV);
+  auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
+  auto aqk = poisoned<bf16>(a.size());
+  auto qg = poisoned<bf16>(g32.size());
+  auto kg = poisoned<bf16>(g32.size());
+  auto kbar = poisoned<bf16>(g32.size());
+  kn::kkt_solve::Params p;
+  p.problem = pr.kernel_problem();
+  p.k = pr.k16.data();
+  p.g = g32.data();
+  p.beta = pr.beta32.data();
+  p.glast = glast.data();
+  p.beta_f32 = beta.data();
+  p.q = pr.q16.data();
+  if (solves) {
+    p.a = a.data();
+    p.aqk = aqk.data();
+  }
+  if (with_qg) p.qg = qg.data();
+  p.kg = kg.data();
+  p.kbar = kbar.data();
+  EXPECT_EQ(kn::kkt_solve::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+  std::vector<char> out;
+  auto const add = [&](auto const& v) {
+    char const* const at = reinterpret_cast<char const*>(v.data());
+    out.insert(out.end(), at, at + v.size() * sizeof(v[0]));
+  };
+  add(glast);
+  add(beta);
+  add(a);
+  add(aqk);
+  add(qg);
+  add(kg);
+  add(kbar);
+  return out;
+}
+
+// The launch takes two CTAs per SM, each walking items blockIdx.x, + gridDim.x, ...: with one or
+// three SMs (2 or 6 CTAs) every CTA takes many items, crossing q/k heads and documents, and loads
+// each next head (and item) under the solve of the one before. The outputs must be those of one
+// CTA per item (132 SMs: more CTAs than items here), bit for bit, with and without the solve (the
+// backward of inverse mode forms the walks' operands alone) and without qg.
+TEST(EmulatedKdaKktSolve, PersistentCtasAreBitwiseOneItemPerCta) {
+  std::mt19937 rng(7);
+  std::vector<KdaCase> cases = cake::kda_emu_testing::cases();
+  cases.push_back({{"docs 200,64,1,33 H=2 GVA 3", {200, 64, 1, 33}, 2, 6},
+                   "U(-1,0), -20 on one channel",
+                   cake::kda_emu_testing::one_channel_strong()});
+  // 40 documents: find_chunk's binary search (32 or more), not the warp's one round of loads
+  std::vector<int> docs(40);
+  for (int n = 0; n < 40; ++n) docs[n] = 1 + 37 * n % 90;
+  cases.push_back(
+      {{"40 docs of 1 to 90", docs, 1, 2}, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)});
+  for (KdaCase const& kc : cases) {
+    Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+    std::vector<double> const g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+    std::vector<float> const g32(g.begin(), g.end());
+    for (auto const [solves, with_qg] : {std::pair{true, true}, {false, true}, {true, false}}) {
+      std::vector<char> const one = run_bytes(pr, g32, solves, with_qg);
+      for (int const sms : {1, 3}) {
+        cake::emu::ScopedMultiprocessorCount const count(sms);
+        std::vector<char> const got = run_bytes(pr, g32, solves, with_qg);
+        EXPECT_TRUE(got.size() == one.size() &&
+                    std::memcmp(got.data(), one.data(), one.size()) == 0)
+            << kc.label() << ", " << sms << " SMs, solves " << solves << ", qg " << with_qg;
+      }
+    }
   }
 }
 

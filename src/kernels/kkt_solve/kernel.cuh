@@ -1,6 +1,6 @@
-// The chunk inverse of the delta rule, for the decay policy Decay (common/decay.hpp): one CTA per
-// (chunk, q/k head), for the value heads of its group in turn (grouped value heads share the keys,
-// so K is loaded once for the group).
+// The chunk inverse of the delta rule, for the decay policy Decay (common/decay.hpp): per work item
+// (chunk, q/k head), the value heads of its group in turn (grouped value heads share the keys, so
+// K is loaded once for the group); one CTA per item, or persistent CTAs (ChannelDecay, below).
 //
 // ScalarDecay (GDN), the un-gated inverse (step 1 of docs/design/gdn-hopper-fused-walks.md), with
 // K K^T formed once for the group:
@@ -35,6 +35,13 @@
 //
 //   P_ij = s sum_c q_ic k_jc e^{G_ic - G_jc}   (i >= j)                 [64 x 64]  bf16 out
 //   qg = q o e^G, kg = k o e^G, kbar = k o e^{G_last - G}               [64 x 128] bf16 out
+//
+// ChannelDecay's CTAs are persistent: two per SM, CTA b taking items b, b + gridDim.x, ... So every
+// head's loads (32 KB of g, and 32 KB of K and Q at a new item) run under the solve of the head
+// before, not in the open between heads with only the SM's other CTA to cover them: K, Q and G
+// are read before the solve, which reads S, beta and its own scratch alone, so they are loaded
+// then, the group's next value head's g and beta or, after its last, the next item's K, Q, g and
+// beta. Each head's operations and their order are those of one CTA per item, bit for bit.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -70,6 +77,19 @@ struct SharedStorage<ScalarDecay> {
 static_assert(sizeof(SharedStorage<ScalarDecay>) <= 75 * 1024,
               "kkt_solve must fit three CTAs per SM");
 
+// One work item of the per-channel kernel: the chunk c of slot `slot`, for q/k head h.
+struct Item {
+  ChunkRef c;
+  int slot;  // < num_slots = floor(BT / 64) + N + 1
+  int h;
+};
+
+// The items, numbered as the blocks of a grid of one CTA per item, slots fastest: h num_slots +
+// slot.
+__host__ __device__ __forceinline__ int64_t num_items(Problem const& pr) {
+  return pr.num_slots * pr.num_qk_heads;
+}
+
 // About 108 KB: two CTAs per SM. K (and Q) stay for every value head of the group (each forms its
 // own S and P).
 template <>
@@ -82,12 +102,39 @@ struct SharedStorage<ChannelDecay> {
   float y[kTrilScratch];
   float beta[kChunk];
   unsigned far[kHeadDim / 32];  // bit a: diagonal block a out of reach on one of 32 channels
+  // the CTA's work item, item[cur], and its next one, item[cur ^ 1] (found before its last
+  // head's solve): read where used rather than held in registers (the gated tiles use all 128)
+  Item item[2];
 };
 static_assert(sizeof(SharedStorage<ChannelDecay>) <= 113 * 1024,
               "kkt_solve with a per-channel gate must fit two CTAs per SM");
 
 template <class Decay>
 inline constexpr int kBlocksPerSm = Decay::kGatedKkt ? 2 : 3;
+
+// ChannelDecay's CTAs: as many as fit on the device at once (persistent), each taking the items
+// blockIdx.x, + gridDim.x, ... (fewer when there are fewer items). ScalarDecay's grid is one CTA
+// per item, (num_slots, H).
+inline int64_t channel_decay_ctas(Problem const& pr, int num_sms) {
+  int64_t const resident = int64_t{kBlocksPerSm<ChannelDecay>} * num_sms;
+  return num_items(pr) < resident ? num_items(pr) : resident;
+}
+
+// The first item whose slot holds a chunk from item (slot, h) on (slot may exceed num_slots: it
+// carries into h), in steps of gridDim.x items, into it; false when none is left. In 32-bit
+// arithmetic (a 64-bit division is a call, and its registers spill in kkt_solve). Every thread of
+// a warp calls it with the same item (find_chunk).
+__device__ __forceinline__ bool next_item(Problem const& pr, int slot, int h, Item& it) {
+  int const num_slots = static_cast<int>(pr.num_slots);
+  for (;; slot += gridDim.x) {
+    h += slot / num_slots;
+    slot %= num_slots;
+    if (h >= pr.num_qk_heads) return false;
+    it.slot = slot;
+    it.h = h;
+    if (find_chunk(pr, slot, it.c)) return true;
+  }
+}
 
 // A lower-triangular [64 x 64] tile (fp32 [64][kLd64] in shared memory, its strictly upper part
 // ignored: the solve leaves T's upper 32-block unwritten) -> out [BT, HV, 64] (A or P), rows
@@ -226,30 +273,49 @@ __device__ __forceinline__ void store_walk_operands(Params const& p, __nv_bfloat
 __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
   extern __shared__ __align__(16) char smem_raw[];
   auto& s = *reinterpret_cast<SharedStorage<ChannelDecay>*>(smem_raw);
-  ChunkRef c;
-  if (!find_chunk(p.problem, blockIdx.x, c)) return;
-  int const h = blockIdx.y;
   int const HV = p.problem.num_v_heads;
   int const H = p.problem.num_qk_heads;
   int const group = p.problem.group_size();
-  int const len = c.len;
   int const tid = threadIdx.x;
-
-  load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + (c.t0 * H + h) * kHeadDim,
-                                              int64_t{H} * kHeadDim, len);
   bool const reads_q = p.aqk != nullptr || p.qg != nullptr;  // P, or qg
-  if (reads_q)
-    load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + (c.t0 * H + h) * kHeadDim,
-                                                int64_t{H} * kHeadDim, len);
-  for (int hv = h * group; hv < (h + 1) * group; ++hv) {
-    // g [64 x 128] (zero past the end, so G stays flat there) and beta of this value head; the
-    // previous head read g only before its solve's barriers, and its beta on the same thread
-    int64_t const row0 = c.t0 * HV + hv;
+  bool const solves = p.a != nullptr;
+
+  // The loads of value head hv of item it, issued one head ahead (under the previous head's
+  // solve): K (and Q) when the item changes, and g [64 x 128] (zero past the end, so G stays flat
+  // there), by cp.async; threads 0..63 hold row tid's beta in beta_next (0 past the end) until the
+  // head starts.
+  float beta_next = 0.f;
+  auto const load_head = [&](Item const& it, int hv, bool new_item) {
+    int64_t const row0 = it.c.t0 * HV + hv;
+    if (new_item) {
+      int64_t const qk = (it.c.t0 * H + it.h) * kHeadDim;
+      load_tile_async<kChunk, kHeadDim, kThreads>(s.k, kLdBf16, p.k + qk, int64_t{H} * kHeadDim,
+                                                  it.c.len);
+      if (reads_q)
+        load_tile_async<kChunk, kHeadDim, kThreads>(s.q, kLdBf16, p.q + qk, int64_t{H} * kHeadDim,
+                                                    it.c.len);
+    }
     load_tile_async<kChunk, kHeadDim, kThreads>(s.gcum, kLdGate, p.g + row0 * kHeadDim,
-                                                int64_t{HV} * kHeadDim, len);
+                                                int64_t{HV} * kHeadDim, it.c.len);
     cp_async_commit();
     if (tid < kChunk)
-      s.beta[tid] = tid < len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
+      beta_next =
+          tid < it.c.len ? load_scalar(p.beta, row0 + int64_t{tid} * HV, p.beta_is_bf16) : 0.f;
+  };
+
+  int cur = 0;
+  int hv;
+  {
+    Item first;
+    if (!next_item(p.problem, blockIdx.x, 0, first)) return;
+    if (tid == 0) s.item[0] = first;
+    hv = first.h * group;
+    load_head(first, hv, true);
+  }
+  for (;;) {
+    Item const& it = s.item[cur];
+    // the previous head's solve read beta before its last barrier (its beta_f32 store: this thread)
+    if (tid < kChunk) s.beta[tid] = beta_next;
     cp_async_wait<0>();
     __syncthreads();  // K, g and beta visible
 
@@ -276,13 +342,14 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
       if (tid % 32 == 0) s.far[tid / 32] = far;
     }
     __syncthreads();  // G and the reach votes visible
+    int const len = it.c.len;
+    int64_t const row0 = it.c.t0 * HV + hv;
 
     // S (into shared memory, for the solve) and P (bf16, straight to aqk): block (a, b) of both on
     // one warp (gated_tiles: their shared operand and factors formed once), the 10 blocks over the
     // warps, then the walk operands on the warps with one block fewer. Without a (the backward of
     // inverse mode, whose saved set holds A, P, beta and G's last rows) only the walks' operands:
     // no gated product, no solve.
-    bool const solves = p.a != nullptr;
     unsigned far = 0u;
     for (unsigned const votes : s.far) far |= votes;
     unsigned const tensor_cores = kAllDiagonalBlocks & ~far;
@@ -338,13 +405,32 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
       }
     }
     if (p.glast != nullptr && tid < kHeadDim / 4)  // G's last row -> glast[slot, hv]
-      *reinterpret_cast<float4*>(p.glast + (blockIdx.x * int64_t{HV} + hv) * kHeadDim + 4 * tid) =
+      *reinterpret_cast<float4*>(p.glast + (int64_t{it.slot} * HV + hv) * kHeadDim + 4 * tid) =
           *reinterpret_cast<float4 const*>(s.gcum + (len - 1) * kLdGate + 4 * tid);
-    __syncthreads();  // S visible; without a: G read, the next head's g may overwrite it
-    if (!solves) continue;
-    invert_unit_lower_64(s.s, s.beta, s.t, s.y);
-    if (tid < len && p.beta_f32 != nullptr) p.beta_f32[row0 + int64_t{tid} * HV] = s.beta[tid];
-    store_lower(p.a, s.t, c, hv, HV);
+    __syncthreads();  // S visible; K, Q and G read: the next head's loads may overwrite them
+    int const this_cur = cur;
+    int const this_hv = hv;
+    bool more = true;
+    if (hv + 1 < (it.h + 1) * group) {
+      load_head(it, ++hv, false);
+    } else if (Item next; next_item(p.problem, it.slot + gridDim.x, it.h, next)) {
+      // the CTA's next item (find_chunk reads cu_seqlens, which the CTA has read before); no
+      // thread reads item[cur ^ 1] before the next head's first barrier
+      if (tid == 0) s.item[cur ^ 1] = next;
+      cur ^= 1;
+      hv = next.h * group;
+      load_head(next, hv, true);
+    } else {
+      more = false;
+    }
+    if (solves) {
+      ChunkRef const& c = s.item[this_cur].c;
+      invert_unit_lower_64(s.s, s.beta, s.t, s.y);
+      if (tid < c.len && p.beta_f32 != nullptr)
+        p.beta_f32[c.t0 * HV + this_hv + int64_t{tid} * HV] = s.beta[tid];
+      store_lower(p.a, s.t, c, this_hv, HV);
+    }
+    if (!more) return;
   }
 }
 

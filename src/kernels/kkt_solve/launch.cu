@@ -10,8 +10,19 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kkt_solve_kernel<Decay>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  dim3 const grid(static_cast<unsigned>(params.problem.num_slots),
-                  static_cast<unsigned>(params.problem.num_qk_heads));
+  dim3 grid(static_cast<unsigned>(params.problem.num_slots),
+            static_cast<unsigned>(params.problem.num_qk_heads));
+  if constexpr (Decay::kGatedKkt) {
+    // The SMs of the current device (an attribute: no sync), for the persistent CTAs
+    int device = 0;
+    int num_sms = 0;
+    if (err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+        err != cudaSuccess)
+      return err;
+    grid = dim3(static_cast<unsigned>(channel_decay_ctas(params.problem, num_sms)));
+    if (grid.x == 0) return cudaSuccess;
+  }
   kkt_solve_kernel<Decay><<<grid, kThreads, smem, stream>>>(params);
   return cudaGetLastError();
 }
