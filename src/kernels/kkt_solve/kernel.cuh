@@ -214,11 +214,13 @@ __device__ __forceinline__ void scalar_decay_kkt_solve(Params const& p) {
   }
 }
 
-// The walks' operands of one chunk and value head, rows 0..len-1, four channels per thread and
-// step (8-byte stores, 256 contiguous bytes a warp): qg = q o e^G, kg = k o e^G, kbar = k o
-// e^{G_last - G}, each factor one exponential of a difference <= 0 (never e^{G_last} / e^{G}: that
-// overflows). q, k: bf16 [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV + hv. By the
-// threads from `first` on.
+// The walks' operands of one chunk and value head, rows 0..len-1: qg = q o e^G, kg = k o e^G,
+// kbar = k o e^{G_last - G}, each factor one exponential of a difference <= 0 (never e^{G_last} /
+// e^{G}: that overflows). Per thread and step two groups of four channels, c and c + 64, so that
+// the index and address arithmetic serves eight; per group 8-byte loads and stores, a half-warp's
+// 128 contiguous bytes of a row (16-byte accesses of eight adjacent channels would meet 2-way bank
+// conflicts in G's rows). q, k: bf16 [64][kLdBf16] tiles, G: fp32 [64][kLdGate]; row0 = t0 HV +
+// hv. By the threads from `first` on.
 __device__ __forceinline__ void store_walk_operands(Params const& p, __nv_bfloat16 const* q,
                                                     __nv_bfloat16 const* k, float const* G,
                                                     int64_t row0, int HV, int len, int first) {
@@ -238,34 +240,40 @@ __device__ __forceinline__ void store_walk_operands(Params const& p, __nv_bfloat
   auto const store4 = [](__nv_bfloat16* at, float const(&v)[kVec]) {
     *reinterpret_cast<uint2*>(at) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
   };
-  for (int idx = t; idx < len * (kHeadDim / kVec); idx += kThreads - first) {
-    int const r = idx / (kHeadDim / kVec);
-    int const c = idx % (kHeadDim / kVec) * kVec;
-    float4 const gr4 = *reinterpret_cast<float4 const*>(G + r * kLdGate + c);
-    float const gr[kVec] = {gr4.x, gr4.y, gr4.z, gr4.w};
-    float kr[kVec], e[kVec], out[kVec];
-    load4(k + r * kLdBf16 + c, kr);
+  constexpr int kHalf = kHeadDim / 2;
+  for (int idx = t; idx < len * (kHalf / kVec); idx += kThreads - first) {
+    int const r = idx / (kHalf / kVec);
+    int const c0 = idx % (kHalf / kVec) * kVec;
+    int64_t const at0 = (row0 + int64_t{r} * HV) * kHeadDim + c0;
 #pragma unroll
-    for (int v = 0; v < kVec; ++v) e[v] = __expf(gr[v]);
-    int64_t const at = (row0 + int64_t{r} * HV) * kHeadDim + c;
-    if (p.qg != nullptr) {
-      float qr[kVec];
-      load4(q + r * kLdBf16 + c, qr);
+    for (int half = 0; half < 2; ++half) {
+      int const c = c0 + kHalf * half;
+      int64_t const at = at0 + kHalf * half;
+      float4 const gr4 = *reinterpret_cast<float4 const*>(G + r * kLdGate + c);
+      float const gr[kVec] = {gr4.x, gr4.y, gr4.z, gr4.w};
+      float kr[kVec], e[kVec], out[kVec];
+      load4(k + r * kLdBf16 + c, kr);
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) out[v] = qr[v] * e[v];
-      store4(p.qg + at, out);
-    }
-    if (p.kg != nullptr) {
+      for (int v = 0; v < kVec; ++v) e[v] = __expf(gr[v]);
+      if (p.qg != nullptr) {
+        float qr[kVec];
+        load4(q + r * kLdBf16 + c, qr);
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) out[v] = kr[v] * e[v];
-      store4(p.kg + at, out);
-    }
-    if (p.kbar != nullptr) {
-      float4 const gl4 = *reinterpret_cast<float4 const*>(g_last + c);
-      float const gl[kVec] = {gl4.x, gl4.y, gl4.z, gl4.w};
+        for (int v = 0; v < kVec; ++v) out[v] = qr[v] * e[v];
+        store4(p.qg + at, out);
+      }
+      if (p.kg != nullptr) {
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) out[v] = kr[v] * __expf(gl[v] - gr[v]);
-      store4(p.kbar + at, out);
+        for (int v = 0; v < kVec; ++v) out[v] = kr[v] * e[v];
+        store4(p.kg + at, out);
+      }
+      if (p.kbar != nullptr) {
+        float4 const gl4 = *reinterpret_cast<float4 const*>(g_last + c);
+        float const gl[kVec] = {gl4.x, gl4.y, gl4.z, gl4.w};
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) out[v] = kr[v] * __expf(gl[v] - gr[v]);
+        store4(p.kbar + at, out);
+      }
     }
   }
 }
