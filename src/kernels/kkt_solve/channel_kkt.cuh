@@ -57,21 +57,26 @@ __device__ __forceinline__ bool channel_within_reach(float const (&g)[kSubBlock]
 
 inline constexpr unsigned kAllDiagonalBlocks = (1u << kSubBlocks) - 1u;
 
-// The 16 x 16 blocks of a product on the tensor cores: task t < 6 is the off-diagonal block (a, b)
-// in the order (1,0), (2,0), (2,1), (3,0), (3,1), (3,2); task 6 + a the diagonal block a.
+// The 16 x 16 blocks of a product on the tensor cores, as tasks over kkt_solve's 8 warps (warp w
+// takes tasks w and w + 8): (2,0), (2,1), (3,2), (1,0), the diagonal blocks (0,0) .. (3,3), then
+// (3,0), (3,1). The blocks of row blocks 2 and 3 off the diagonal read their row operands staged
+// (stage_rows), so the two warps with two tasks take four of them.
 inline constexpr int kTileTasks = kOffDiagonalBlocks + kSubBlocks;  // 10
 __device__ __forceinline__ void tile_blocks(int task, int& a, int& b) {
-  if (task >= kOffDiagonalBlocks) {
-    a = b = task - kOffDiagonalBlocks;
-    return;
-  }
-  a = 1;
-  b = task;
-  while (b >= a) {
-    b -= a;
-    ++a;
-  }
+  constexpr uint64_t kA = 0x33'3210'1322ull;  // a of task t in bits 4t..4t+3
+  constexpr uint64_t kB = 0x10'3210'0210ull;
+  a = static_cast<int>(kA >> (4 * task) & 0xfu);
+  b = static_cast<int>(kB >> (4 * task) & 0xfu);
 }
+
+// The row operands x_i e^{G_i - G_n} (n = 16 a, the reference off the diagonal) of row block a do
+// not depend on the column block, so for the row blocks with more than one block off the
+// diagonal (a = 2, 3: 5 of the 6) they are formed once a value head (stage_rows: each element the
+// same expression as gated_tiles forms it, so the same bits) into [channel step 8][x kX][fragment
+// register 4][lane 32] words of bf16 pairs, and read by gated_tiles<kX, true>.
+inline constexpr int kStagedFrom = 2;
+template <int kX>
+inline constexpr int kStagedWords = (kHeadDim / 16) * kX * 4 * 32;  // of one row block
 
 // Block (a, b) of sum_c x_ic k_jc e^{G_ic - G_jc} on one warp's tensor cores for kX row operands x
 // at once (k alone for S; k and q for S and P), into acc[x][ni] (the m16n8 accumulators of the
@@ -80,10 +85,13 @@ __device__ __forceinline__ void tile_blocks(int task, int& a, int& b) {
 // exponential), and G, R and the operands are read as channel pairs (8-byte and 4-byte loads).
 // Each element is the same fp32 expression as formed for one x alone, rounded to bf16 the same way,
 // so the products are bitwise those of kX separate tiles.
-template <int kX>
+//
+// With kStaged, the row operands are read from staged (row block a's words, stage_rows) instead.
+template <int kX, bool kStaged = false>
 __device__ __forceinline__ void gated_tiles(__nv_bfloat16 const* const (&x)[kX],
                                             __nv_bfloat16 const* k, float const* G, int a, int b,
-                                            float (&acc)[kX][2][4]) {
+                                            float (&acc)[kX][2][4],
+                                            uint32_t const* staged = nullptr) {
   int const lane = threadIdx.x % 32;
   int const i0 = a * kSubBlock + lane / 4;  // the row operand's rows i0, i0 + 8
   int const j0 = b * kSubBlock + lane / 4;  // the column operand's columns (rows of k) j0, j0 + 8
@@ -108,14 +116,20 @@ __device__ __forceinline__ void gated_tiles(__nv_bfloat16 const* const (&x)[kX],
       }
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        int const i = i0 + 8 * u;
-        float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
-        float const e0 = __expf(gi.x - R.x);
-        float const e1 = __expf(gi.y - R.y);
+        if constexpr (kStaged) {
 #pragma unroll
-        for (int t = 0; t < kX; ++t) {
-          float2 const xi = pair(x[t] + i * kLdBf16 + c);
-          xf[t][2 * h + u] = pack_bf16x2(xi.x * e0, xi.y * e1);
+          for (int t = 0; t < kX; ++t)
+            xf[t][2 * h + u] = staged[((k0 / 16 * kX + t) * 4 + 2 * h + u) * 32 + lane];
+        } else {
+          int const i = i0 + 8 * u;
+          float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
+          float const e0 = __expf(gi.x - R.x);
+          float const e1 = __expf(gi.y - R.y);
+#pragma unroll
+          for (int t = 0; t < kX; ++t) {
+            float2 const xi = pair(x[t] + i * kLdBf16 + c);
+            xf[t][2 * h + u] = pack_bf16x2(xi.x * e0, xi.y * e1);
+          }
         }
         int const j = j0 + 8 * u;
         float2 const gj = *reinterpret_cast<float2 const*>(G + j * kLdGate + c);
@@ -127,6 +141,34 @@ __device__ __forceinline__ void gated_tiles(__nv_bfloat16 const* const (&x)[kX],
     for (int t = 0; t < kX; ++t)
 #pragma unroll
       for (int ni = 0; ni < 2; ++ni) mma_m16n8k16_bf16(acc[t][ni], xf[t], kf[ni]);
+  }
+}
+
+// Row block a's (a > 0) staged row operands of channel step `step` on one warp, into staged (its
+// kStagedWords<kX>): gated_tiles' expressions off the diagonal.
+template <int kX>
+__device__ __forceinline__ void stage_rows(__nv_bfloat16 const* const (&x)[kX], float const* G,
+                                           int a, int step, uint32_t* staged) {
+  int const lane = threadIdx.x % 32;
+  int const i0 = a * kSubBlock + lane / 4;
+  float const* const gf = G + a * kSubBlock * kLdGate;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int const c = 16 * step + 8 * h + 2 * (lane % 4);
+    float2 const R = *reinterpret_cast<float2 const*>(gf + c);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      int const i = i0 + 8 * u;
+      float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
+      float const e0 = __expf(gi.x - R.x);
+      float const e1 = __expf(gi.y - R.y);
+#pragma unroll
+      for (int t = 0; t < kX; ++t) {
+        float2 const xi =
+            __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(x[t] + i * kLdBf16 + c));
+        staged[((step * kX + t) * 4 + 2 * h + u) * 32 + lane] = pack_bf16x2(xi.x * e0, xi.y * e1);
+      }
+    }
   }
 }
 

@@ -98,7 +98,7 @@ struct SharedStorage<ChannelDecay> {
   __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128] queries, when P is wanted
   float gcum[kChunk * kLdGate];       // [64 x 128] g, then G of the current value head
   float s[kChunk * kLd64];            // [64 x 64]  gated S of the current value head, then its P
-  float t[kChunk * kLd64];            // [64 x 64]  its A, fp32
+  float t[kChunk * kLd64];            // [64 x 64]  its A, fp32; before it, staged row operands
   float y[kTrilScratch];
   float beta[kChunk];
   unsigned far[kHeadDim / 32];  // bit a: diagonal block a out of reach on one of 32 channels
@@ -106,6 +106,9 @@ struct SharedStorage<ChannelDecay> {
   // head's solve): read where used rather than held in registers (the gated tiles use all 128)
   Item item[2];
 };
+static_assert(sizeof(SharedStorage<ChannelDecay>::t) >=
+                  (kSubBlocks - kStagedFrom) * kStagedWords<2> * sizeof(uint32_t),
+              "t holds the staged row operands of row blocks 2 and 3");
 static_assert(sizeof(SharedStorage<ChannelDecay>) <= 113 * 1024,
               "kkt_solve with a per-channel gate must fit two CTAs per SM");
 
@@ -371,12 +374,25 @@ __device__ __forceinline__ void channel_decay_kkt_solve(Params const& p) {
         if (a != b || j + 1 < i) s.s[i * kLd64 + j + 1] = v1;
       });
     };
+    // row blocks 2 and 3's row operands (off the diagonal), 16 channel steps over the warps, in
+    // t's room (the solve writes t after the gated tiles)
+    uint32_t* const staged = reinterpret_cast<uint32_t*>(s.t);
+    if (solves) {
+      for (int unit = tid / 32; unit < (kSubBlocks - kStagedFrom) * kHeadDim / 16; unit += kWarps)
+        stage_rows<2>({s.k, s.q}, s.gcum, kStagedFrom + unit / (kHeadDim / 16),
+                      unit % (kHeadDim / 16), staged + unit / (kHeadDim / 16) * kStagedWords<2>);
+      __syncthreads();  // the staged row operands visible
+    }
     for (int task = tid / 32; task < tasks; task += kWarps) {
       int a, b;
       tile_blocks(task, a, b);
       if (a == b && !(tensor_cores >> a & 1u)) continue;
       float acc[2][2][4] = {};  // [S, P][ni][m16n8 accumulator]
-      gated_tiles<2>({s.k, s.q}, s.k, s.gcum, a, b, acc);
+      if (a > b && a >= kStagedFrom)
+        gated_tiles<2, true>({s.k, s.q}, s.k, s.gcum, a, b, acc,
+                             staged + (a - kStagedFrom) * kStagedWords<2>);
+      else
+        gated_tiles<2>({s.k, s.q}, s.k, s.gcum, a, b, acc);
       put_s(a, b, acc[0]);
       // rows past the end unwritten; zeros above the diagonal, as store_lower writes them
       put_tile(acc[1], a, b, [&](int i, int j, float v0, float v1) {
