@@ -84,38 +84,56 @@ std::vector<double> reference_p(Problem const& pr, std::vector<double> const& G)
   return P;
 }
 
+// kkt_solve's outputs for problem pr (g32: its gate, [BT, HV, K]), poisoned (NaN) until a launch
+// writes them, and the launch's parameters on them. solves: A and P are formed (else the walks'
+// operands alone, as the backward of inverse mode asks); with_qg: qg is formed.
+struct Outputs {
+  std::vector<float> glast, beta;
+  std::vector<bf16> a, aqk, qg, kg, kbar;
+
+  Outputs(Problem const& pr, size_t gate_size)
+      : glast(poisoned<float>(pr.kernel_problem().num_slots * pr.HV * K)),
+        beta(poisoned<float>(pr.BT * pr.HV)),
+        a(poisoned<bf16>(pr.BT * pr.HV * kn::kChunk)),
+        aqk(poisoned<bf16>(a.size())),
+        qg(poisoned<bf16>(gate_size)),
+        kg(poisoned<bf16>(gate_size)),
+        kbar(poisoned<bf16>(gate_size)) {}
+
+  kn::kkt_solve::Params params(Problem const& pr, std::vector<float> const& g32, bool solves,
+                               bool with_qg) {
+    kn::kkt_solve::Params p;
+    p.problem = pr.kernel_problem();
+    p.k = pr.k16.data();
+    p.g = g32.data();
+    p.beta = pr.beta32.data();
+    p.glast = glast.data();
+    p.beta_f32 = beta.data();
+    p.q = pr.q16.data();
+    if (solves) {
+      p.a = a.data();
+      p.aqk = aqk.data();
+    }
+    if (with_qg) p.qg = qg.data();
+    p.kg = kg.data();
+    p.kbar = kbar.data();
+    return p;
+  }
+};
+
 void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
   Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
   std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
   std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
 
-  int64_t const slots = pr.kernel_problem().num_slots;
-  auto glast = poisoned<float>(slots * pr.HV * K);
-  auto beta = poisoned<float>(pr.BT * pr.HV);
-  auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
-  auto aqk = poisoned<bf16>(a.size());
-  auto qg = poisoned<bf16>(g.size());
-  auto kg = poisoned<bf16>(g.size());
-  auto kbar = poisoned<bf16>(g.size());
-  kn::kkt_solve::Params p;
-  p.problem = pr.kernel_problem();
-  p.k = pr.k16.data();
-  p.g = g32.data();
-  p.beta = pr.beta32.data();
-  p.glast = glast.data();
-  p.beta_f32 = beta.data();
-  p.a = a.data();
-  p.q = pr.q16.data();
-  p.aqk = aqk.data();
-  p.qg = qg.data();
-  p.kg = kg.data();
-  p.kbar = kbar.data();
+  Outputs out(pr, g.size());
+  kn::kkt_solve::Params const p = out.params(pr, g32, true, true);
   ASSERT_EQ(kn::kkt_solve::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
 
   ref::Shape shape = pr.shape();
   shape.gate = ref::Gate::kChannel;
   ref::ChunkTiling const tiling(shape, kn::kChunk);
-  std::vector<double> rG(g.size()), rA(a.size());
+  std::vector<double> rG(g.size()), rA(out.a.size());
   ref::chunk_local_cumsum(shape, tiling, g.data(), rG.data());
   // k as the kernel reads it: q/k head h of value head hv (the reference's layout is the same)
   ref::chunk_solve_forward(shape, tiling, pr.k.data(), pr.beta.data(), rG.data(), rA.data());
@@ -129,12 +147,12 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
       int64_t const last = std::min<int64_t>(pr.cu[n] + (j + 1) * kn::kChunk, pr.cu[n + 1]) - 1;
       for (int hv = 0; hv < pr.HV; ++hv)
         for (int c = 0; c < K; ++c) {
-          got_last.push_back(glast[((kp.slot_base(n) + j) * pr.HV + hv) * K + c]);
+          got_last.push_back(out.glast[((kp.slot_base(n) + j) * pr.HV + hv) * K + c]);
           want_last.push_back(rG[(last * pr.HV + hv) * K + c]);
         }
     }
   pool.G.add(got_last, want_last);
-  std::vector<double> got = widen(a);
+  std::vector<double> got = widen(out.a);
   pool.A.add(got, rA);
   std::vector<double> strict_got, strict_ref;
   for (int64_t t = 0; t < pr.BT; ++t) {
@@ -150,12 +168,12 @@ void draw(KdaCase const& kc, std::mt19937& rng, Pooled& pool) {
       }
   }
   pool.strict.add(strict_got, strict_ref);
-  pool.P.add(widen(aqk), reference_p(pr, rG));
+  pool.P.add(widen(out.aqk), reference_p(pr, rG));
   Operands const ro = reference_operands(pr, rG);
-  pool.qg.add(widen(qg), ro.qg);
-  pool.kg.add(widen(kg), ro.kg);
-  pool.kbar.add(widen(kbar), ro.kbar);
-  EXPECT_EQ(std::vector<float>(beta.begin(), beta.end()), pr.beta32);
+  pool.qg.add(widen(out.qg), ro.qg);
+  pool.kg.add(widen(out.kg), ro.kg);
+  pool.kbar.add(widen(out.kbar), ro.kbar);
+  EXPECT_EQ(std::vector<float>(out.beta.begin(), out.beta.end()), pr.beta32);
 }
 
 TEST(EmulatedKdaKktSolve, OutputsMatchTheFp64Reference) {
@@ -179,42 +197,22 @@ TEST(EmulatedKdaKktSolve, OutputsMatchTheFp64Reference) {
 // the launch does not write).
 std::vector<char> run_bytes(Problem const& pr, std::vector<float> const& g32, bool solves,
                             bool with_qg) {
-  int64_t const slots = pr.kernel_problem().num_slots;
-  auto glast = poisoned<float>(slots * pr.HV * K);
-  auto beta = poisoned<float>(pr.BT * pr.HV);
-  auto a = poisoned<bf16>(pr.BT * pr.HV * kn::kChunk);
-  auto aqk = poisoned<bf16>(a.size());
-  auto qg = poisoned<bf16>(g32.size());
-  auto kg = poisoned<bf16>(g32.size());
-  auto kbar = poisoned<bf16>(g32.size());
-  kn::kkt_solve::Params p;
-  p.problem = pr.kernel_problem();
-  p.k = pr.k16.data();
-  p.g = g32.data();
-  p.beta = pr.beta32.data();
-  p.glast = glast.data();
-  p.beta_f32 = beta.data();
-  p.q = pr.q16.data();
-  if (solves) {
-    p.a = a.data();
-    p.aqk = aqk.data();
-  }
-  if (with_qg) p.qg = qg.data();
-  p.kg = kg.data();
-  p.kbar = kbar.data();
-  EXPECT_EQ(kn::kkt_solve::launch<kn::ChannelDecay>(p, nullptr), cudaSuccess);
+  Outputs outputs(pr, g32.size());
+  EXPECT_EQ(
+      kn::kkt_solve::launch<kn::ChannelDecay>(outputs.params(pr, g32, solves, with_qg), nullptr),
+      cudaSuccess);
   std::vector<char> out;
   auto const add = [&](auto const& v) {
     char const* const at = reinterpret_cast<char const*>(v.data());
     out.insert(out.end(), at, at + v.size() * sizeof(v[0]));
   };
-  add(glast);
-  add(beta);
-  add(a);
-  add(aqk);
-  add(qg);
-  add(kg);
-  add(kbar);
+  add(outputs.glast);
+  add(outputs.beta);
+  add(outputs.a);
+  add(outputs.aqk);
+  add(outputs.qg);
+  add(outputs.kg);
+  add(outputs.kbar);
   return out;
 }
 

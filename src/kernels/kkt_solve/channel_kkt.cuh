@@ -78,6 +78,23 @@ inline constexpr int kStagedFrom = 2;
 template <int kX>
 inline constexpr int kStagedWords = (kHeadDim / 16) * kX * 4 * 32;  // of one row block
 
+// Row i's gated operands x_i e^{G_i - R} at channels c, c + 1 (R: the reference's G at them), for
+// each of the kX row operands x, as bf16 pairs: the one expression that gated_tiles and
+// stage_rows form, so that staged and formed operands are the same bits.
+template <int kX>
+__device__ __forceinline__ void gated_row_pairs(__nv_bfloat16 const* const (&x)[kX], float const* G,
+                                                int i, int c, float2 R, uint32_t (&out)[kX]) {
+  float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
+  float const e0 = __expf(gi.x - R.x);
+  float const e1 = __expf(gi.y - R.y);
+#pragma unroll
+  for (int t = 0; t < kX; ++t) {
+    float2 const xi =
+        __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(x[t] + i * kLdBf16 + c));
+    out[t] = pack_bf16x2(xi.x * e0, xi.y * e1);
+  }
+}
+
 // Block (a, b) of sum_c x_ic k_jc e^{G_ic - G_jc} on one warp's tensor cores for kX row operands x
 // at once (k alone for S; k and q for S and P), into acc[x][ni] (the m16n8 accumulators of the
 // block's columns 8 ni ..). The operands sharing the warp is what saves work: the column operand
@@ -121,15 +138,10 @@ __device__ __forceinline__ void gated_tiles(__nv_bfloat16 const* const (&x)[kX],
           for (int t = 0; t < kX; ++t)
             xf[t][2 * h + u] = staged[((k0 / 16 * kX + t) * 4 + 2 * h + u) * 32 + lane];
         } else {
-          int const i = i0 + 8 * u;
-          float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
-          float const e0 = __expf(gi.x - R.x);
-          float const e1 = __expf(gi.y - R.y);
+          uint32_t row[kX];
+          gated_row_pairs(x, G, i0 + 8 * u, c, R, row);
 #pragma unroll
-          for (int t = 0; t < kX; ++t) {
-            float2 const xi = pair(x[t] + i * kLdBf16 + c);
-            xf[t][2 * h + u] = pack_bf16x2(xi.x * e0, xi.y * e1);
-          }
+          for (int t = 0; t < kX; ++t) xf[t][2 * h + u] = row[t];
         }
         int const j = j0 + 8 * u;
         float2 const gj = *reinterpret_cast<float2 const*>(G + j * kLdGate + c);
@@ -158,16 +170,10 @@ __device__ __forceinline__ void stage_rows(__nv_bfloat16 const* const (&x)[kX], 
     float2 const R = *reinterpret_cast<float2 const*>(gf + c);
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
-      int const i = i0 + 8 * u;
-      float2 const gi = *reinterpret_cast<float2 const*>(G + i * kLdGate + c);
-      float const e0 = __expf(gi.x - R.x);
-      float const e1 = __expf(gi.y - R.y);
+      uint32_t row[kX];
+      gated_row_pairs(x, G, i0 + 8 * u, c, R, row);
 #pragma unroll
-      for (int t = 0; t < kX; ++t) {
-        float2 const xi =
-            __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const*>(x[t] + i * kLdBf16 + c));
-        staged[((step * kX + t) * 4 + 2 * h + u) * 32 + lane] = pack_bf16x2(xi.x * e0, xi.y * e1);
-      }
+      for (int t = 0; t < kX; ++t) staged[((step * kX + t) * 4 + 2 * h + u) * 32 + lane] = row[t];
     }
   }
 }
@@ -193,8 +199,7 @@ __device__ __forceinline__ void put_tile(float const (&acc)[2][4], int a, int b,
 // of kkt_solve's issue slots, so it is not entered then.
 template <int kWarps, bool kDiagonal, class Put>
 __device__ __forceinline__ void gated_pairs(__nv_bfloat16 const* x, __nv_bfloat16 const* k,
-                                            float const* G, unsigned tensor_cores,
-                                            Put const& put) {
+                                            float const* G, unsigned tensor_cores, Put const& put) {
   // pairs (i, j) of one diagonal block: 120 with i > j, 136 with i >= j
   constexpr int kPairsPerBlock = kSubBlock * (kSubBlock + (kDiagonal ? 1 : -1)) / 2;
   if (tensor_cores == kAllDiagonalBlocks) return;
