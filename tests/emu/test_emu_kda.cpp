@@ -15,6 +15,7 @@
 #include <random>
 
 #include "emu/kda_emu_testing.hpp"
+#include "emu/runtime.hpp"
 #include "kernels/intra_bwd/launch.hpp"
 #include "kernels/kkt_solve/launch.hpp"
 #include "kernels/walk_a_bwd/launch.hpp"
@@ -249,15 +250,16 @@ struct IntraPool {
   Errors dq, dk, dg, dbeta;
 };
 
-void intra_draw(KdaCase const& kc, std::mt19937& rng, IntraPool& pool) {
-  Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
-  std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
-  std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
-  IntraCase const x = model_intra(pr, g, kc.shape.states, rng);
+// intra_bwd's outputs on x's hand-over: dq, dk [BT, H, K] (summed over each q/k head's value
+// heads), dg [BT, HV, K], dbeta [BT, HV], poisoned (NaN) before the launch.
+struct IntraOutputs {
+  std::vector<float> dq, dk, dg, dbeta;
+};
+IntraOutputs run_intra(Problem const& pr, std::vector<float> const& g32, IntraCase const& x) {
   size_t const keys = pr.BT * pr.HV * K;
-  size_t const qk_keys = pr.BT * pr.H * K;  // dq, dk: summed over each q/k head's value heads
-  auto dq = poisoned<float>(qk_keys), dk = poisoned<float>(qk_keys), dg = poisoned<float>(keys);
-  auto dbeta = poisoned<float>(pr.BT * pr.HV);
+  size_t const qk_keys = pr.BT * pr.H * K;
+  IntraOutputs out{poisoned<float>(qk_keys), poisoned<float>(qk_keys), poisoned<float>(keys),
+                   poisoned<float>(pr.BT * pr.HV)};
   kn::intra_bwd::Params p;
   p.problem = pr.kernel_problem();
   p.q = pr.q16.data();
@@ -271,26 +273,67 @@ void intra_draw(KdaCase const& kc, std::mt19937& rng, IntraPool& pool) {
   p.dkbar = x.dkbar.data();
   p.dgamma = x.dgamma.data();
   p.dbeta_walk = x.dbeta_walk.data();
-  p.dq = dq.data();
-  p.dk = dk.data();
-  p.dg = dg.data();
-  p.dbeta = dbeta.data();
-  ASSERT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
-  pool.dq.add(dq, sum_over_groups(x.dq, pr.BT, pr.H, pr.HV));
-  pool.dk.add(dk, sum_over_groups(x.dk, pr.BT, pr.H, pr.HV));
-  pool.dg.add(dg, x.dg);
-  pool.dbeta.add(dbeta, x.dbeta);
+  p.dq = out.dq.data();
+  p.dk = out.dk.data();
+  p.dg = out.dg.data();
+  p.dbeta = out.dbeta.data();
+  EXPECT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
+  return out;
+}
+
+void intra_draw(KdaCase const& kc, std::mt19937& rng, IntraPool& pool) {
+  Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+  std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+  std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
+  IntraCase const x = model_intra(pr, g, kc.shape.states, rng);
+  IntraOutputs const got = run_intra(pr, g32, x);
+  pool.dq.add(got.dq, sum_over_groups(x.dq, pr.BT, pr.H, pr.HV));
+  pool.dk.add(got.dk, sum_over_groups(x.dk, pr.BT, pr.H, pr.HV));
+  pool.dg.add(got.dg, x.dg);
+  pool.dbeta.add(got.dbeta, x.dbeta);
 }
 
 TEST(EmulatedKda, IntraPassMatchesTheFp64Model) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
+  cake::emu::ScopedMultiprocessorCount const sms(3);  // each CTA walks several items
   for (KdaCase const& kc : cake::kda_emu_testing::cases()) {
     IntraPool pool;
     intra_draw(kc, rng, pool);
     expect_pass(kc.label(),
                 {{"dq", pool.dq}, {"dk", pool.dk}, {"dg", pool.dg}, {"dbeta", pool.dbeta}});
+  }
+}
+
+// intra_bwd's CTAs walk items blockIdx.x, + gridDim.x, ... (one CTA an SM), loading each next
+// item's tiles beside the dbeta and dg of the one before: with 1, 2, 3 or 5 SMs every CTA takes
+// many items, crossing q/k heads, documents and short chunks. The outputs must be those of one
+// CTA per item (132 SMs: more than the items here), bit for bit.
+TEST(EmulatedKda, IntraPassPersistentCtasAreBitwiseOneItemPerCta) {
+  std::mt19937 rng(5);
+  std::vector<KdaCase> cases = cake::kda_emu_testing::cases();
+  std::vector<int> docs(40);  // 40 documents of 1 to 90 tokens: find_chunk's binary search
+  for (int n = 0; n < 40; ++n) docs[n] = 1 + 37 * n % 90;
+  cases.push_back(
+      {{"40 docs of 1 to 90", docs, 1, 2}, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)});
+  auto const same = [](std::vector<float> const& a, std::vector<float> const& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (KdaCase const& kc : cases) {
+    Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
+    std::vector<double> g = cake::kda_emu_testing::draw_gate(kc, pr.BT, pr.HV, rng);
+    std::vector<float> const g32 = cake::gdn_testing::to_f32(g);
+    IntraCase const x = model_intra(pr, g, kc.shape.states, rng);
+    ASSERT_LE(int64_t{pr.kernel_problem().num_slots} * pr.H, 132) << kc.label();
+    IntraOutputs const one = run_intra(pr, g32, x);
+    for (int const count : {1, 2, 3, 5}) {
+      cake::emu::ScopedMultiprocessorCount const sms(count);
+      IntraOutputs const got = run_intra(pr, g32, x);
+      EXPECT_TRUE(same(got.dq, one.dq) && same(got.dk, one.dk) && same(got.dg, one.dg) &&
+                  same(got.dbeta, one.dbeta))
+          << kc.label() << ", " << count << " SMs";
+    }
   }
 }
 

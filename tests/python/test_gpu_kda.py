@@ -5,10 +5,12 @@ error <= 1e-2 and max-abs error <= 2e-2 x max|ref|, all finite, into buffers poi
 (through cake.abi directly), on the cases the KDA design asks for: bounded gates (down to -5 per
 token and channel), unbounded ones (logsigmoid(N(0, 1)), some down to -20), g = 0 and -20 on
 alternate channels of one token, beta near 0 and 1, documents of 1, 15, 16, 17, 63, 64, 65, many
-short and one long, GVA ratios 1, 3 and 4. Also: the modes bitwise equal, determinism across runs
-and streams, CUDA-graph replay equal to eager, exact buffers. Skipped where there is no CUDA device.
+short and one long, ~1,060 work items (several for each persistent CTA), GVA ratios 1, 3 and 4.
+Also: the modes bitwise equal, determinism across runs and streams (on many items too), CUDA-graph
+replay equal to eager, exact buffers. Skipped where there is no CUDA device.
 """
 
+import functools
 import zlib
 
 import pytest
@@ -73,6 +75,8 @@ def run_gpu(inputs, dout, dht, stream=None, mode="recompute"):
                                 variant=ops.KDA)
 
 
+MANY_ITEMS = [1 + 13 * i % 97 for i in range(300)]  # lengths 1 to 97, 14,700 tokens
+
 CASES = {
     # name: (docs, H, HV, make_inputs keywords)
     "edges_gva1": ([1, 15, 16, 17, 63, 64, 65, 1000], 2, 2, {}),
@@ -85,16 +89,26 @@ CASES = {
     "no_state": ([300, 129], 4, 4, dict(initial_state=False)),
     "empty_documents": ([0, 65, 0, 1], 1, 2, {}),
     "many_short_one_long": ([1 + 6 * (i % 20) for i in range(40)] + [3000], 2, 4, {}),
+    # ~1,060 (chunk slot, q/k head) items: on 132 SMs ~4 for each of kkt_solve's persistent CTAs
+    # (two an SM) and ~8 for each of intra_bwd's (one an SM), which walk them in turn, crossing
+    # documents, heads and chunks of every length
+    "many_items": (MANY_ITEMS, 2, 4, {}),
 }
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", CASES)
 def test_accuracy(case, mode):
+    inputs, dout, dht, want = case_with_reference(case)
+    check_gate(run_gpu(inputs, dout, dht, mode=mode), want, f"kda {case} {mode}")
+
+
+@functools.lru_cache(maxsize=1)
+def case_with_reference(case):
+    """A case's inputs and their FP64 reference, computed once for the modes that run it in turn."""
     docs, H, HV, kw = CASES[case]
     inputs, dout, dht = make_inputs(docs, H, HV, seed=zlib.crc32(case.encode()), **kw)
-    check_gate(run_gpu(inputs, dout, dht, mode=mode), reference(inputs, dout, dht),
-               f"kda {case} {mode}")
+    return inputs, dout, dht, reference(inputs, dout, dht)
 
 
 @pytest.mark.slow
@@ -112,9 +126,10 @@ def test_modes_agree_bitwise():
             assert torch.equal(t, other[name]), f"{name} differs between {mode} and recompute"
 
 
+@pytest.mark.parametrize("docs", [[1000, 2000, 77], MANY_ITEMS], ids=["three_docs", "many_items"])
 @pytest.mark.parametrize("mode", MODES)
-def test_deterministic_across_runs_and_streams(mode):
-    inputs, dout, dht = make_inputs([1000, 2000, 77], 2, 6, seed=11, gate_kind="unbounded")
+def test_deterministic_across_runs_and_streams(mode, docs):
+    inputs, dout, dht = make_inputs(docs, 2, 6, seed=11, gate_kind="unbounded")
     results = [run_gpu(inputs, dout, dht, stream=torch.cuda.Stream(), mode=mode)
                for _ in range(3)]
     for other in results[1:]:

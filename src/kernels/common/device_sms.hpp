@@ -1,5 +1,6 @@
 // The SM count of the current device, for launches whose grid depends on it (the walks' split
-// rule, walk_a_fwd/split.hpp). An attribute: no host sync.
+// rule, walk_a_fwd/split.hpp; the persistent CTAs of kkt_solve and intra_bwd). An attribute: no
+// host sync.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "kernels/common/device_sms.hpp"
 #include "kernels/intra_bwd/kernel.cuh"
 #include "kernels/intra_bwd/launch.hpp"
 
@@ -10,10 +11,8 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   cudaError_t err =
       cudaFuncSetAttribute(intra_bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return err;
-  int device = 0, sms = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-    return err;
+  int sms = 0;
+  if ((err = current_sm_count(&sms)) != cudaSuccess) return err;
   // one CTA per SM (SharedStorage), each walking its share of the items
   int64_t const items = int64_t{params.problem.num_slots} * params.problem.num_qk_heads;
   if (items == 0) return cudaSuccess;

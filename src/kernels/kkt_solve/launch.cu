@@ -1,3 +1,4 @@
+#include "kernels/common/device_sms.hpp"
 #include "kernels/kkt_solve/kernel.cuh"
 #include "kernels/kkt_solve/launch.hpp"
 
@@ -14,12 +15,8 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
             static_cast<unsigned>(params.problem.num_qk_heads));
   if constexpr (Decay::kGatedKkt) {
     // The SMs of the current device (an attribute: no sync), for the persistent CTAs
-    int device = 0;
     int num_sms = 0;
-    if (err = cudaGetDevice(&device); err != cudaSuccess) return err;
-    if (err = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
-        err != cudaSuccess)
-      return err;
+    if (err = current_sm_count(&num_sms); err != cudaSuccess) return err;
     grid = dim3(static_cast<unsigned>(channel_decay_ctas(params.problem, num_sms)));
     if (grid.x == 0) return cudaSuccess;
   }
