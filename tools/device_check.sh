@@ -176,10 +176,11 @@ if [[ $stages == *" tests "* ]]; then
   # over calls when the call is short; CAKE_PYTEST_TIMEOUT (default: what is left of 540 s since
   # the start) ends pytest inside the call's own limit of 600 s, so that its log, the slowest
   # tests' durations, the cache packs and the later stages come back. -v names each test as it
-  # runs, so that a log cut by the timeout names the test it stopped in.
+  # runs, so that a log cut by the timeout names the test it stopped in, and with it each test's
+  # time (console_output_style=times), so that such a log also says where the time went.
   left=$((540 - SECONDS))
   limit=${CAKE_PYTEST_TIMEOUT:-$((left > 60 ? left : 60))}
-  timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -v -rfEs --durations=20 \
+  timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -v -o console_output_style=times -rfEs --durations=20 \
     ${CAKE_PYTEST_FILES:-tests/python} ${CAKE_PYTEST_K:+-k "$CAKE_PYTEST_K"} \
     > "$OUT/gpu_tests.log" 2>&1
   rc=$?
