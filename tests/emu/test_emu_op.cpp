@@ -411,6 +411,13 @@ TEST(EmulatedOp, KdaEmptyDocumentsAndL2NormMatchTheFp64Reference) {
   check_modes(Case{"docs 0,65,0,17 GVA 2/4 l2", {0, 65, 0, 17}, 2, 4}, true, true);
 }
 
+// KDA with the L2 norm and grouped value heads on short documents: dq, dk summed over three value
+// heads a q/k head and finished per row (the norm's backward) where a chunk has one row or its
+// row groups run past its end (documents of 1, 63, 64 and 65 tokens).
+TEST(EmulatedOp, KdaL2NormGroupedHeadsShortDocumentsMatchTheFp64Reference) {
+  check_modes(Case{"docs 1,63,64,65 GVA 2/6 l2", {1, 63, 64, 65}, 2, 6}, true, true);
+}
+
 // The backward's two forms of the reverse walk (ops/cuda/stages.hpp, reverse_form), picked by the
 // device's SM count: the split where the walks are fewer (the other tests' problems, on the
 // emulated 132), the walk where they are not (one SM); the same gradients bit for bit (GDN's dq
