@@ -26,6 +26,20 @@ struct Inputs {
   cakeTensor_t const& dt_bias;
 };
 
+// The forward's inputs by name (the backward takes them unchanged, under the same names).
+template <typename Args>
+std::vector<NamedTensor> forward_inputs(Args const& args) {
+  return {{"q", &args.q},
+          {"k", &args.k},
+          {"v", &args.v},
+          {"g", &args.g},
+          {"beta", &args.beta},
+          {"initial_state", &args.initial_state},
+          {"cu_seqlens", &args.cu_seqlens},
+          {"A_log", &args.A_log},
+          {"dt_bias", &args.dt_bias}};
+}
+
 void check_options(cakeOptions_t const* options) {
   CAKE_CHECK(options != nullptr, cakeInvalidArgument, "options must not be NULL");
   CAKE_CHECK(options->struct_size == sizeof(cakeOptions_t), cakeInvalidArgument,
@@ -144,15 +158,8 @@ Dims check_inputs(cakeOptions_t const& options, Inputs const& in) {
   }
 
   // Every tensor on q's device.
-  for (auto [name, t] : {std::pair<char const*, cakeTensor_t const*>{"k", &in.k},
-                         {"v", &in.v},
-                         {"g", &in.g},
-                         {"beta", &in.beta},
-                         {"initial_state", &in.initial_state},
-                         {"cu_seqlens", &in.cu_seqlens},
-                         {"A_log", &in.A_log},
-                         {"dt_bias", &in.dt_bias}}) {
-    if (present(*t)) check_same_device(name, *t, "q", in.q);
+  for (auto [name, t] : forward_inputs(in)) {
+    if (t != &in.q && present(*t)) check_same_device(name, *t, "q", in.q);
   }
 
   // Contents of cu_seqlens, read where they live on the host. CUDA offsets are not read here:
@@ -232,24 +239,6 @@ void validate_saved(cakeOptions_t const& options, void const* saved, size_t save
              expected_bytes, " bytes (cakeForwardSavedSize) with options.save_for_backward = ",
              options.save_for_backward, ", got ", saved_bytes);
 }
-
-namespace {
-
-// The forward's inputs by name (the backward takes them unchanged, under the same names).
-template <typename Args>
-std::vector<NamedTensor> forward_inputs(Args const& args) {
-  return {{"q", &args.q},
-          {"k", &args.k},
-          {"v", &args.v},
-          {"g", &args.g},
-          {"beta", &args.beta},
-          {"initial_state", &args.initial_state},
-          {"cu_seqlens", &args.cu_seqlens},
-          {"A_log", &args.A_log},
-          {"dt_bias", &args.dt_bias}};
-}
-
-}  // namespace
 
 void check_forward_apart(cakeForwardArgs_t const& args) {
   check_no_overlap({{"o", &args.o}, {"final_state", &args.final_state}}, forward_inputs(args));
