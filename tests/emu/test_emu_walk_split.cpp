@@ -133,10 +133,27 @@ bool all_finite(T const* x, size_t n) {
   return true;
 }
 
+// Each chunk's state in an [num_slots, HV, K, K] array: visit(n, j, hv, at) for chunk j of
+// document n (slot slot_base(n) + j) and value head hv, `at` its first element, until a visit
+// returns a verdict, which is returned ("" if none does).
+template <class Visit>
+std::string visit_chunk_states(Problem const& pr, Visit const& visit) {
+  kn::Problem const kp = pr.kernel_problem();
+  size_t const state = size_t{K} * K;
+  for (int n = 0; n < pr.N; ++n) {
+    int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
+    for (int64_t j = 0; j < chunks; ++j)
+      for (int hv = 0; hv < pr.HV; ++hv) {
+        std::string verdict = visit(n, j, hv, ((kp.slot_base(n) + j) * pr.HV + hv) * state);
+        if (!verdict.empty()) return verdict;
+      }
+  }
+  return "";
+}
+
 // Where the split run's outputs differ from the whole run's or were left unwritten ("" if none).
 std::string compare(Problem const& pr, Outputs const& whole, Outputs const& split, bool states,
                     Use use) {
-  kn::Problem const kp = pr.kernel_problem();
   if (use != Use::kHWalk) {
     if (!all_finite(whole.o.data(), whole.o.size())) return "o not all written (whole)";
     if (std::memcmp(whole.o.data(), split.o.data(), whole.o.size() * sizeof(bf16)) != 0)
@@ -147,18 +164,15 @@ std::string compare(Problem const& pr, Outputs const& whole, Outputs const& spli
         return "ht differs";
     }
   }
-  if (use != Use::kForward) {  // chunk j of document n in slot slot_base(n) + j
+  if (use != Use::kForward) {
     size_t const state = size_t{K} * K;
-    for (int n = 0; n < pr.N; ++n) {
-      int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
-      for (int64_t j = 0; j < chunks; ++j)
-        for (int hv = 0; hv < pr.HV; ++hv) {
-          size_t const at = ((kp.slot_base(n) + j) * pr.HV + hv) * state;
-          if (!all_finite(split.h.data() + at, state)) return "h not all written (split)";
-          if (std::memcmp(whole.h.data() + at, split.h.data() + at, state * sizeof(bf16)) != 0)
-            return "h differs";
-        }
-    }
+    std::string verdict = visit_chunk_states(pr, [&](int, int64_t, int, size_t at) {
+      if (!all_finite(split.h.data() + at, state)) return std::string("h not all written (split)");
+      if (std::memcmp(whole.h.data() + at, split.h.data() + at, state * sizeof(bf16)) != 0)
+        return std::string("h differs");
+      return std::string();
+    });
+    if (!verdict.empty()) return verdict;
   }
   if (use == Use::kHWalk)  // every walk's flag counts its h's two 64-column slices (params.hpp)
     for (size_t i = 0; i < whole.flags.size(); ++i)
@@ -194,8 +208,10 @@ std::vector<float> gate_for(Case const& c, Problem const& pr, std::mt19937& rng)
   }
 }
 
-template <class Decay>
-void expect_split_matches_whole(char const* decay) {
+// Each case drawn with a fresh seed (printed), checked to keep its walks whole at whole_sms and
+// split them at split_sms, and handed with kkt_solve's operands for it to check(c, pr, x).
+template <class Decay, class Check>
+void for_each_case(Check const& check) {
   unsigned const seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   std::mt19937 rng(seed);
@@ -203,7 +219,13 @@ void expect_split_matches_whole(char const* decay) {
     Problem const pr = cake::gdn_testing::make_problem(c, rng);
     ASSERT_FALSE(fwd::split_walks(int64_t{pr.N} * pr.HV, whole_sms(pr)));
     ASSERT_TRUE(fwd::split_walks(int64_t{pr.N} * pr.HV, split_sms(pr)));
-    Operands const x = run_kkt_solve<Decay>(pr, gate_for<Decay>(c, pr, rng));
+    check(c, pr, run_kkt_solve<Decay>(pr, gate_for<Decay>(c, pr, rng)));
+  }
+}
+
+template <class Decay>
+void expect_split_matches_whole(char const* decay) {
+  for_each_case<Decay>([&](Case const& c, Problem const& pr, Operands const& x) {
     for (Use use : {Use::kForward, Use::kSaved, Use::kHWalk}) {
       Outputs const whole = run_walk<Decay>(pr, x, c.states, use, whole_sms(pr));
       Outputs const split = run_walk<Decay>(pr, x, c.states, use, split_sms(pr));
@@ -213,7 +235,7 @@ void expect_split_matches_whole(char const* decay) {
                   verdict.empty() ? "split == whole" : verdict.c_str());
       EXPECT_TRUE(verdict.empty()) << decay << " " << c.name << ": " << verdict;
     }
-  }
+  });
 }
 
 // The dS-walk's outputs: dS of every chunk's end ds_end [num_slots, HV, K, K], dh0 [N, HV, K, K].
@@ -256,40 +278,28 @@ DsOutputs run_ds_walk(Problem const& pr, Operands const& x, bool states, int num
 // none); `states` counts the states compared.
 std::string compare_ds(Problem const& pr, DsOutputs const& whole, DsOutputs const& split,
                        int& states) {
-  kn::Problem const kp = pr.kernel_problem();
   size_t const state = size_t{K} * K;
   if (!all_finite(whole.dh0.data(), whole.dh0.size())) return "dh0 not all written (whole)";
   if (!all_finite(split.dh0.data(), split.dh0.size())) return "dh0 not all written (split)";
   if (std::memcmp(whole.dh0.data(), split.dh0.data(), whole.dh0.size() * sizeof(float)) != 0)
     return "dh0 differs";
   states += static_cast<int>(whole.dh0.size() / state);
-  for (int n = 0; n < pr.N; ++n) {  // chunk j of document n in slot slot_base(n) + j
-    int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
-    for (int64_t j = 0; j < chunks; ++j)
-      for (int hv = 0; hv < pr.HV; ++hv) {
-        size_t const at = ((kp.slot_base(n) + j) * pr.HV + hv) * state;
-        if (!all_finite(whole.ds_end.data() + at, state)) return "dS not all written (whole)";
-        if (!all_finite(split.ds_end.data() + at, state)) return "dS not all written (split)";
-        if (std::memcmp(whole.ds_end.data() + at, split.ds_end.data() + at,
-                        state * sizeof(float)) != 0)
-          return "dS of document " + std::to_string(n) + "'s chunk " + std::to_string(j) +
-                 ", value head " + std::to_string(hv) + " differs";
-        ++states;
-      }
-  }
-  return "";
+  return visit_chunk_states(pr, [&](int n, int64_t j, int hv, size_t at) {
+    if (!all_finite(whole.ds_end.data() + at, state))
+      return std::string("dS not all written (whole)");
+    if (!all_finite(split.ds_end.data() + at, state))
+      return std::string("dS not all written (split)");
+    if (std::memcmp(whole.ds_end.data() + at, split.ds_end.data() + at, state * sizeof(float)) != 0)
+      return "dS of document " + std::to_string(n) + "'s chunk " + std::to_string(j) +
+             ", value head " + std::to_string(hv) + " differs";
+    ++states;
+    return std::string();
+  });
 }
 
 template <class Decay>
 void expect_split_ds_walk_matches_whole(char const* decay) {
-  unsigned const seed = std::random_device{}();
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
-  for (Case const& c : cases()) {
-    Problem const pr = cake::gdn_testing::make_problem(c, rng);
-    ASSERT_FALSE(fwd::split_walks(int64_t{pr.N} * pr.HV, whole_sms(pr)));
-    ASSERT_TRUE(fwd::split_walks(int64_t{pr.N} * pr.HV, split_sms(pr)));
-    Operands const x = run_kkt_solve<Decay>(pr, gate_for<Decay>(c, pr, rng));
+  for_each_case<Decay>([&](Case const& c, Problem const& pr, Operands const& x) {
     DsOutputs const whole = run_ds_walk<Decay>(pr, x, c.states, whole_sms(pr));
     DsOutputs const split = run_ds_walk<Decay>(pr, x, c.states, split_sms(pr));
     int states = 0;
@@ -297,7 +307,7 @@ void expect_split_ds_walk_matches_whole(char const* decay) {
     std::printf("%s %s, dS-walk: %s (%d states of 128 x 128)\n", decay, c.name.c_str(),
                 verdict.empty() ? "split == whole" : verdict.c_str(), states);
     EXPECT_TRUE(verdict.empty()) << decay << " " << c.name << ": " << verdict;
-  }
+  });
 }
 
 TEST(EmulatedWalkSplit, RuleSplitsAllWalksUpToHalfTheSms) {
