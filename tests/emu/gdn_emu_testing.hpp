@@ -84,6 +84,24 @@ std::vector<T> poisoned(size_t n) {
   return x;
 }
 
+// Each chunk's state in an [num_slots, HV, K, K] array: visit(n, j, hv, at) for chunk j of
+// document n (slot slot_base(n) + j) and value head hv, `at` its first element, until a visit
+// returns a verdict, which is returned ("" if none does).
+template <class Visit>
+std::string visit_chunk_states(gdn_testing::Problem const& pr, Visit const& visit) {
+  kernels::Problem const kp = pr.kernel_problem();
+  size_t const state = size_t{K} * K;
+  for (int n = 0; n < pr.N; ++n) {
+    int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kernels::kChunk - 1) / kernels::kChunk;
+    for (int64_t j = 0; j < chunks; ++j)
+      for (int hv = 0; hv < pr.HV; ++hv) {
+        std::string verdict = visit(n, j, hv, ((kp.slot_base(n) + j) * pr.HV + hv) * state);
+        if (!verdict.empty()) return verdict;
+      }
+  }
+  return "";
+}
+
 template <class T>
 T from_double(double x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(x));

@@ -90,21 +90,17 @@ struct ForwardPool {
 // Rows of h per chunk that a walk must write: slot_base(n) + j for chunk j of document n.
 bool chunk_states_equal(Problem const& pr, std::vector<bf16> const& a, std::vector<bf16> const& b,
                         int64_t* written) {
-  kn::Problem const kp = pr.kernel_problem();
   size_t const state = size_t{K} * K;
   *written = 0;
-  for (int n = 0; n < pr.N; ++n) {
-    int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
-    for (int64_t j = 0; j < chunks; ++j)
-      for (int hv = 0; hv < pr.HV; ++hv) {
-        size_t const at = ((kp.slot_base(n) + j) * pr.HV + hv) * state;
-        if (std::memcmp(a.data() + at, b.data() + at, state * sizeof(bf16)) != 0) return false;
-        for (size_t i = 0; i < state; ++i)
-          if (!std::isfinite(__bfloat162float(a[at + i]))) return false;
-        ++*written;
-      }
-  }
-  return true;
+  auto const same_and_written = [&](int, int64_t, int, size_t at) {
+    if (std::memcmp(a.data() + at, b.data() + at, state * sizeof(bf16)) != 0)
+      return std::string("differs");
+    for (size_t i = 0; i < state; ++i)
+      if (!std::isfinite(__bfloat162float(a[at + i]))) return std::string("not written");
+    ++*written;
+    return std::string();
+  };
+  return cake::emu_testing::visit_chunk_states(pr, same_and_written).empty();
 }
 
 void forward_draw(KdaCase const& kc, std::mt19937& rng, ForwardPool& pool) {

@@ -26,6 +26,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 using cake::emu_testing::K;
 using cake::emu_testing::poisoned;
+using cake::emu_testing::visit_chunk_states;
 using cake::gdn_testing::Case;
 using cake::gdn_testing::Problem;
 namespace kn = cake::kernels;
@@ -131,24 +132,6 @@ bool all_finite(T const* x, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(static_cast<double>(x[i]))) return false;
   return true;
-}
-
-// Each chunk's state in an [num_slots, HV, K, K] array: visit(n, j, hv, at) for chunk j of
-// document n (slot slot_base(n) + j) and value head hv, `at` its first element, until a visit
-// returns a verdict, which is returned ("" if none does).
-template <class Visit>
-std::string visit_chunk_states(Problem const& pr, Visit const& visit) {
-  kn::Problem const kp = pr.kernel_problem();
-  size_t const state = size_t{K} * K;
-  for (int n = 0; n < pr.N; ++n) {
-    int64_t const chunks = (pr.cu[n + 1] - pr.cu[n] + kn::kChunk - 1) / kn::kChunk;
-    for (int64_t j = 0; j < chunks; ++j)
-      for (int hv = 0; hv < pr.HV; ++hv) {
-        std::string verdict = visit(n, j, hv, ((kp.slot_base(n) + j) * pr.HV + hv) * state);
-        if (!verdict.empty()) return verdict;
-      }
-  }
-  return "";
 }
 
 // Where the split run's outputs differ from the whole run's or were left unwritten ("" if none).
