@@ -89,7 +89,8 @@ cudaError_t launch(Params const& p, cudaStream_t) {
   if (!params_valid<Decay>(p)) return cudaErrorInvalidValue;
   Dim3 grid{u(p.problem.num_slots), u(p.problem.num_qk_heads)};
   if constexpr (Decay::kGatedKkt) {
-    grid = Dim3{u(channel_decay_ctas(p.problem, multiprocessor_count))};
+    grid = Dim3{u(
+        channel_decay_ctas(p.problem, int64_t{kBlocksPerSm<ChannelDecay>} * multiprocessor_count))};
     if (grid.x == 0) return cudaSuccess;
   }
   emu::launch(grid, Dim3{kThreads}, smem_raw, [&] { kkt_solve_kernel<Decay>(p); });

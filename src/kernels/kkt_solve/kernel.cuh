@@ -115,11 +115,12 @@ static_assert(sizeof(SharedStorage<ChannelDecay>) <= 113 * 1024,
 template <class Decay>
 inline constexpr int kBlocksPerSm = Decay::kGatedKkt ? 2 : 3;
 
-// ChannelDecay's CTAs: as many as fit on the device at once (persistent), each taking the items
-// blockIdx.x, + gridDim.x, ... (fewer when there are fewer items). ScalarDecay's grid is one CTA
-// per item, (num_slots, H).
-inline int64_t channel_decay_ctas(Problem const& pr, int num_sms) {
-  int64_t const resident = int64_t{kBlocksPerSm<ChannelDecay>} * num_sms;
+// ChannelDecay's CTAs: as many as are resident on the device at once (persistent), each taking
+// the items blockIdx.x, + gridDim.x, ... (fewer when there are fewer items). `resident` is the
+// occupancy query's blocks per SM times the SMs: kBlocksPerSm on a whole H100 or H200, fewer
+// where less shared memory is left to a CTA, so that no second wave queues. ScalarDecay's grid is
+// one CTA per item, (num_slots, H).
+inline int64_t channel_decay_ctas(Problem const& pr, int64_t resident) {
   return num_items(pr) < resident ? num_items(pr) : resident;
 }
 

@@ -14,10 +14,17 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(params.problem.num_slots),
             static_cast<unsigned>(params.problem.num_qk_heads));
   if constexpr (Decay::kGatedKkt) {
-    // The SMs of the current device (an attribute: no sync), for the persistent CTAs
+    // The CTAs resident at once on the current device (attributes: no sync), for the
+    // persistent CTAs
     int num_sms = 0;
+    int per_sm = 0;
     if (err = current_sm_count(&num_sms); err != cudaSuccess) return err;
-    grid = dim3(static_cast<unsigned>(channel_decay_ctas(params.problem, num_sms)));
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kkt_solve_kernel<Decay>, kThreads,
+                                                        smem);
+    if (err != cudaSuccess) return err;
+    if (per_sm == 0) return cudaErrorInvalidConfiguration;
+    grid =
+        dim3(static_cast<unsigned>(channel_decay_ctas(params.problem, int64_t{per_sm} * num_sms)));
     if (grid.x == 0) return cudaSuccess;
   }
   kkt_solve_kernel<Decay><<<grid, kThreads, smem, stream>>>(params);
