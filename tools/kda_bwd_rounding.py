@@ -170,7 +170,11 @@ def sweep_rows(num, D, Y, G):
         return torch.einsum("ij,jc,ijc->ic", D, Y, pair_factor(G, True))
     out = torch.zeros(n, Y.shape[1], dtype=num.dt)
     Dl = torch.tril(D, -1)
-    mm = lambda d, y: (num.bf(d) if num.s.sweep_d_bf16 else d) @ (num.bf(y) if num.s.sweep_x_bf16 else y)
+
+    def mm(d, y):
+        return ((num.bf(d) if num.s.sweep_d_bf16 else d)
+                @ (num.bf(y) if num.s.sweep_x_bf16 else y))
+
     for b0, b1 in blocks(n):
         acc = torch.zeros(b1 - b0, Y.shape[1], dtype=num.dt)
         if b0 > 0:
@@ -444,14 +448,16 @@ def check(args, docs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--k", type=int, default=128, help="K = V (default 128)")
     ap.add_argument("--heads", type=int, default=1, help="heads per input set (default 1)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per case (default 3)")
     ap.add_argument("--check", action="store_true", help="only the FP64 check against cake")
     ap.add_argument("--no-check", action="store_true", help="skip the FP64 check")
     ap.add_argument("--schemes", default="a,b,c,d,a/frame,b/frame,c/frame,c/x32,fp32",
-                    help="comma-separated subset of a,b,c,d,a/frame,b/frame,c/frame,c/x32,c/d32,fp32 "
+                    help="comma-separated subset of a,b,c,d,a/frame,b/frame,c/frame,c/x32,c/d32,"
+                         "fp32 "
                          "(default %(default)s)")
     ap.add_argument("--docs", default=",".join(map(str, DOCS)),
                     help="document lengths of every input set (default %(default)s)")
