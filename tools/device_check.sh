@@ -180,7 +180,8 @@ if [[ $stages == *" tests "* ]]; then
   # time (console_output_style=times), so that such a log also says where the time went.
   left=$((540 - SECONDS))
   limit=${CAKE_PYTEST_TIMEOUT:-$((left > 60 ? left : 60))}
-  timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -v -o console_output_style=times -rfEs --durations=20 \
+  timeout -s ABRT -k 30 "$limit" python3 -X faulthandler -m pytest -v \
+    -o console_output_style=times -rfEs --durations=20 \
     ${CAKE_PYTEST_FILES:-tests/python} ${CAKE_PYTEST_K:+-k "$CAKE_PYTEST_K"} \
     > "$OUT/gpu_tests.log" 2>&1
   rc=$?

@@ -14,7 +14,7 @@ cudaError_t launch(Params const& params, cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(params.problem.num_slots),
             static_cast<unsigned>(params.problem.num_qk_heads));
   if constexpr (Decay::kGatedKkt) {
-    // The CTAs resident at once on the current device (attributes: no sync), for the
+    // The CTAs resident at once on the current device (host queries: no sync), for the
     // persistent CTAs
     int num_sms = 0;
     int per_sm = 0;
