@@ -247,15 +247,18 @@ struct IntraPool {
 };
 
 // intra_bwd's outputs on x's hand-over: dq, dk [BT, H, K] (summed over each q/k head's value
-// heads), dg [BT, HV, K], dbeta [BT, HV], poisoned (NaN) before the launch.
+// heads, bf16: no L2 norm here), dg [BT, HV, K], dbeta [BT, HV], poisoned (NaN) before the
+// launch, as its fp32 sums before the last value head.
 struct IntraOutputs {
-  std::vector<float> dq, dk, dg, dbeta;
+  std::vector<bf16> dq, dk;
+  std::vector<float> dg, dbeta;
 };
 IntraOutputs run_intra(Problem const& pr, std::vector<float> const& g32, IntraCase const& x) {
   size_t const keys = pr.BT * pr.HV * K;
   size_t const qk_keys = pr.BT * pr.H * K;
-  IntraOutputs out{poisoned<float>(qk_keys), poisoned<float>(qk_keys), poisoned<float>(keys),
+  IntraOutputs out{poisoned<bf16>(qk_keys), poisoned<bf16>(qk_keys), poisoned<float>(keys),
                    poisoned<float>(pr.BT * pr.HV)};
+  std::vector<float> dq_sum = poisoned<float>(qk_keys), dk_sum = poisoned<float>(qk_keys);
   kn::intra_bwd::Params p;
   p.problem = pr.kernel_problem();
   p.q = pr.q16.data();
@@ -269,6 +272,8 @@ IntraOutputs run_intra(Problem const& pr, std::vector<float> const& g32, IntraCa
   p.dkbar = x.dkbar.data();
   p.dgamma = x.dgamma.data();
   p.dbeta_walk = x.dbeta_walk.data();
+  p.dq_sum = dq_sum.data();
+  p.dk_sum = dk_sum.data();
   p.dq = out.dq.data();
   p.dk = out.dk.data();
   p.dg = out.dg.data();
@@ -313,8 +318,8 @@ TEST(EmulatedKda, IntraPassPersistentCtasAreBitwiseOneItemPerCta) {
   for (int n = 0; n < 40; ++n) docs[n] = 1 + 37 * n % 90;
   cases.push_back(
       {{"40 docs of 1 to 90", docs, 1, 2}, "U(-1,0)", cake::kda_emu_testing::uniform(-1, 0)});
-  auto const same = [](std::vector<float> const& a, std::vector<float> const& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  auto const same = [](auto const& a, auto const& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
   };
   for (KdaCase const& kc : cases) {
     Problem const pr = cake::gdn_testing::make_problem(kc.shape, rng);
@@ -417,7 +422,8 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool, boo
   size_t const keys = pr.BT * pr.HV * K;
   // the reverse walk; dgamma of slots that hold no chunk is never read
   WalkGrads const w = run_reverse(pr, c, run_h_walk(pr, c, states), states, split);
-  auto dq32 = poisoned<float>(pr.BT * pr.H * K), dk32 = poisoned<float>(pr.BT * pr.H * K);
+  auto dq16 = poisoned<bf16>(pr.BT * pr.H * K), dk16 = poisoned<bf16>(pr.BT * pr.H * K);
+  auto dq_sum = poisoned<float>(pr.BT * pr.H * K), dk_sum = poisoned<float>(pr.BT * pr.H * K);
   auto dg = poisoned<float>(keys);
   auto dbeta = poisoned<float>(pr.BT * pr.HV);
   {
@@ -434,14 +440,16 @@ void backward_draw(KdaCase const& kc, std::mt19937& rng, BackwardPool& pool, boo
     p.dkbar = w.dkbar.data();
     p.dgamma = w.dgamma.data();
     p.dbeta_walk = w.dbeta_walk.data();
-    p.dq = dq32.data();
-    p.dk = dk32.data();
+    p.dq_sum = dq_sum.data();
+    p.dk_sum = dk_sum.data();
+    p.dq = dq16.data();
+    p.dk = dk16.data();
     p.dg = dg.data();
     p.dbeta = dbeta.data();
     EXPECT_EQ(kn::intra_bwd::launch(p, nullptr), cudaSuccess);
   }
-  std::vector<double> const dq(dq32.begin(), dq32.end());
-  std::vector<double> const dk(dk32.begin(), dk32.end());
+  std::vector<double> const dq = widen(dq16);
+  std::vector<double> const dk = widen(dk16);
 
   ref::Shape shape = pr.shape();
   shape.gate = ref::Gate::kChannel;

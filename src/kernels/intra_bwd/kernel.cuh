@@ -29,10 +29,13 @@
 // 32 channels of one row, so dQK and dL are read as broadcasts. fp32 throughout, in fixed orders
 // (deterministic); dq and dk summed over the group's value heads in ascending order as they come
 // (each thread adds to the sums it stored for the heads before), so q and k are loaded once per
-// group and no terms per value head are written. One CTA per SM walks its share of the items,
-// step by step (an item's value heads, then its next item): a step's tile loads start once the
-// walks of the step before are done, so that their latency overlaps that step's dbeta and dg
-// (and, prefetched into L2 during the walks, is L2's), with no CTA launch or chunk lookup
+// group and no terms per value head are written. At the last value head the sums are finished in
+// place of a separate pass: a row group's sums go to shared memory, and each of the phase's four
+// warps takes one row through the L2 norm's backward to bf16 (qk_grad's finish_row: the same dot
+// tree, so the same bits as summing to fp32 and finishing there). One CTA per SM walks its share of
+// the items, step by step (an item's value heads, then its next item): a step's tile loads start
+// once the walks of the step before are done, so that their latency overlaps that step's dbeta and
+// dg (and, prefetched into L2 during the walks, is L2's), with no CTA launch or chunk lookup
 // between items.
 #pragma once
 
@@ -43,6 +46,7 @@
 #include "kernels/common/tile.cuh"
 #include "kernels/intra_bwd/params.hpp"
 #include "kernels/kkt_solve/channel_kkt.cuh"
+#include "kernels/qk_grad/finish_row.cuh"
 
 namespace cake::kernels::intra_bwd {
 
@@ -60,7 +64,7 @@ struct Item {
   int h;
 };
 
-// About 208 KB: one CTA per SM.
+// About 224 KB: one CTA per SM.
 struct SharedStorage {
   __nv_bfloat16 q[kChunk * kLdBf16];  // [64 x 128] (zero past the end)
   __nv_bfloat16 k[kChunk * kLdBf16];  // [64 x 128]
@@ -70,6 +74,8 @@ struct SharedStorage {
   float bk[kChunk * kLdGate];         // [64 x 128] beta_i k_i, row i
   float dqk[kChunk * kLd64];          // [64 x 64]
   float dl[kChunk * kLd64];           // [64 x 64]
+  // the last value head's dq, dk of a row group, per phase: [kPhases x 4 rows x {dq, dk} x 128]
+  alignas(16) float sums[kPhases][kGroupRows][2][kHeadDim];
   float beta[kChunk];
   float dbeta_walk[kChunk];
   float dbeta_part[kChunk * kHeadDim / 32];  // [64 x 4] k o ak (before beta) summed per warp
@@ -193,12 +199,12 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     if (tid == kThreads - 1) s.cur = it;
     __syncthreads();
 
-
     int const ch = tid % kHeadDim;
     int const phase = tid / kHeadDim;
     float const g_last = s.gcum[(len - 1) * kLdGate + ch];
     auto const at = [&](int row) { return row * kLdGate + ch; };
     float tail = 0.f;
+    bool const last_head = gi + 1 == group;  // the sums are finished (to bf16) at this step
     // Rows in groups of kGroupRows, r = kGroupRows (kPhases m + phase): the group's sums share one
     // walk over the other rows, since with e_l = d_{r+l}, Gamma_{r+m,j} = e_1 ... e_m Gamma_rj for
     // j < r and Gamma_{i,r+m} = e_{m+1} ... e_{R-1} Gamma_{i,r+R-1} for i >= r + R; the pairs
@@ -225,16 +231,15 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         for (int m = 0; m < R; ++m) {
           int64_t const sum_at = sum_at0 + m * qk_stride;
           if (r + m < len) {
-            dq_before[m] = p.dq[sum_at];
-            dk_before[m] = p.dk[sum_at];
+            dq_before[m] = p.dq_sum[sum_at];
+            dk_before[m] = p.dk_sum[sum_at];
           }
         }
       }
       // the last row group of the last value head: one row of the next item's q, k, g, dQK or
       // dL tile per thread (its first value head's; a warp's lanes take one tile), a prefetch per
       // 128-byte line
-      if (gi == group - 1 && r + R * kPhases >= len && tid < 5 * kChunk &&
-          tid % kChunk < s.next.c.len) {
+      if (last_head && r + R * kPhases >= len && tid < 5 * kChunk && tid % kChunk < s.next.c.len) {
         int64_t const t = s.next.c.t0 + tid % kChunk;
         int64_t const qk_row = (t * H + s.next.h) * kHeadDim;
         int64_t const hv_row = t * HV + int64_t{s.next.h} * group;
@@ -365,13 +370,41 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
         float const eg = __expf(gr);
         float const eb = __expf(g_last - gr);
         float const pd = s.dqk[row * kLd64 + row];
-        int64_t const sum_at = sum_at0 + m * qk_stride;
-        p.dq[sum_at] = dq_before[m] + (aq[m] + pd * kv[m] + dqg[m] * eg);
-        p.dk[sum_at] = dk_before[m] + (ak[m] + ac[m] + pd * qv[m] + dkg[m] * eg + dkbar[m] * eb);
+        float const dq = dq_before[m] + (aq[m] + pd * kv[m] + dqg[m] * eg);
+        float const dk = dk_before[m] + (ak[m] + ac[m] + pd * qv[m] + dkg[m] * eg + dkbar[m] * eb);
+        if (last_head) {
+          s.sums[phase][m][0][ch] = dq;
+          s.sums[phase][m][1][ch] = dk;
+        } else {
+          int64_t const sum_at = sum_at0 + m * qk_stride;
+          p.dq_sum[sum_at] = dq;
+          p.dk_sum[sum_at] = dk;
+        }
         float const bar = row < len - 1 ? dkbar[m] * kv[m] * eb : 0.f;
         tail += bar;
         s.dg[at(row)] = qv[m] * aq[m] + kv[m] * (ak[m] - ac[m]) + dqg[m] * qv[m] * eg +
                         dkg[m] * kv[m] * eg - bar;
+      }
+      // the last value head: the group's rows finished, warp w of the phase taking row r + w
+      // (its 128 channels, 4 a lane), between two barriers of the phase's 128 threads (the row
+      // group's sums all stored; then read before the next group overwrites them)
+      if (last_head) {
+        named_barrier_sync(1 + phase, kHeadDim);
+        int const m = ch / 32;
+        if (r + m < len) {
+          int64_t const qk_row = (c.t0 + r + m) * H + h;
+#pragma unroll 1  // dq, then dk (fewer registers than both at once)
+          for (int x = 0; x < 2; ++x) {
+            __nv_bfloat16* const dx = x == 0 ? p.dq : p.dk;
+            if (dx == nullptr) continue;
+            float const* const rstd = x == 0 ? p.q_rstd : p.k_rstd;
+            qk_grad::finish_row(p.use_l2norm, &(x == 0 ? s.q : s.k)[(r + m) * kLdBf16],
+                                p.use_l2norm ? rstd[qk_row] : 0.f,
+                                reinterpret_cast<float4 const*>(s.sums[phase][m][x])[tid % 32],
+                                dx + qk_row * kHeadDim);
+          }
+        }
+        named_barrier_sync(1 + phase, kHeadDim);
       }
     }
     s.tail[phase * kHeadDim + ch] = tail;
@@ -380,7 +413,6 @@ __global__ void __launch_bounds__(kThreads, 1) intra_bwd_kernel(__grid_constant_
     // The next step (the item's next value head, or the next item) starts its loads now, beside
     // this step's dbeta and dg: its tiles land while they run. Its beta and dbeta_walk go to
     // shared memory once this step's readers of them are done (below).
-    bool const last_head = gi + 1 == group;
     Item const nx = last_head ? s.next : s.cur;
     bool const more = !last_head || nx.c.len > 0;
     int const next_gi = last_head ? 0 : gi + 1;

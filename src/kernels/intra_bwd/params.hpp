@@ -23,8 +23,13 @@ struct Params {
   float const* dkbar = nullptr;       // [BT, HV, K]  Delta dS^T
   float const* dgamma = nullptr;      // [num_slots, HV, K]  rowdot(dS, h) per key row
   float const* dbeta_walk = nullptr;  // [BT, HV]     rowdot(Z, Rt)
-  float* dq = nullptr;                // [BT, H, K]   out: dq summed over the value heads
-  float* dk = nullptr;                // [BT, H, K]   out: dk summed over the value heads
+  float* dq_sum = nullptr;            // [BT, H, K]   scratch: dq summed over the value heads
+  float* dk_sum = nullptr;            // [BT, H, K]   before the last (group_size > 1 only)
+  bool use_l2norm = false;            // q, k are qk_norm's q̂, k̂ (the norm's backward's y)
+  float const* q_rstd = nullptr;      // [BT, H]      with use_l2norm
+  float const* k_rstd = nullptr;      // [BT, H]      with use_l2norm
+  __nv_bfloat16* dq = nullptr;        // [BT, H, K]   out or nullptr: dq, through the norm's
+  __nv_bfloat16* dk = nullptr;        // [BT, H, K]   backward with use_l2norm, in bf16 (dk too)
   float* dg = nullptr;                // [BT, HV, K]  out or nullptr (not wanted)
   void* dbeta = nullptr;              // [BT, HV]     out or nullptr: fp32, or bf16 when
                                       //              dbeta_is_bf16

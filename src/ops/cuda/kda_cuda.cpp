@@ -9,9 +9,9 @@
 //           kkt_solve<ChannelDecay> (in inverse mode, which kept G's last rows, A, beta and P:
 //           the walks' operands alone) -> the h-walk; then walk_a_bwd<ChannelDecay> (dv, dh0, and
 //           per chunk what the intra pass needs; split as GDN's where the walks do not fill the
-//           device: its dS-walk beside the h-walk, then its chunk pass) -> intra_bwd (dq, dk
-//           summed over the value heads, dg, dbeta) -> qk_grad (the L2-norm backward from q̂, k̂
-//           and their rows' rstd, dq and dk to bf16).
+//           device: its dS-walk beside the h-walk, then its chunk pass) -> intra_bwd (dg, dbeta;
+//           dq, dk summed over the value heads, through the L2-norm backward from q̂, k̂ and
+//           their rows' rstd, to bf16).
 // The same kernels on the same inputs in every mode, so the modes agree bitwise.
 #include "ops/kda_cuda.hpp"
 
@@ -203,15 +203,17 @@ void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& a
   ip.dkbar = b.dkbar;
   ip.dgamma = b.dgamma;
   ip.dbeta_walk = b.dbeta_walk;
-  ip.dq = b.dq_sum;
-  ip.dk = b.dk_sum;
+  ip.dq_sum = b.dq_sum;
+  ip.dk_sum = b.dk_sum;
+  ip.use_l2norm = l2;
+  ip.q_rstd = b.q_rstd;  // with the norm (else nullptr, unread)
+  ip.k_rstd = b.k_rstd;
+  ip.dq = ptr<bf16>(args.dq);
+  ip.dk = ptr<bf16>(args.dk);
   ip.dg = ptr<float>(args.dg);
   ip.dbeta = args.dbeta.data;
   ip.dbeta_is_bf16 = args.dbeta.dtype == cakeBfloat16;
   check_cuda(kernels::intra_bwd::launch(ip, stream), "intra_bwd launch");
-
-  // dq, dk to bf16 (through the L2 norm's backward): summed over the value heads already
-  reduce_qk_grads(p, l2, b, args, b.dq_sum, b.dk_sum, 1, stream);
 }
 
 }  // namespace cake::ops
