@@ -47,8 +47,10 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
     b.dkbar = scratch.take<float>(v_rows * kHeadDim);
     b.dgamma = scratch.take<float>(slot_rows * kHeadDim);
     b.dbeta_walk = scratch.take<float>(v_rows);
-    b.dq_sum = scratch.take<float>(qk_rows * kHeadDim);
-    b.dk_sum = scratch.take<float>(qk_rows * kHeadDim);
+    if (p.group_size() > 1) {  // intra_bwd's sums before the last value head
+      b.dq_sum = scratch.take<float>(qk_rows * kHeadDim);
+      b.dk_sum = scratch.take<float>(qk_rows * kHeadDim);
+    }
     if (!kept) b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
     if (split) b.ds_end = scratch.take<float>(slot_rows * kHeadDim * kHeadDim);
   }

@@ -41,8 +41,8 @@ struct KdaBuffers {
   float* dkbar = nullptr;       // [BT, HV, K]
   float* dgamma = nullptr;      // [num_slots, HV, K]
   float* dbeta_walk = nullptr;  // [BT, HV]
-  float* dq_sum = nullptr;      // [BT, H, K]      dq summed over the value heads (intra_bwd)
-  float* dk_sum = nullptr;      // [BT, H, K]      dk summed over the value heads (intra_bwd)
+  float* dq_sum = nullptr;      // [BT, H, K]      dq summed over the value heads before the
+  float* dk_sum = nullptr;      // [BT, H, K]      last, dk (intra_bwd; group_size > 1 only)
   int* walk_done = nullptr;     // [N, HV]         the h-walk's flags (not in saved mode)
   float* ds_end = nullptr;      // [num_slots, HV, K, V] the split reverse walk's dS of each
                                 //                 chunk's end (ReverseForm::kSplit only)
