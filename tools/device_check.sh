@@ -26,7 +26,10 @@
 # "--once --workload kda-P4-16"); "sources" where their warps wait, per instruction
 # (tools/stall_sources.py, the same kernels and arguments); "kda_bench" the KDA benchmark
 # (bench/bench_kda.py, with CAKE_KDA_BENCH_ARGS, into kda_bench.jsonl); "conv1d_bench" the causal conv1d benchmark
-# (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl); "layers_bench"
+# (bench/bench_conv1d.py, with CAKE_CONV1D_BENCH_ARGS, into conv1d_bench.jsonl);
+# "conv1d_profile" Nsight Compute on one conv1d forward + backward of cake and of FLA
+# (tools/profile_conv1d.py, with CAKE_CONV1D_PROFILE_ARGS, default A at D = 2048, into
+# ncu_conv1d.txt: speed of light, occupancy, warp states, memory); "layers_bench"
 # one GDN and one KDA layer of cake against FLA's with the same weights, kernel by kernel
 # (bench/bench_layers.py, with CAKE_LAYERS_BENCH_ARGS, into layers_bench.jsonl); "kcp1_bench"
 # context parallelism on one GPU, each rank's share replayed alone (bench/bench_kcp_one_gpu.py,
@@ -39,7 +42,7 @@
 # build there when tools/stage_device.sh has filled .devpkg here (carry it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench layers_bench step_profile kcp1_bench kcp_check kcp_bench "
+known=" check demo train tests profile stalls sources accuracy bench kda_bench conv1d_bench conv1d_profile layers_bench step_profile kcp1_bench kcp_check kcp_bench "
 for stage in ${CAKE_STAGES:-}; do
   if [[ $known != *" $stage "* ]]; then
     echo "device_check: unknown stage '$stage' in CAKE_STAGES (known:$known)"
@@ -274,6 +277,15 @@ fi
 if [[ $stages == *" conv1d_bench "* ]]; then
   python3 bench/bench_conv1d.py --out "$OUT/conv1d_bench.jsonl" ${CAKE_CONV1D_BENCH_ARGS:-} 2>&1 \
     || stage_failed+=" conv1d_bench"
+fi
+if [[ $stages == *" conv1d_profile "* ]]; then
+  ncu --profile-from-start off --clock-control none --section SpeedOfLight --section Occupancy \
+    --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --section ComputeWorkloadAnalysis \
+    python3 tools/profile_conv1d.py ${CAKE_CONV1D_PROFILE_ARGS:-} > "$OUT/ncu_conv1d.txt" 2>&1 \
+    || stage_failed+=" conv1d_profile"
+  grep -E "_kernel|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Issue Slots" \
+    "$OUT/ncu_conv1d.txt" | head -60
 fi
 if [[ $stages == *" layers_bench "* ]]; then
   python3 bench/bench_layers.py --out "$OUT/layers_bench.jsonl" ${CAKE_LAYERS_BENCH_ARGS:-} 2>&1 \
