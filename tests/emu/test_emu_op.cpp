@@ -19,6 +19,9 @@
 #include "emu/kda_emu_testing.hpp"
 #include "emu/runtime.hpp"
 #include "ops/activations_cuda.hpp"
+#include "ops/cuda/gdn_workspace.hpp"
+#include "ops/cuda/kda_workspace.hpp"
+#include "ops/cuda/stages.hpp"
 #include "ref/preprocess.hpp"
 
 namespace {
@@ -452,6 +455,57 @@ TEST(EmulatedOp, ReverseWalkFormsAgreeBitwise) {
             << mode;
       }
     }
+}
+
+// The split's dS buffer is held to kSplitDsBytes (8 GiB): one document at 16 value heads (16
+// walks, fewer than the emulated 132 SMs) splits up to 8,192 slots (~512K tokens) and walks past
+// them, a 1M-token document among them; many walks walk at any size. The buffer is what the
+// split adds to GDN's and KDA's backward workspaces.
+TEST(EmulatedOp, SplitDsBufferIsHeldToItsBudget) {
+  using cake::ops::cuda::ReverseForm;
+  auto const problem = [](int64_t tokens, int32_t docs, int32_t v_heads) {
+    cake::kernels::Problem p;
+    p.num_tokens = tokens;
+    p.seq_len = tokens / docs;
+    p.num_seqs = docs;
+    p.num_qk_heads = v_heads;
+    p.num_v_heads = v_heads;
+    p.num_slots = tokens / 64 + docs + 1;
+    return p;
+  };
+  auto const form = [](cake::kernels::Problem const& p) {
+    return cake::ops::cuda::reverse_form(p, 0);
+  };
+  cake::kernels::Problem const at_budget = problem(64 * (8192 - 2), 1, 16);
+  ASSERT_EQ(at_budget.num_slots, 8192);
+  EXPECT_EQ(cake::ops::cuda::split_ds_bytes(at_budget), cake::ops::cuda::kSplitDsBytes);
+  EXPECT_EQ(form(at_budget), ReverseForm::kSplit);
+  EXPECT_EQ(form(problem(64 * (8192 - 1), 1, 16)), ReverseForm::kWalk);
+  EXPECT_EQ(form(problem(int64_t{1} << 20, 1, 16)), ReverseForm::kWalk);
+  EXPECT_EQ(form(problem(int64_t{1} << 16, 4, 16)), ReverseForm::kSplit);
+  EXPECT_EQ(form(problem(int64_t{1} << 16, 9, 16)), ReverseForm::kWalk);  // 144 walks
+
+  using cake::ops::cuda::Pass;
+  using cake::ops::cuda::SaveMode;
+  for (SaveMode const mode : {SaveMode::kRecompute, SaveMode::kSaved, SaveMode::kInverse}) {
+    auto const gdn = [&](bool split) {
+      return cake::ops::cuda::carve_gdn_buffers(at_budget, false, Pass::kBackward, mode, split,
+                                                nullptr, nullptr)
+          .workspace_bytes;
+    };
+    auto const kda = [&](bool split) {
+      return cake::ops::cuda::carve_kda_buffers(at_budget, false, Pass::kBackward, mode, split,
+                                                nullptr, nullptr)
+          .workspace_bytes;
+    };
+    // The buffer, after at most one region's alignment (kAlign) ahead of it.
+    size_t const ds = cake::ops::cuda::kSplitDsBytes;
+    size_t const align = cake::ops::cuda::kAlign;
+    EXPECT_GE(gdn(true) - gdn(false), ds);
+    EXPECT_LT(gdn(true) - gdn(false), ds + align);
+    EXPECT_GE(kda(true) - kda(false), ds);
+    EXPECT_LT(kda(true) - kda(false), ds + align);
+  }
 }
 
 // A gradient left absent changes no other bit: the backward's arithmetic does not depend on which

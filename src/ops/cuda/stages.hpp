@@ -116,15 +116,23 @@ auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pro
 // tensors' device, which the workspace query and the call both ask (the split's dS buffer is in
 // the workspace); where it cannot be asked, the walk: a CUDA build answers the size queries from
 // shapes on a machine without a GPU too, and a call there fails at its first launch, which says
-// why.
+// why. The split's dS buffer (fp32 [num_slots, HV, K, V]: 64 KiB a chunk and value head, twice
+// h) is held to kSplitDsBytes: past it the walk, slower where walks are few but with no such
+// buffer (one 1M-token document at 16 value heads would need 16 GiB more).
 enum class ReverseForm { kWalk, kSplit };
+inline constexpr int64_t kSplitDsBytes = int64_t{8} << 30;
+inline int64_t split_ds_bytes(kernels::Problem const& p) {
+  return p.num_slots * p.num_v_heads * kernels::kHeadDim * kernels::kHeadDim *
+         int64_t{sizeof(float)};
+}
 inline ReverseForm reverse_form(kernels::Problem const& p, int device) {
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     cudaGetLastError();  // not left behind for a later launch's check to find
     return ReverseForm::kWalk;
   }
-  return int64_t{p.num_seqs} * p.num_v_heads < sms ? ReverseForm::kSplit : ReverseForm::kWalk;
+  bool const few_walks = int64_t{p.num_seqs} * p.num_v_heads < sms;
+  return few_walks && split_ds_bytes(p) <= kSplitDsBytes ? ReverseForm::kSplit : ReverseForm::kWalk;
 }
 
 // The layout function of a call whose backward's reverse walk takes `form`: carve
