@@ -49,16 +49,23 @@ def run(kda, t, options, in_torch):
                                                      "dt_bias")]
 
 
-@pytest.mark.parametrize("options", [
-    dict(use_gate_in_kernel=True),
-    dict(use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True),
-    dict(use_beta_sigmoid_in_kernel=True),
-    dict(use_gate_in_kernel=True, lower_bound=-2.0),
-], ids=["gate", "gate_sigmoid_neg", "sigmoid", "lower_bound"])
-@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+# lower_bound is KDA's alone (GDN refuses it: test_validation.py).
+GATE_OPTIONS = [
+    (False, dict(use_gate_in_kernel=True), "gdn-gate"),
+    (True, dict(use_gate_in_kernel=True), "kda-gate"),
+    (False, dict(use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True),
+     "gdn-gate_sigmoid_neg"),
+    (True, dict(use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True),
+     "kda-gate_sigmoid_neg"),
+    (False, dict(use_beta_sigmoid_in_kernel=True), "gdn-sigmoid"),
+    (True, dict(use_beta_sigmoid_in_kernel=True), "kda-sigmoid"),
+    (True, dict(use_gate_in_kernel=True, lower_bound=-2.0), "kda-lower_bound"),
+]
+
+
+@pytest.mark.parametrize("kda, options", [(k, o) for k, o, _ in GATE_OPTIONS],
+                         ids=[i for _, _, i in GATE_OPTIONS])
 def test_in_torch_equals_the_reference_in_op(kda, options):
-    if "lower_bound" in options and not kda:
-        pytest.skip("lower_bound is KDA's")
     t = case(kda, 3)
     want = run(kda, t, options, in_torch=False)
     got = run(kda, t, options, in_torch=True)
@@ -85,13 +92,11 @@ def test_shapes_are_checked_before_broadcasting(kda):
         gate.in_torch(opts, t["q"], t["v"], t["g"], t["beta"], A_log, torch.zeros(5, dtype=F64))
 
 
-@pytest.mark.parametrize("lower_bound", [None, -3.0], ids=["softplus", "lower_bound"])
-@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+@pytest.mark.parametrize("kda, lower_bound", [(False, None), (True, None), (True, -3.0)],
+                         ids=["gdn-softplus", "kda-softplus", "kda-lower_bound"])
 def test_gate_backward_by_finite_differences(kda, lower_bound):
     """The gate's hand-written backward (d raw, dA_log summed over tokens and channels, ddt_bias
-    over tokens) against torch's finite differences in float64."""
-    if lower_bound is not None and not kda:
-        pytest.skip("lower_bound is KDA's")
+    over tokens) against torch's finite differences in float64 (lower_bound is KDA's alone)."""
     HV, K = 2, 3
     gen = torch.Generator().manual_seed(7)
     raw = torch.randn((2, 5, HV, K) if kda else (2, 5, HV), generator=gen, dtype=F64)
