@@ -41,6 +41,11 @@ struct Problem {
   }
   CAKE_HD int64_t slot_base(int64_t n) const { return seq_begin(n) / kChunk + n; }
   CAKE_HD int32_t group_size() const { return num_v_heads / num_qk_heads; }
+  // Elements of a [K, V] state in every chunk slot and value head (h, and the split reverse
+  // walk's dS of each chunk's end).
+  CAKE_HD int64_t chunk_state_elements() const {
+    return num_slots * num_v_heads * kHeadDim * kHeadDim;
+  }
 };
 
 // One chunk: document n, tokens [t0, t0 + len) with 1 <= len <= 64, chunk index j in the document.

@@ -24,7 +24,7 @@ GdnBuffers carve_gdn_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   int64_t const bt = p.num_tokens;
   int64_t const qk_rows = bt * p.num_qk_heads;
   int64_t const v_rows = bt * p.num_v_heads;
-  int64_t const states = p.num_slots * p.num_v_heads * kHeadDim * kHeadDim;
+  int64_t const states = p.chunk_state_elements();
 
   // The saved set, in one order for forward and backward: both carve the same offsets.
   if (use_qk_l2norm) {

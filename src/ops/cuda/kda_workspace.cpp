@@ -37,7 +37,7 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
   b.qg = set.take<bf16>(v_rows * kHeadDim);
   b.kg = set.take<bf16>(v_rows * kHeadDim);
   b.kbar = set.take<bf16>(v_rows * kHeadDim);
-  if (backward || kept) b.h = set.take<bf16>(slot_rows * kHeadDim * kHeadDim);
+  if (backward || kept) b.h = set.take<bf16>(p.chunk_state_elements());
 
   if (backward) {
     b.dqk = scratch.take<float>(v_rows * kChunk);
@@ -52,7 +52,7 @@ KdaBuffers carve_kda_buffers(kernels::Problem const& p, bool use_qk_l2norm, Pass
       b.dk_sum = scratch.take<float>(qk_rows * kHeadDim);
     }
     if (!kept) b.walk_done = scratch.take<int>(int64_t{p.num_seqs} * p.num_v_heads);
-    if (split) b.ds_end = scratch.take<float>(slot_rows * kHeadDim * kHeadDim);
+    if (split) b.ds_end = scratch.take<float>(p.chunk_state_elements());
   }
   b.saved_bytes = products_kept ? saved_arena.bytes() : 0;
   b.workspace_bytes = scratch.bytes();

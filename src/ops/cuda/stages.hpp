@@ -122,8 +122,7 @@ auto bind_buffers(Carve const& carve, cakeOptions_t const& options, kernels::Pro
 enum class ReverseForm { kWalk, kSplit };
 inline constexpr int64_t kSplitDsBytes = int64_t{8} << 30;
 inline int64_t split_ds_bytes(kernels::Problem const& p) {
-  return p.num_slots * p.num_v_heads * kernels::kHeadDim * kernels::kHeadDim *
-         int64_t{sizeof(float)};
+  return p.chunk_state_elements() * int64_t{sizeof(float)};
 }
 inline ReverseForm reverse_form(kernels::Problem const& p, int device) {
   int sms = 0;
