@@ -284,9 +284,10 @@ T __shfl_up_sync(unsigned, T x, unsigned delta) {
 }
 inline unsigned __ballot_sync(unsigned, int pred) { return ::cake::emu::ballot(pred != 0); }
 
-// Math intrinsics, exact on the CPU (the GPU's __expf is an approximation: results differ in the
-// last bits, well inside the accuracy gate).
+// Math intrinsics, exact on the CPU (the GPU's __expf and __fdividef are approximations: results
+// differ in the last bits, well inside the accuracy gate).
 inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float x, float y) { return x / y; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
