@@ -19,6 +19,7 @@
 #include "cake/cake.h"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/sigmoid.cuh"
 
 namespace cake::kernels::conv1d {
 
@@ -43,6 +44,7 @@ struct Bits<16> {
 // The dtype helpers (common/dtype.cuh), by the names the conv's stages use.
 using kernels::from_float;
 using kernels::load_small;
+using kernels::sigmoid;
 using kernels::store_small;
 using kernels::to_float;
 
@@ -320,11 +322,6 @@ struct Documents {
     return lo;
   }
 };
-
-// 1 / (1 + e^-p) from the approximate e^x and division (a few ulp, ~6 instructions where the IEEE
-// division alone takes ~18: at 8 channels a thread and token, the forward's instruction count is
-// otherwise near its memory time). For p below ~-87 e^-p is inf and the quotient 0, as it should.
-__device__ __forceinline__ float sigmoid(float p) { return __fdividef(1.f, 1.f + __expf(-p)); }
 
 // act(p): identity or silu.
 __device__ __forceinline__ float activate(int activation, float p) {

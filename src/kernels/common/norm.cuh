@@ -12,6 +12,7 @@
 #include "cake/cake.h"
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/norm_rows.hpp"
+#include "kernels/common/sigmoid.cuh"
 
 namespace cake::kernels::norm {
 
@@ -54,8 +55,6 @@ __device__ __forceinline__ void stage_weight(void const* weight, cakeDtype_t dty
   }
   __syncthreads();
 }
-
-__device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + __expf(-g)); }
 
 // act(g): silu g sigmoid(g), or sigmoid(g).
 __device__ __forceinline__ float gate(int activation, float g) {
