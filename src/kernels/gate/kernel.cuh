@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/sigmoid.cuh"
 #include "kernels/gate/params.hpp"
 
 namespace cake::kernels::gate {
@@ -39,8 +40,6 @@ inline constexpr int kUnroll = 4;
 // thousands of tokens) are a short walk for each.
 inline constexpr int kReduceThreads = 1024;
 inline constexpr int kReduceWarps = kReduceThreads / 32;
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 // log(1 + e^x), without overflow for large x or loss for very negative x.
 __device__ __forceinline__ float softplus(float x) {
@@ -85,7 +84,7 @@ __global__ void __launch_bounds__(kThreads) gate_fwd_kernel(__grid_constant__ Pa
       [&](int64_t e, float raw) {
         SlotConstants const k = slot_constants(p, static_cast<int>(e % slots));
         float const x = raw + k.bias;
-        p.g[e] = p.has_lower_bound ? p.lower_bound * sigmoid(k.a * x) : -k.a * softplus(x);
+        p.g[e] = p.has_lower_bound ? p.lower_bound * sigmoid_exact(k.a * x) : -k.a * softplus(x);
       });
 }
 
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) beta_fwd_kernel(__grid_constant__ Pa
   for_each_element(
       p.num_tokens * p.num_v_heads,
       [&](int64_t e) { return load_small(p.beta_raw, p.beta_dtype, e); },
-      [&](int64_t e, float raw) { p.beta[e] = p.beta_c * sigmoid(raw); });
+      [&](int64_t e, float raw) { p.beta[e] = p.beta_c * sigmoid_exact(raw); });
 }
 
 // dbeta_raw. Grid: flat_grid(BT HV).
@@ -108,7 +107,7 @@ __global__ void __launch_bounds__(kThreads) beta_bwd_kernel(__grid_constant__ Pa
         return In{load_small(p.beta_raw, p.beta_dtype, e), p.dbeta[e]};
       },
       [&](int64_t e, In in) {
-        float const s = sigmoid(in.raw);
+        float const s = sigmoid_exact(in.raw);
         store_small(p.dbeta_raw, p.beta_dtype, e, p.beta_c * s * (1.f - s) * in.dbeta);
       });
 }
@@ -142,12 +141,12 @@ __global__ void __launch_bounds__(kThreads) gate_bwd_kernel(__grid_constant__ Pa
         if (t + u >= t1) break;
         float dx, term;
         if (p.has_lower_bound) {
-          float const s = sigmoid(k.a * x[u]);
+          float const s = sigmoid_exact(k.a * x[u]);
           float const dz = dg[u] * p.lower_bound * s * (1.f - s);
           dx = k.a * dz;
           term = dz * k.a * x[u];
         } else {
-          dx = -k.a * sigmoid(x[u]) * dg[u];
+          dx = -k.a * sigmoid_exact(x[u]) * dg[u];
           term = -k.a * softplus(x[u]) * dg[u];
         }
         if (p.dg_raw != nullptr) store_small(p.dg_raw, p.g_dtype, (t + u) * slots + j, dx);
