@@ -48,7 +48,7 @@ struct Problem {
     p.num_tokens = BT;
     p.num_qk_heads = H;
     p.num_v_heads = HV;
-    p.num_slots = BT / kernels::kChunk + N + 1;
+    p.num_slots = kernels::slots_for(BT, N);
     p.cu_seqlens32 = cu.data();
     p.scale = static_cast<float>(scale);
     return p;

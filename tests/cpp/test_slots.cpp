@@ -18,6 +18,7 @@ using cake::kernels::ChunkRef;
 using cake::kernels::find_chunk;
 using cake::kernels::kChunk;
 using cake::kernels::Problem;
+using cake::kernels::slots_for;
 
 // Checks every slot of a problem over documents of the given lengths.
 void expect_slots_cover_chunks(std::vector<int64_t> const& lengths) {
@@ -26,7 +27,7 @@ void expect_slots_cover_chunks(std::vector<int64_t> const& lengths) {
   Problem p;
   p.num_seqs = static_cast<int32_t>(lengths.size());
   p.num_tokens = cu.back();
-  p.num_slots = p.num_tokens / kChunk + p.num_seqs + 1;
+  p.num_slots = slots_for(p.num_tokens, p.num_seqs);
   p.cu_seqlens32 = cu.data();
 
   // The chunks in document order, as the slots must hold them.
@@ -86,7 +87,7 @@ TEST(Slots, EqualLengthsWithoutOffsets) {
   p.num_seqs = 3;
   p.seq_len = 130;  // chunks of 64, 64, 2 tokens per document
   p.num_tokens = 3 * 130;
-  p.num_slots = p.num_tokens / kChunk + p.num_seqs + 1;
+  p.num_slots = slots_for(p.num_tokens, p.num_seqs);
   int found = 0;
   for (int64_t slot = 0; slot < p.num_slots; ++slot) {
     ChunkRef c{};

@@ -38,7 +38,7 @@ inline kernels::Problem make_problem(std::vector<int32_t> const& cu, int H, int 
   p.num_tokens = cu.back();
   p.num_qk_heads = H;
   p.num_v_heads = HV;
-  p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
+  p.num_slots = kernels::slots_for(p.num_tokens, p.num_seqs);
   return p;
 }
 

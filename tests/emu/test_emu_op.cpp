@@ -470,7 +470,7 @@ TEST(EmulatedOp, SplitDsBufferIsHeldToItsBudget) {
     p.num_seqs = docs;
     p.num_qk_heads = v_heads;
     p.num_v_heads = v_heads;
-    p.num_slots = tokens / 64 + docs + 1;
+    p.num_slots = cake::kernels::slots_for(tokens, docs);
     return p;
   };
   auto const form = [](cake::kernels::Problem const& p) {

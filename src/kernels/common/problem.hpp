@@ -23,13 +23,18 @@ namespace cake::kernels {
 inline constexpr int kChunk = 64;   // C: tokens per chunk
 inline constexpr int kHeadDim = 128;  // K = V: the one head size built
 
+// Chunk slots of BT tokens packed as N documents: every chunk of every document has its own.
+constexpr int64_t slots_for(int64_t num_tokens, int64_t num_seqs) {
+  return num_tokens / kChunk + num_seqs + 1;
+}
+
 struct Problem {
   int64_t num_tokens = 0;            // BT: B * T, all documents packed token-major
   int64_t seq_len = 0;               // T: document length when cu_seqlens is absent
   int32_t num_seqs = 0;              // N
   int32_t num_qk_heads = 0;          // H
   int32_t num_v_heads = 0;           // HV, a multiple of H
-  int64_t num_slots = 0;             // floor(BT / 64) + N + 1
+  int64_t num_slots = 0;             // slots_for(BT, N)
   int32_t const* cu_seqlens32 = nullptr;  // [N + 1] on the device, or nullptr
   int64_t const* cu_seqlens64 = nullptr;  // [N + 1] on the device, or nullptr
   float scale = 1.f;

@@ -47,7 +47,7 @@ inline kernels::Problem make_problem(cakeOptions_t const& options, cakeTensor_t 
   } else {
     p.num_seqs = static_cast<int32_t>(q.shape[0]);
   }
-  p.num_slots = p.num_tokens / kernels::kChunk + p.num_seqs + 1;
+  p.num_slots = kernels::slots_for(p.num_tokens, p.num_seqs);
   p.scale = static_cast<float>(options.scale);
   return p;
 }
