@@ -159,7 +159,7 @@ std::string compare(Problem const& pr, Outputs const& whole, Outputs const& spli
   }
   if (use == Use::kHWalk)  // every walk's flag counts its h's two 64-column slices (params.hpp)
     for (size_t i = 0; i < whole.flags.size(); ++i)
-      if (whole.flags[i] != fwd::kSplitSlices || split.flags[i] != fwd::kSplitSlices)
+      if (whole.flags[i] != kn::kSlicesOfH || split.flags[i] != kn::kSlicesOfH)
         return "walk " + std::to_string(i) + "'s flag is " + std::to_string(whole.flags[i]) +
                " whole, " + std::to_string(split.flags[i]) + " split";
   return "";
@@ -176,7 +176,7 @@ std::vector<Case> cases() {
 
 // SM counts at which the rule takes each shape for a case's walks.
 int whole_sms(Problem const& pr) { return pr.N * pr.HV; }
-int split_sms(Problem const& pr) { return fwd::kSplitSlices * pr.N * pr.HV; }
+int split_sms(Problem const& pr) { return kn::kSlicesOfH * pr.N * pr.HV; }
 
 // The case's gate in g's shape for Decay: the problem's own for a scalar decay, one drawn per
 // channel (KDA's shape) for a gated one.

@@ -8,6 +8,7 @@
 
 #include "kernels/common/problem.hpp"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/walk_slices.hpp"
 #include "kernels/common/wgmma.cuh"
 
 namespace cake::kernels {
@@ -44,12 +45,6 @@ __device__ __forceinline__ WalkRef walk_of_block(Problem const& p, int64_t block
   w.n = __ffs(hit) - 1;
   return w;
 }
-
-// The column slices of a forward walk (walk_a_fwd): a CTA owns all of h's 128 columns, or, where
-// the walks are split (walk_a_fwd/split.hpp), one of kSlicesOfH slices of kSliceCols columns.
-// The h-walk's flag of a walk counts the slices of h stored: kSlicesOfH once all are.
-inline constexpr int kSliceCols = 64;
-inline constexpr int kSlicesOfH = kHeadDim / kSliceCols;
 
 // Block `block` of a forward walk whose walks run as kSlices CTAs each (1 or kSlicesOfH): walk
 // walk_of_block(block / kSlices), its columns c0 .. c0 + kHeadDim / kSlices - 1. A walk's slices

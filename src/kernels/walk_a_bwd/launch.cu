@@ -6,8 +6,6 @@
 
 namespace cake::kernels::walk_a_bwd {
 
-static_assert(walk_a_fwd::kSplitSlices == kSlicesOfH, "a split dS-walk's slices are walk.cuh's");
-
 namespace {
 
 // One form's launch on a 1-D grid of `blocks` CTAs; `beside` makes it a programmatic dependent of

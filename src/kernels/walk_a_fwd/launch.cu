@@ -6,8 +6,6 @@
 
 namespace cake::kernels::walk_a_fwd {
 
-static_assert(kSplitSlices == kSlicesOfH, "a split walk's slices are walk.cuh's");
-
 template <class Decay>
 cudaError_t launch(Params const& params, cudaStream_t stream) {
   // The flags are the h-walk's alone, and the h-walk is its h (params.hpp)

@@ -21,12 +21,12 @@
 
 #include <cstdint>
 
+#include "kernels/common/walk_slices.hpp"
+
 namespace cake::kernels::walk_a_fwd {
 
-inline constexpr int kSplitSlices = 2;  // the slices of a split walk: 64 of h's 128 columns each
-
 constexpr bool split_walks(int64_t num_walks, int num_sms) {
-  return num_walks > 0 && kSplitSlices * num_walks <= num_sms;
+  return num_walks > 0 && kSlicesOfH * num_walks <= num_sms;
 }
 
 }  // namespace cake::kernels::walk_a_fwd
