@@ -477,24 +477,26 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     // (Params::eo_split) its rounding residual -> delta_eb
     // By fragments (ldmatrix, stmatrix), in two halves of the warpgroup's columns (registers):
     // pair q of a half is row_lo (even q) or row_hi (odd q). (Only the update reads eO.)
+    if constexpr (kUpdate) {
 #pragma unroll
-    for (int part = 0; part < (kUpdate ? 2 : 0); ++part) {
-      int const n0 = c0 + kWg / 2 * part;
-      uint32_t frag[kWg / 8];
-      load_swizzled_frag<kChunk, kWg / 2>(s.dout, 0, n0, frag);
-      uint32_t lo[kWg / 8];  // eO's rounding residual (eo_split)
+      for (int part = 0; part < 2; ++part) {
+        int const n0 = c0 + kWg / 2 * part;
+        uint32_t frag[kWg / 8];
+        load_swizzled_frag<kChunk, kWg / 2>(s.dout, 0, n0, frag);
+        uint32_t lo[kWg / 8];  // eO's rounding residual (eo_split)
 #pragma unroll
-      for (int q = 0; q < kWg / 8; ++q) {
-        float const se = scale * (q % 2 == 0 ? e_lo : e_hi);
-        float2 const d = bits_float2(frag[q]);
-        __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
-        float2 const hi = __bfloat1622float2(eo);
-        lo[q] = bf16x2_bits(__floats2bfloat162_rn(se * d.x - hi.x, se * d.y - hi.y));
-        frag[q] = bf16x2_bits(eo);
+        for (int q = 0; q < kWg / 8; ++q) {
+          float const se = scale * (q % 2 == 0 ? e_lo : e_hi);
+          float2 const d = bits_float2(frag[q]);
+          __nv_bfloat162 const eo = __floats2bfloat162_rn(se * d.x, se * d.y);
+          float2 const hi = __bfloat1622float2(eo);
+          lo[q] = bf16x2_bits(__floats2bfloat162_rn(se * d.x - hi.x, se * d.y - hi.y));
+          frag[q] = bf16x2_bits(eo);
+        }
+        store_swizzled_frag<kChunk, kWg / 2>(ddelta_of(s, j), 0, n0, frag);
+        if constexpr (!kChannel)
+          if (eo_split) store_swizzled_frag<kChunk, kWg / 2>(s.delta_eb, 0, n0, lo);
       }
-      store_swizzled_frag<kChunk, kWg / 2>(ddelta_of(s, j), 0, n0, frag);
-      if constexpr (!kChannel)
-        if (eo_split) store_swizzled_frag<kChunk, kWg / 2>(s.delta_eb, 0, n0, lo);
     }
     fence_proxy_async_shared();
     named_barrier_sync(group, kRoleThreads);  // bf16(dS) and eO's columns complete
@@ -528,35 +530,36 @@ __device__ __forceinline__ void column_role(SharedStorage<Decay>& s, Params cons
     else
       warpgroup_mma_async<kWg, kHeadDim>(KMajorSwizzledTile<kChunk>{k_of(s, j)},
                                          MNMajorTile<kHeadDim>{s.ds}, 0, c0, kds);
-    for (int part = 0; part < (kUpdate ? (eo_split ? 2 : 1) : 0); ++part) {
-      bf16 const* const eo = part == 0 ? ddelta_of(s, j) : eo_low(s);
-      warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
-                                       MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
-      warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
-                                       MNMajorSwizzledTile<kChunk>{eo}, kHalfRows, c0, ds.hi);
-    }
+    if constexpr (kUpdate)
+      for (int part = 0; part < (eo_split ? 2 : 1); ++part) {
+        bf16 const* const eo = part == 0 ? ddelta_of(s, j) : eo_low(s);
+        warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
+                                         MNMajorSwizzledTile<kChunk>{eo}, 0, c0, ds.lo);
+        warpgroup_mma_async<kWg, kChunk>(MNMajorSwizzledTile<kChunk>{s.q},
+                                         MNMajorSwizzledTile<kChunk>{eo}, kHalfRows, c0, ds.hi);
+      }
     wgmma_commit();
     // R = beta (V - e (K h)) -> r; K h stays in registers (fp32) for <Z, K h> below. V by
     // fragments (ldmatrix), pair q at row_lo (even q) or row_hi (odd q); R stored by stmatrix
     if constexpr (!kDsWalk) {
       wgmma_wait<1>();
       fence_accumulators(kh);
-    }
 #pragma unroll
-    for (int part = 0; part < (kDsWalk ? 0 : 2); ++part) {
-      int const n0 = c0 + kWg / 2 * part;
-      uint32_t frag[kWg / 8];
-      load_swizzled_frag<kChunk, kWg / 2>(s.v, 0, n0, frag);
+      for (int part = 0; part < 2; ++part) {
+        int const n0 = c0 + kWg / 2 * part;
+        uint32_t frag[kWg / 8];
+        load_swizzled_frag<kChunk, kWg / 2>(s.v, 0, n0, frag);
 #pragma unroll
-      for (int q = 0; q < kWg / 8; ++q) {
-        float const e = q % 2 == 0 ? e_lo : e_hi;
-        float const b = q % 2 == 0 ? b_lo : b_hi;
-        float2 const vv = bits_float2(frag[q]);
-        float const x0 = kh[kWg / 4 * part + 2 * q];
-        float const x1 = kh[kWg / 4 * part + 2 * q + 1];
-        frag[q] = bf16x2_bits(__floats2bfloat162_rn(b * (vv.x - e * x0), b * (vv.y - e * x1)));
+        for (int q = 0; q < kWg / 8; ++q) {
+          float const e = q % 2 == 0 ? e_lo : e_hi;
+          float const b = q % 2 == 0 ? b_lo : b_hi;
+          float2 const vv = bits_float2(frag[q]);
+          float const x0 = kh[kWg / 4 * part + 2 * q];
+          float const x1 = kh[kWg / 4 * part + 2 * q + 1];
+          frag[q] = bf16x2_bits(__floats2bfloat162_rn(b * (vv.x - e * x0), b * (vv.y - e * x1)));
+        }
+        store_blocked_frag<kHeadDim, kWg / 2>(s.r, 0, n0, frag);
       }
-      store_blocked_frag<kHeadDim, kWg / 2>(s.r, 0, n0, frag);
     }
     fence_proxy_async_shared();
     wgmma_wait<0>();
