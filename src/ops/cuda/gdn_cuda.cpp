@@ -80,18 +80,12 @@ void run_walk(Problem const& p, ForwardInputs const& in, bf16 const* q_used, bf1
 
 size_t gdn_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
-  // The forward's count: the backward carves the saved set in the same order (layout function).
-  return count_buffers(layout_for(carve_gdn_buffers, ReverseForm::kWalk), options,
-                       make_problem(options, q, v, cu_seqlens), Pass::kForward)
-      .saved_bytes;
+  return saved_bytes_of(carve_gdn_buffers, options, q, v, cu_seqlens);
 }
 
 size_t gdn_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
-  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(layout_for(carve_gdn_buffers, ReverseForm::kWalk), options, p,
-                       Pass::kForward)
-      .workspace_bytes;
+  return forward_workspace_bytes_of(carve_gdn_buffers, options, args);
 }
 
 void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -125,10 +119,7 @@ void gdn_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 
 size_t gdn_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
-  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(layout_for(carve_gdn_buffers, reverse_form(p, args.dout.device_id)), options,
-                       p, Pass::kBackward)
-      .workspace_bytes;
+  return backward_workspace_bytes_of(carve_gdn_buffers, options, args);
 }
 
 void gdn_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,

@@ -84,17 +84,12 @@ void run_walk(Problem const& p, ForwardInputs const& in, KdaBuffers const& b, bf
 
 size_t kda_cuda_saved_bytes(cakeOptions_t const& options, cakeTensor_t const& q,
                             cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
-  return count_buffers(layout_for(carve_kda_buffers, ReverseForm::kWalk), options,
-                       make_problem(options, q, v, cu_seqlens), Pass::kForward)
-      .saved_bytes;
+  return saved_bytes_of(carve_kda_buffers, options, q, v, cu_seqlens);
 }
 
 size_t kda_cuda_forward_workspace_bytes(cakeOptions_t const& options,
                                         cakeForwardArgs_t const& args) {
-  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(layout_for(carve_kda_buffers, ReverseForm::kWalk), options, p,
-                       Pass::kForward)
-      .workspace_bytes;
+  return forward_workspace_bytes_of(carve_kda_buffers, options, args);
 }
 
 void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& args, void* saved,
@@ -124,10 +119,7 @@ void kda_cuda_forward(cakeOptions_t const& options, cakeForwardArgs_t const& arg
 
 size_t kda_cuda_backward_workspace_bytes(cakeOptions_t const& options,
                                          cakeBackwardArgs_t const& args) {
-  Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
-  return count_buffers(layout_for(carve_kda_buffers, reverse_form(p, args.dout.device_id)), options,
-                       p, Pass::kBackward)
-      .workspace_bytes;
+  return backward_workspace_bytes_of(carve_kda_buffers, options, args);
 }
 
 void kda_cuda_backward(cakeOptions_t const& options, cakeBackwardArgs_t const& args,

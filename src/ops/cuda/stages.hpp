@@ -146,6 +146,33 @@ auto layout_for(Carve carve, ReverseForm form) {
   };
 }
 
+// The op's size queries from its layout function (carve_gdn_buffers, carve_kda_buffers). The
+// saved set and the forward's workspace do not depend on the reverse walk's form (the backward
+// carves the saved set in the same order); the backward's workspace is that of the form the
+// backward takes on the tensors' device.
+template <class Carve>
+size_t saved_bytes_of(Carve carve, cakeOptions_t const& options, cakeTensor_t const& q,
+                      cakeTensor_t const& v, cakeTensor_t const& cu_seqlens) {
+  return count_buffers(layout_for(carve, ReverseForm::kWalk), options,
+                       make_problem(options, q, v, cu_seqlens), Pass::kForward)
+      .saved_bytes;
+}
+template <class Carve>
+size_t forward_workspace_bytes_of(Carve carve, cakeOptions_t const& options,
+                                  cakeForwardArgs_t const& args) {
+  return count_buffers(layout_for(carve, ReverseForm::kWalk), options,
+                       make_problem(options, args.q, args.v, args.cu_seqlens), Pass::kForward)
+      .workspace_bytes;
+}
+template <class Carve>
+size_t backward_workspace_bytes_of(Carve carve, cakeOptions_t const& options,
+                                   cakeBackwardArgs_t const& args) {
+  kernels::Problem const p = make_problem(options, args.q, args.v, args.cu_seqlens);
+  return count_buffers(layout_for(carve, reverse_form(p, args.dout.device_id)), options, p,
+                       Pass::kBackward)
+      .workspace_bytes;
+}
+
 // The backward's reverse walk in `form`. kSplit: the dS-walk first, into ds_end ([num_slots, HV,
 // K, V] fp32), beside the h-walk (its programmatic dependent where the h-walk ran just before, so
 // nothing is launched between them); it writes no dq or dk and takes no ticket, and it forms dh0.
