@@ -35,7 +35,7 @@ using kernels::ChannelDecay;
 using kernels::Problem;
 using namespace cuda;
 
-// kkt_solve, the forward's chunk pass: G's last row, A, P, beta in fp32 and qg, kg, kbar per
+// kkt_solve, the forward's per-chunk factors: G's last row, A, P, beta in fp32 and qg, kg, kbar per
 // (chunk, value head); with products false qg, kg, kbar alone (the backward of inverse mode,
 // which kept the rest).
 void run_kkt_solve(Problem const& p, ForwardInputs const& in, bf16 const* q_used,
