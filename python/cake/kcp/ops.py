@@ -151,25 +151,31 @@ def _segment_summaries(opts: _Options, walk, q, k, v, g, beta, A_log, dt_bias, s
     return o_0, b, o_m, m
 
 
-def _gather(x: Tensor, rows: Tensor) -> Tensor:
-    """x [1, T, ...] at rows [n, L] (a plan.SpanBatch's): [n, L, ...]."""
-    return x[0].index_select(0, rows.flatten()).view(*rows.shape, *x.shape[2:])
+def _gather_heads(x: Tensor, rows: Tensor) -> Tensor:
+    """x [1, T, HV, X] at rows [n, L] (a plan.SpanBatch's), value heads first: [HV * n, L, X],
+    one batched product's operand per (value head, span), in one gathering pass."""
+    HV, n, L = x.shape[2], rows.shape[0], rows.shape[1]
+    return x[0].transpose(0, 1).index_select(1, rows.flatten()).view(HV * n, L, x.shape[3])
+
+
+def _heads_first(s: Tensor) -> Tensor:
+    """Per-span states [n, HV, K, X] in _gather_heads' order: [HV * n, K, X]."""
+    return s.transpose(0, 1).reshape(-1, s.shape[2], s.shape[3])
 
 
 def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tensor) -> None:
     """o [1, T_local, HV, V] of the summarised segments, o_0 + O_M S_in, one batched product per
-    batch of spans (plan.SpanBatch). The product runs in o's dtype (bf16 on the GPU: tensor cores,
-    fp32 accumulation; S_in rounded to bf16 as the walk's own tensor-core products round its
-    state), the sum in the state dtype."""
-    sd, dt = seg_in.dtype, o.dtype
+    batch of spans (plan.SpanBatch) with o_0 as its addend. In o's dtype (bf16 on the GPU: tensor
+    cores, S_in rounded to bf16 as the walk's own tensor-core products round its state), the
+    product and the addend summed in fp32 and rounded once."""
+    HV, V = o.shape[2], o.shape[3]
     with _phase("outputs"):
-        s_in = seg_in.to(dt)
+        s_in = seg_in.to(o.dtype)
         for batch in plan.summary_spans:
-            o_s = torch.einsum("bthk,bhkv->bthv", _gather(o_m, batch.rows),
-                               s_in.index_select(0, batch.items))
-            o_s = o_s.flatten(0, 1).index_select(0, batch.real_at)
-            o[0, batch.real_tokens] = (o_0[0].index_select(0, batch.real_rows).to(sd)
-                                       + o_s.to(sd)).to(dt)
+            o_s = torch.baddbmm(_gather_heads(o_0, batch.rows), _gather_heads(o_m, batch.rows),
+                                _heads_first(s_in.index_select(0, batch.items)))
+            o[0, batch.real_tokens] = (o_s.view(HV, -1, V).index_select(1, batch.real_at)
+                                       .transpose(0, 1))
 
 
 def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
@@ -181,10 +187,11 @@ def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
     with _phase("adjoint_products"):
         d_o = d_o.to(o_m.dtype)
         for batch in plan.adjoint_spans:
-            d_o_rows = _gather(d_o, batch.tokens)
-            d_o_rows.masked_fill_(batch.padding[..., None, None], 0)
-            c[batch.items] = torch.einsum("bthk,bthv->bhkv", _gather(o_m, batch.rows),
-                                          d_o_rows).to(sd)
+            n, L = batch.rows.shape
+            d_o_rows = _gather_heads(d_o, batch.tokens)
+            d_o_rows.view(HV, n * L, V).masked_fill_(batch.padding.view(1, n * L, 1), 0)
+            c_s = torch.bmm(_gather_heads(o_m, batch.rows).transpose(1, 2), d_o_rows)
+            c[batch.items] = c_s.view(HV, n, K, V).transpose(0, 1).to(sd)
     return c
 
 
