@@ -26,6 +26,9 @@ Results and reading: docs/design/kda-fused-chunk-bwd.md, "Rounding study: single
 In short: the anchored sweeps' dG (de-framed outputs times fp32 q, k) puts dg over the gate on
 long slow-decay documents whatever h and dS are stored in; dG formed in the tile's frame from the
 same bf16 operands ("frame") keeps it at the fp32 pass's level.
+The folded walks (walk="folded": Delta = U - W h, dS <- gamma dS + X - W^T dv2) under (d)'s
+chunk and intra passes: --schemes d,d/folded,d/folded-xbf16,fp32; results in the same document,
+"Rounding study: the folded walks".
 """
 import argparse
 import dataclasses
@@ -62,7 +65,8 @@ class Scheme:
     walk: str = "chain"          # the h- and dS-walks' step: "chain" (R, Delta = A R; dDelta,
     #                              Z = A^T dDelta, Zs, kg^T Zs) or "folded" (A diag(beta) folded
     #                              into U, W stored bf16: Delta = U - W h; dv2 = dvl + kbar dS,
-    #                              dS <- gamma dS + X - W^T dv2; see walk_folded)
+    #                              dS <- gamma dS + X - W^T dv2; see ds_step_folded);
+    #                              "h-folded", "ds-folded": one walk folded, the other a chain
     dvl_bf16: bool = False       # folded dS-walk: dvl = P^T dO stored bf16 by a chunk pass (else
     #                              fp32, formed in the walk into dv2's accumulator)
     doc: str = ""
@@ -94,6 +98,10 @@ VARIANTS = [
            doc="(d) with the folded walks: Delta = U - W h, dS <- gamma dS + X - W^T dv2; X fp32"),
     Scheme("d/folded-xbf16", h_bf16=True, x_bf16=True, handover_bf16=True, sweep="pair",
            walk="folded", doc="(d/folded) with X = s qg^T dO stored bf16 by a chunk pass"),
+    Scheme("d/h-folded", h_bf16=True, handover_bf16=True, sweep="pair", walk="h-folded",
+           doc="(d) with the h-walk folded only (Delta = U - W h)"),
+    Scheme("d/ds-folded", h_bf16=True, handover_bf16=True, sweep="pair", walk="ds-folded",
+           doc="(d) with the dS-walk folded only (dS <- gamma dS + X - W^T dv2)"),
     Scheme("d/folded-dvlbf16", h_bf16=True, x_bf16=True, dvl_bf16=True, handover_bf16=True,
            sweep="pair", walk="folded",
            doc="(d/folded-xbf16) with dvl = P^T dO stored bf16 too (cuDNN's storage)"),
@@ -303,7 +311,7 @@ def document(num, q, k, v, g, beta, h0, dO, dht, s):
     h, hs, o = h0.clone(), [], torch.zeros_like(v)
     for (a, b), f in zip(spans, F):
         hs.append(num.store(h, sc.h_bf16))
-        if sc.walk == "folded":
+        if sc.walk in ("folded", "h-folded"):
             Delta = h_step_folded(num, f, h)
         else:
             R = beta[a:b, None] * (v[a:b] - num.mm(f["kg"], h))
@@ -315,18 +323,19 @@ def document(num, q, k, v, g, beta, h0, dO, dht, s):
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dg, dbeta = torch.zeros_like(g), torch.zeros_like(beta)
     dS = dht.clone()                                   # fp32 carried state gradient [K x V]
+    ds_folded = sc.walk in ("folded", "ds-folded")
     for (a, b), f, hc in reversed(list(zip(spans, F, hs))):
         qc, kc, vc, bc, dOc = q[a:b], k[a:b], v[a:b], beta[a:b, None], dO[a:b]
         A, P, kg, qg, kbar, G = f["A"], f["P"], f["kg"], f["qg"], f["kbar"], f["G"]
         dSc = num.store(dS, sc.ds_bf16)                # what the chunk kernel reads
-        if sc.walk == "folded":                        # the walk's step first: phase 1 reads dv2
+        if ds_folded:                                  # the walk's step first: phase 1 reads dv2
             dv2, dS_prev = ds_step_folded(num, f, dS, dOc, s)
 
         # Phase 1 (chunk pass): every product bf16 operands, fp32 accumulators.
         Rt = vc - num.mm(kg, hc)                       # [n x V]
         R = bc * Rt
         Delta = num.mm(A, R)
-        if sc.walk == "folded":                        # dDelta = dv2, stored bf16 by the walk
+        if ds_folded:                                  # dDelta = dv2, stored bf16 by the walk
             dDelta = num.bf(dv2)                       # (only ever a bf16 operand below)
         else:
             dDelta = num.mm(kbar, dSc) + num.mm(P.T, dOc)  # [n x V]
@@ -347,7 +356,7 @@ def document(num, q, k, v, g, beta, h0, dO, dht, s):
         dkbar = num.store(dkbar, sc.handover_bf16)
 
         # The dS walk one chunk back (its own products on the fp32 carried dS).
-        if sc.walk == "folded":
+        if ds_folded:
             dS = dS_prev
         else:
             X = num.store(s * num.mm(qg.T, dOc), sc.x_bf16)
@@ -511,7 +520,7 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="skip the FP64 check")
     ap.add_argument("--schemes", default="a,b,c,d,a/frame,b/frame,c/frame,c/x32,fp32",
                     help="comma-separated subset of a,b,c,d,a/frame,b/frame,c/frame,c/x32,c/d32,"
-                         "d/folded,d/folded-xbf16,d/folded-dvlbf16,fp32 "
+                         "d/folded,d/folded-xbf16,d/h-folded,d/ds-folded,d/folded-dvlbf16,fp32 "
                          "(default %(default)s)")
     ap.add_argument("--docs", default=",".join(map(str, DOCS)),
                     help="document lengths of every input set (default %(default)s)")
