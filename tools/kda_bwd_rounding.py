@@ -26,6 +26,9 @@ Results and reading: docs/design/kda-fused-chunk-bwd.md, "Rounding study: single
 In short: the anchored sweeps' dG (de-framed outputs times fp32 q, k) puts dg over the gate on
 long slow-decay documents whatever h and dS are stored in; dG formed in the tile's frame from the
 same bf16 operands ("frame") keeps it at the fp32 pass's level.
+The folded walks (walk="folded": Delta = U - W h, dS <- gamma dS + X - W^T dv2) under (d)'s
+chunk and intra passes: --schemes d,d/folded,d/folded-xbf16,fp32; results in the same document,
+"Rounding study: the folded walks".
 """
 import argparse
 import dataclasses
@@ -59,6 +62,13 @@ class Scheme:
     #                              channel pair: intra_bwd)
     sweep_d_bf16: bool = True    # anchored sweeps: the adjoint operand (dQK, beta dM) bf16
     sweep_x_bf16: bool = True    # anchored sweeps: the gated q/k operand bf16
+    walk: str = "chain"          # the h- and dS-walks' step: "chain" (R, Delta = A R; dDelta,
+    #                              Z = A^T dDelta, Zs, kg^T Zs) or "folded" (A diag(beta) folded
+    #                              into U, W stored bf16: Delta = U - W h; dv2 = dvl + kbar dS,
+    #                              dS <- gamma dS + X - W^T dv2; see ds_step_folded);
+    #                              "h-folded", "ds-folded": one walk folded, the other a chain
+    dvl_bf16: bool = False       # folded dS-walk: dvl = P^T dO stored bf16 by a chunk pass (else
+    #                              fp32, formed in the walk into dv2's accumulator)
     doc: str = ""
 
 
@@ -82,11 +92,26 @@ VARIANTS = [
            doc="(c) with the sweeps' gated q, k operand fp32 (as bf16 hi + lo would give)"),
     Scheme("c/d32", h_bf16=False, sweep_d_bf16=False,
            doc="(c) with the sweeps' dQK, beta dM operand fp32"),
+    # The folded walks (kda-cudnn-engine-notes.md section 4, suggestion 1) under (d)'s chunk
+    # pass and fp32 pairwise intra pass, so that only the walks' step changes.
+    Scheme("d/folded", h_bf16=True, handover_bf16=True, sweep="pair", walk="folded",
+           doc="(d) with the folded walks: Delta = U - W h, dS <- gamma dS + X - W^T dv2; X fp32"),
+    Scheme("d/folded-xbf16", h_bf16=True, x_bf16=True, handover_bf16=True, sweep="pair",
+           walk="folded", doc="(d/folded) with X = s qg^T dO stored bf16 by a chunk pass"),
+    Scheme("d/h-folded", h_bf16=True, handover_bf16=True, sweep="pair", walk="h-folded",
+           doc="(d) with the h-walk folded only (Delta = U - W h)"),
+    Scheme("d/ds-folded", h_bf16=True, handover_bf16=True, sweep="pair", walk="ds-folded",
+           doc="(d) with the dS-walk folded only (dS <- gamma dS + X - W^T dv2)"),
+    Scheme("d/folded-dvlbf16", h_bf16=True, x_bf16=True, dvl_bf16=True, handover_bf16=True,
+           sweep="pair", walk="folded",
+           doc="(d/folded-xbf16) with dvl = P^T dO stored bf16 too (cuDNN's storage)"),
 ]
 FRAME64 = Scheme("frame-fp64", fp64=True, bf16=False, sweep="frame")
 EXACT = Scheme("fp64", exact=True, fp64=True, bf16=False, h_bf16=False, sweep="pair")
 # The anchored code path in float64 without rounding: must equal EXACT (checks the sweeps' algebra).
 ANCHORED64 = Scheme("anchored-fp64", fp64=True, bf16=False, sweep="anchored")
+# The folded walks in float64 without rounding: must equal EXACT (checks the folding's algebra).
+FOLDED64 = Scheme("folded-fp64", fp64=True, bf16=False, h_bf16=False, sweep="pair", walk="folded")
 # fp32 everywhere, no bf16 at all: the floor under every scheme.
 FP32 = Scheme("fp32", bf16=False, sweep="anchored", doc="fp32 everywhere, no bf16: the floor")
 
@@ -240,30 +265,57 @@ def sweep_frame(num, D, X, Y, G):
 # One document, one head: forward walk, then the reverse walk with the chunk pass and phase 2.
 # q, k [T x K], v, dO [T x V], g [T x K], beta [T], h0, dht [K x V].
 # --------------------------------------------------------------------------------------------
-def chunk_factors(num, q, k, g, beta, s):
-    """kkt_solve's products for one chunk (A, P stored bf16 by every non-exact scheme)."""
+def chunk_factors(num, q, k, v, g, beta, s):
+    """kkt_solve's products for one chunk (A, P stored bf16 by every non-exact scheme), and the
+    folded walks' U = A diag(beta) V, W = A diag(beta) kg (one product each, stored bf16)."""
     n = q.shape[0]
     G = g.cumsum(0)                                    # fp32 cumsum [n x K]
     e, ebar, gamma = G.exp(), (G[-1] - G).exp(), G[-1].exp()
     L = gated_contract(num, k, k, G, strict=True)
     P = s * gated_contract(num, q, k, G, strict=False)
-    A = torch.linalg.inv(torch.eye(n, dtype=num.dt) + beta[:, None] * L)  # fp32 solve
-    return dict(G=G, e=e, ebar=ebar, gamma=gamma, A=num.bf(A), P=num.bf(P),
-                qg=num.bf(q * e), kg=num.bf(k * e), kbar=num.bf(k * ebar))
+    A = num.bf(torch.linalg.inv(torch.eye(n, dtype=num.dt) + beta[:, None] * L))  # fp32 solve
+    kg = num.bf(k * e)
+    return dict(G=G, e=e, ebar=ebar, gamma=gamma, A=A, P=num.bf(P),
+                qg=num.bf(q * e), kg=kg, kbar=num.bf(k * ebar),
+                U=num.bf(num.mm(A, beta[:, None] * v)), W=num.bf(num.mm(A, beta[:, None] * kg)))
+
+
+def h_step_folded(num, f, h):
+    """The folded h-walk's Delta = U - W h: U's bf16 store in the fp32 accumulator, one product
+    (W, h bf16 operands). Exactly A beta (V - kg h) = A R, the chain's Delta."""
+    return f["U"] - num.mm(f["W"], h)
+
+
+def ds_step_folded(num, f, dS, dOc, s):
+    """One chunk of the folded dS-walk (transposed in the kernel; written here untransposed):
+        dv2 = dvl + kbar bf16(dS),                    dvl = P^T dO
+        dS <- gamma dS + X - W^T bf16(dv2),           X = s qg^T dO,  W = A diag(beta) kg.
+    dv2 is the chain's dDelta = kbar dS + P^T dO (the gradient reaching Delta from o and h').
+    The chain forms kg^T Zs with Zs = -beta Z, Z = A^T dDelta: kg^T Zs = -kg^T diag(beta) A^T dDelta
+    = -(A diag(beta) kg)^T dDelta = -W^T dDelta, the same sum associated the other way (two
+    products and two bf16 roundings, dDelta and Zs, become one product and one rounding, dv2,
+    with W's store in their place). Returns dv2 (fp32) and the dS of the chunk's start."""
+    dvl = num.store(num.mm(f["P"].T, dOc), num.s.dvl_bf16)
+    dv2 = dvl + num.mm(f["kbar"], dS)
+    X = num.store(s * num.mm(f["qg"].T, dOc), num.s.x_bf16)
+    return dv2, f["gamma"][:, None] * dS + X - num.mm(f["W"].T, dv2)
 
 
 def document(num, q, k, v, g, beta, h0, dO, dht, s):
     sc = num.s
     T = q.shape[0]
     spans = [(t0, min(t0 + CHUNK, T)) for t0 in range(0, T, CHUNK)]
-    F = [chunk_factors(num, q[a:b], k[a:b], g[a:b], beta[a:b], s) for a, b in spans]
+    F = [chunk_factors(num, q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], s) for a, b in spans]
 
     # Forward walk: fp32 state, bf16 operands; h stored per chunk for the backward.
     h, hs, o = h0.clone(), [], torch.zeros_like(v)
     for (a, b), f in zip(spans, F):
         hs.append(num.store(h, sc.h_bf16))
-        R = beta[a:b, None] * (v[a:b] - num.mm(f["kg"], h))
-        Delta = num.mm(f["A"], R)
+        if sc.walk in ("folded", "h-folded"):
+            Delta = h_step_folded(num, f, h)
+        else:
+            R = beta[a:b, None] * (v[a:b] - num.mm(f["kg"], h))
+            Delta = num.mm(f["A"], R)
         o[a:b] = s * num.mm(f["qg"], h) + num.mm(f["P"], Delta)
         h = f["gamma"][:, None] * h + num.mm(f["kbar"].T, Delta)
     ht = h
@@ -271,16 +323,22 @@ def document(num, q, k, v, g, beta, h0, dO, dht, s):
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dg, dbeta = torch.zeros_like(g), torch.zeros_like(beta)
     dS = dht.clone()                                   # fp32 carried state gradient [K x V]
+    ds_folded = sc.walk in ("folded", "ds-folded")
     for (a, b), f, hc in reversed(list(zip(spans, F, hs))):
         qc, kc, vc, bc, dOc = q[a:b], k[a:b], v[a:b], beta[a:b, None], dO[a:b]
         A, P, kg, qg, kbar, G = f["A"], f["P"], f["kg"], f["qg"], f["kbar"], f["G"]
         dSc = num.store(dS, sc.ds_bf16)                # what the chunk kernel reads
+        if ds_folded:                                  # the walk's step first: phase 1 reads dv2
+            dv2, dS_prev = ds_step_folded(num, f, dS, dOc, s)
 
         # Phase 1 (chunk pass): every product bf16 operands, fp32 accumulators.
         Rt = vc - num.mm(kg, hc)                       # [n x V]
         R = bc * Rt
         Delta = num.mm(A, R)
-        dDelta = num.mm(kbar, dSc) + num.mm(P.T, dOc)  # [n x V]
+        if ds_folded:                                  # dDelta = dv2, stored bf16 by the walk
+            dDelta = num.bf(dv2)                       # (only ever a bf16 operand below)
+        else:
+            dDelta = num.mm(kbar, dSc) + num.mm(P.T, dOc)  # [n x V]
         Z = num.mm(A.T, dDelta)
         dv[a:b] = bc * Z
         dbeta_walk = (Z * Rt).sum(1)
@@ -298,9 +356,12 @@ def document(num, q, k, v, g, beta, h0, dO, dht, s):
         dkbar = num.store(dkbar, sc.handover_bf16)
 
         # The dS walk one chunk back (its own products on the fp32 carried dS).
-        X = num.store(s * num.mm(qg.T, dOc), sc.x_bf16)
-        Zw = num.mm(A.T, num.mm(kbar, dS) + num.mm(P.T, dOc))
-        dS = f["gamma"][:, None] * dS + X + num.mm(kg.T, -bc * Zw)
+        if ds_folded:
+            dS = dS_prev
+        else:
+            X = num.store(s * num.mm(qg.T, dOc), sc.x_bf16)
+            Zw = num.mm(A.T, num.mm(kbar, dS) + num.mm(P.T, dOc))
+            dS = f["gamma"][:, None] * dS + X + num.mm(kg.T, -bc * Zw)
 
         # Phase 2 (intra pass): the gated adjoints and dq, dk, dg, dbeta.
         e, ebar, gamma = f["e"], f["ebar"], f["gamma"]
@@ -441,9 +502,11 @@ def check(args, docs):
         e = max(errors(ex[n], ck[n])[0] for n in NAMES)
         e2 = max(max(errors(an[n], ex[n])[0] for n in NAMES),
                  max(errors(model(FRAME64, inp)[n], ex[n])[0] for n in NAMES))
+        e3 = max(errors(model(FOLDED64, inp)[n], ex[n])[0] for n in NAMES)
         print(f"  {case:9s}: exact model vs cake's FP64 reference {e:.2e}, anchored path in "
-              f"fp64 vs exact model {e2:.2e} (worst rel-RMS over o, ht and the gradients)")
-        worst = max(worst, e, e2)
+              f"fp64 vs exact model {e2:.2e}, folded walks in fp64 {e3:.2e} (worst rel-RMS "
+              f"over o, ht and the gradients)")
+        worst = max(worst, e, e2, e3)
     return worst
 
 
@@ -457,7 +520,7 @@ def main():
     ap.add_argument("--no-check", action="store_true", help="skip the FP64 check")
     ap.add_argument("--schemes", default="a,b,c,d,a/frame,b/frame,c/frame,c/x32,fp32",
                     help="comma-separated subset of a,b,c,d,a/frame,b/frame,c/frame,c/x32,c/d32,"
-                         "fp32 "
+                         "d/folded,d/folded-xbf16,d/h-folded,d/ds-folded,d/folded-dvlbf16,fp32 "
                          "(default %(default)s)")
     ap.add_argument("--docs", default=",".join(map(str, DOCS)),
                     help="document lengths of every input set (default %(default)s)")

@@ -1,5 +1,6 @@
-"""tools/kda_bwd_rounding.py, small: its exact model equals cake's FP64 reference, its fp32 scheme
-sits at fp32's level and its bf16 schemes above it (so a rounding switch that does nothing fails)."""
+"""tools/kda_bwd_rounding.py, small: its exact model equals cake's FP64 reference, its folded walks
+in float64 equal the exact model, its fp32 scheme sits at fp32's level and its bf16 schemes above
+it (so a rounding switch that does nothing fails)."""
 
 import argparse
 import importlib.util
@@ -31,3 +32,17 @@ def test_roundings_take_effect():
     assert worst(tool.FP32, inp, ref) < 1e-4
     for name in ("a", "d"):
         assert 1e-4 < worst(by_name[name], inp, ref) < 5e-2
+
+
+def test_folded_walks_are_the_chain():
+    # Delta = U - W h and dS <- gamma dS + X - W^T dv2 associate the chain's products the other
+    # way: in float64 without rounding they give the exact model's numbers; with bf16 operands
+    # they round elsewhere than the chain (so the folded path is the one that ran) and stay near.
+    # "mixed" has channels with g = 0, so the states carry across chunks at K = 16.
+    inp = tool.make_inputs("mixed", 5, 1, 16, 16, DOCS)
+    ref = tool.model(tool.EXACT, inp)
+    assert worst(tool.FOLDED64, inp, ref) < 1e-13
+    by_name = {s.name: s for s in tool.SCHEMES + tool.VARIANTS}
+    assert 1e-4 < worst(by_name["d/folded"], inp, ref) < 5e-2
+    chain, folded = tool.model(by_name["d"], inp), tool.model(by_name["d/folded"], inp)
+    assert all((folded[n] != chain[n]).any() for n in tool.NAMES)
