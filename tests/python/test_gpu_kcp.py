@@ -3,9 +3,9 @@ summaries, their composition and the local walks all on the kernels) against the
 of the whole pack, within the accuracy gate (bench/workloads.json: rel-RMS <= 1e-2, max-abs <=
 2e-2 x max|ref|, all finite), for W = 2, 3, 4, 8, every layout, P = 1, 2, 4 segments per fragment,
 documents shorter than a chunk and documents spanning 3+ ranks, initial and final states; and
-bitwise reproducible run to run. A call after the first reads nothing from the device (torch's
-sync debug mode), a disagreement between ranks poisons and raises at check_calls, and a call
-captured in a CUDA graph replays the eager results. Skipped where there is no CUDA device.
+bitwise reproducible run to run; within the gate with TF32 on for fp32 matmuls. A call after the
+first reads nothing from the device (torch's sync debug mode), a disagreement between ranks
+poisons and raises at check_calls, and a call captured in a CUDA graph replays the eager results. Skipped where there is no CUDA device.
 """
 
 import functools
@@ -73,6 +73,16 @@ def run_kcp(kda, t, W, layout, P, do, dht):
     return world.run(lambda ex: _kcp_rank(ex, kda, t, opts, layout, P, do, dht))
 
 
+def ranks_within_gate(ranks, t, o, ht, want):
+    """Every rank's outputs and gradients, assembled, against the FP64 reference."""
+    within_gate(_assemble([(r[0], r[1]) for r in ranks], o.to(ranks[0][1])), o, "o")
+    within_gate(sum(r[2] for r in ranks), ht, "final_state")
+    for n in PER_TOKEN:
+        got = _assemble([(r[0], r[3][n]) for r in ranks], t[n].detach())
+        within_gate(got, want[n], f"d{n}")
+    within_gate(sum(r[4]["initial_state"] for r in ranks), want["initial_state"], "dh0")
+
+
 @functools.lru_cache(maxsize=None)
 def case(kda, pack):
     """The inputs, cotangents and FP64 reference of one pack (shared by every W, layout and P, so
@@ -93,12 +103,22 @@ def case(kda, pack):
 def test_kcp_on_cuda_within_the_gate(kda, W, layout, P):
     t, do, dht, (o, ht, want) = case(kda, "short_and_long" if W % 2 == 0 else "one_long")
     ranks = run_kcp(kda, t, W, layout, P, do, dht)
-    within_gate(_assemble([(r[0], r[1]) for r in ranks], o.to(ranks[0][1])), o, "o")
-    within_gate(sum(r[2] for r in ranks), ht, "final_state")
-    for n in PER_TOKEN:
-        got = _assemble([(r[0], r[3][n]) for r in ranks], t[n].detach())
-        within_gate(got, want[n], f"d{n}")
-    within_gate(sum(r[4]["initial_state"] for r in ranks), want["initial_state"], "dh0")
+    ranks_within_gate(ranks, t, o, ht, want)
+
+
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_on_cuda_within_the_gate_with_tf32_on(kda):
+    """Training scripts often turn TF32 on for every fp32 matmul; the state products of the
+    composition (fp32 M S + B) then run in TF32. The composition must still pass the gate at the
+    most segments and ranks the suite uses."""
+    t, do, dht, (o, ht, want) = case(kda, "short_and_long")
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        ranks = run_kcp(kda, t, 8, "zigzag", 4, do, dht)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    ranks_within_gate(ranks, t, o, ht, want)
 
 
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
