@@ -4,8 +4,8 @@ upcast).
 Accuracy gate (bench/workloads.json): for y, final_state and every gradient, relative RMS error
 <= 1e-2 and max-abs error <= 2e-2 x max|ref|, all finite. Outputs and gradients are written into
 buffers poisoned with NaN, through cake.abi directly, so that an element the kernels never write
-fails. Also: determinism (bitwise), CUDA-graph replay equal to eager, the exact workspace (guard
-bytes after it untouched), the autograd op. Skipped where there is no CUDA device.
+fails. Also: pre-activations where SiLU's exp overflows, determinism (bitwise), CUDA-graph replay
+equal to eager, the exact workspace (guard bytes after it untouched), the autograd op. Skipped where there is no CUDA device.
 """
 
 import pytest
@@ -98,6 +98,15 @@ def test_accuracy_gate(W, dtype, D):
 @pytest.mark.parametrize("small_dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_weights_and_states(small_dtype):
     inputs, dy, dht = make_inputs([3, 1, 400], 256, 4, seed=5, small_dtype=small_dtype)
+    check_gate(run(inputs, dy, dht), reference(inputs, dy, dht))
+
+
+@pytest.mark.parametrize("sign", [-1, 1])
+def test_extreme_pre_activations(sign):
+    """Biases of +-80 .. 95 sweep SiLU's input across the band where the sigmoid's exp overflows
+    or its divisor passes 2^126 (the approximate division returns 0 there)."""
+    inputs, dy, dht = make_inputs([3, 1, 400], 2048, 4, seed=7)
+    inputs["bias"] = sign * torch.linspace(80, 95, 2048, device="cuda")
     check_gate(run(inputs, dy, dht), reference(inputs, dy, dht))
 
 

@@ -6,8 +6,8 @@ max-abs error <= 2e-2 x max|ref|, all finite (1e-5 both for float32 rows). Outpu
 are written into buffers poisoned with NaN, through cake.abi directly, so that an element the
 kernels never write fails. Also: determinism of dweight (bitwise), CUDA-graph replay equal to
 eager, the exact workspace (guard bytes after it untouched), no rows, inputs without a gate or a
-weight, a misaligned view, the autograd op and the layer. Skipped where there is no CUDA
-device.
+weight, gates where the sigmoid's exp overflows, a misaligned view, the autograd op and the
+layer. Skipped where there is no CUDA device.
 """
 
 import pytest
@@ -109,6 +109,21 @@ def test_large_values_and_weight_dtypes(dtype, weight_dtype):
     inputs, dy = make_inputs((3, 1000, 8, 128), seed=3, dtype=dtype, weight_dtype=weight_dtype,
                              scale=1e3)
     check_gate(run(inputs, dy), reference(inputs, dy), dtype)
+
+
+# Gates where the sigmoid's exp overflows or its divisor passes 2^126 (the approximate division
+# returns 0 there): -88.5 .. -87.5 lie in that band, +-1e4 far past it; all exact in bfloat16.
+EXTREME_GATES = [-1e4, -200, -90, -88.5, -88, -87.5, -86, -20, 20, 87.5, 88.5, 90, 200, 1e4]
+
+
+@pytest.mark.parametrize("activation", [SILU, SIGMOID])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_extreme_gates(activation, dtype):
+    inputs, dy = make_inputs((4099, 128), seed=6, dtype=dtype)
+    pattern = torch.tensor(EXTREME_GATES, dtype=dtype, device="cuda")
+    inputs["g"] = pattern.repeat(4099 * 128 // len(pattern) + 1)[:4099 * 128].view(4099, 128)
+    check_gate(run(inputs, dy, activation),
+               reference(inputs, dy, "silu" if activation == SILU else "sigmoid"), dtype)
 
 
 def test_no_rows_give_zero_dweight():
