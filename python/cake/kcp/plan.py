@@ -88,12 +88,21 @@ class SpanBatch:
 SPAN_BATCH_ROWS = 32768
 
 
+def padded_length(n: int) -> int:
+    """The rows of a span of n > 0 rows in its batched product: n rounded up to a multiple of a
+    sixteenth of its octave, at least a chunk. Under an eighth of a long span's rows are padding,
+    at up to 16 lengths (batches) an octave; to the next power of two instead, the spans of
+    packs P1 and P5 at W = 4 took 1.5x their rows, and every gathered operand and product with
+    them."""
+    granule = max(CHUNK_SIZE, 1 << max(0, (n - 1).bit_length() - 4))
+    return -(-n // granule) * granule
+
+
 def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[SpanBatch, ...]:
     """spans (item, first token in the shard, first row in the summaries walk, rows) as few
-    batched products as their lengths allow: spans padded to the next power of two of their
-    length (at least a chunk), so that at most half of a product's rows are padding, and a
-    length's spans in batches of at most SPAN_BATCH_ROWS rows (at least one span); a span longer
-    than half of that is a batch of its own, unpadded. A segment's tokens are one run of the
+    batched products as their lengths allow: spans padded to padded_length, and a length's spans
+    in batches of at most SPAN_BATCH_ROWS rows (at least one span); a span longer than half of
+    that is a batch of its own, unpadded. A segment's tokens are one run of the
     shard and one of the walk, so a span is three integers. Spans of no rows are left out (their
     o has no row, their C is zero)."""
     by_length: dict[int, list] = {}
@@ -101,7 +110,7 @@ def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[Sp
         n = span[3]
         if n == 0:
             continue
-        L = n if n > SPAN_BATCH_ROWS // 2 else max(CHUNK_SIZE, 1 << (n - 1).bit_length())
+        L = n if n > SPAN_BATCH_ROWS // 2 else padded_length(n)
         by_length.setdefault(L, []).append(span)
     batches = []
     for L, group in sorted(by_length.items()):
