@@ -231,14 +231,18 @@ def test_span_batches_cover_every_span_once(monkeypatch):
             n, L = b.rows.shape
             assert (L % 64 == 0 and budget >= L * n) or \
                 (n == 1 and L > budget // 2)  # a long span alone, unpadded
-            assert torch.equal((~b.padding).flatten().nonzero().squeeze(1), b.real_at)
+            padding = torch.zeros(n * L, dtype=torch.bool)
+            padding[b.padding_at] = True
+            padding = padding.view(n, L)
+            assert torch.equal((~padding).flatten().nonzero().squeeze(1), b.real_at)
+            assert torch.equal(padding.flatten().nonzero().squeeze(1), b.padding_at)
             assert torch.equal(b.rows.flatten()[b.real_at], b.real_rows)
             assert torch.equal(b.tokens.flatten()[b.real_at], b.real_tokens)
             for j, item in enumerate(b.items.tolist()):
                 _, at, row, length = spans[item]
                 assert L == plan.padded_length(length) or (L == length > budget // 2)
                 assert length <= L < length + max(64, length / 8)
-                real = ~b.padding[j]
+                real = ~padding[j]
                 assert real.sum().item() == length and real[:length].all()
                 assert torch.equal(b.rows[j][real], torch.arange(row, row + length))
                 assert torch.equal(b.tokens[j][real], torch.arange(at, at + length))
@@ -247,6 +251,25 @@ def test_span_batches_cover_every_span_once(monkeypatch):
         assert seen == {item: 1 for item, n in enumerate(lengths) if n}  # none of no rows
         if budget == 128:
             assert len(batches) > len({b.rows.shape[1] for b in batches})
+
+
+@pytest.mark.parametrize("P", [0, 1, 3])
+@pytest.mark.parametrize("layout", kcp.LAYOUTS)
+def test_call_plans_write_every_token_of_o_once(layout, P):
+    """The forward's o is left unset where neither kind writes it: every local token must be a
+    real row of one summary span or one token of the walked rest, and only one."""
+    for cu in (PACKS["long"], PACKS["empty"], PACKS["few"], [0, 3000, 3001, 4500]):
+        for W in (1, 3, 4):
+            for rank in range(W):
+                ctx = kcp.build_context(cu, world_size=W, rank=rank, segments=P)
+                for has_h0 in (False, True):
+                    plan = ctx.call_plan(P, has_h0, True, torch.device("cpu"))
+                    written = [b.real_tokens for b in plan.summary_spans]
+                    if plan.rest is not None:
+                        written.append(torch.arange(ctx.num_tokens)
+                                       if plan.rest.index is None else plan.rest.index)
+                    got = torch.cat(written).sort().values if written else torch.zeros(0)
+                    assert torch.equal(got, torch.arange(ctx.num_tokens)), (W, rank)
 
 
 def test_small_span_batches_give_the_same_results(monkeypatch):

@@ -189,7 +189,7 @@ def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
         for batch in plan.adjoint_spans:
             n, L = batch.rows.shape
             d_o_rows = _gather_heads(d_o, batch.tokens)
-            d_o_rows.view(HV, n * L, V).masked_fill_(batch.padding.view(1, n * L, 1), 0)
+            d_o_rows.view(HV, n * L, V).index_fill_(1, batch.padding_at, 0)
             c_s = torch.bmm(_gather_heads(o_m, batch.rows).transpose(1, 2), d_o_rows)
             c[batch.items] = c_s.view(HV, n, K, V).transpose(0, 1).to(sd)
     return c
@@ -296,7 +296,7 @@ class _KCPFunction(torch.autograd.Function):
         # o and S_out of every segment: the summarised ones from their records and the summary
         # walks' outputs, the rest walked from their S_in.
         final_state = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=q.device)
-        o = q.new_zeros(q.shape[:2] + v.shape[2:])
+        o = q.new_empty(q.shape[:2] + v.shape[2:])  # every token is in one of the two kinds
         seg_out = torch.zeros(S, HV, K, V, dtype=sd, device=q.device)
         if plan.summaries is not None:
             rows = plan.summaries.segment_index

@@ -70,14 +70,14 @@ class SpanBatch:
     items: int64 [n], per span what it reads or writes (its segment, or its adjoint row).
     rows: int64 [n, L], each span's rows in the summaries walk, the padding its first row again.
     tokens: int64 [n, L], the same rows' tokens in the shard, padded likewise.
-    padding: bool [n, L], true on the padding rows.
+    padding_at: int64 [n L - m], the positions of the padding rows in rows.flatten();
     real_at: int64 [m], the positions of the m real rows in rows.flatten();
     real_rows, real_tokens: int64 [m], their rows in the walk and their tokens in the shard.
     """
     items: Tensor
     rows: Tensor
     tokens: Tensor
-    padding: Tensor
+    padding_at: Tensor
     real_at: Tensor
     real_rows: Tensor
     real_tokens: Tensor
@@ -123,8 +123,8 @@ def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[Sp
             rows, tokens = row_at[:, None] + offset, at[:, None] + offset
             real_at = real.flatten().nonzero().squeeze(1)
             batches.append(SpanBatch(*(upload_tensor(x, device) for x in (
-                items, rows, tokens, ~real, real_at, rows.flatten()[real_at],
-                tokens.flatten()[real_at]))))
+                items, rows, tokens, (~real).flatten().nonzero().squeeze(1), real_at,
+                rows.flatten()[real_at], tokens.flatten()[real_at]))))
     return tuple(batches)
 
 
