@@ -1,0 +1,37 @@
+"""tools/kcp_bytes.py, small: every op of a rank's call is charged to the line of cake.kcp that
+issued it, the batched products' bytes are their operands' and results', and twice the tokens in
+the same documents split a line into its part per token and its part per document."""
+
+import importlib.util
+import pathlib
+
+TOOL = pathlib.Path(__file__).resolve().parents[2] / "tools" / "kcp_bytes.py"
+spec = importlib.util.spec_from_file_location("kcp_bytes", TOOL)
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+
+DOCS = [512, 1024, 1536]  # 8 pieces each at W = 4: spans of whole chunks, no padding rows
+
+
+def by_op(counted, op):
+    return sum(b for (where, name), b in counted.items() if name.startswith(op)
+               and where.startswith("kcp/ops.py"))
+
+
+def test_lines_and_products_are_counted():
+    tokens, counted = tool.one_rank(DOCS, segments=1)
+    assert tokens > 0
+    assert any(where.startswith("kcp/") for where, _ in counted)
+    # o = o_0 + O_M S_in: at least O_M [T, HV, K] and o_0, o_s [T, HV, V] in bf16
+    rows = tokens * tool.HV_RUN * tool.V * 2
+    assert by_op(counted, "baddbmm") >= 3 * rows
+    assert by_op(counted, "bmm") >= 2 * rows  # C = O_M^T dout
+
+
+def test_per_token_and_per_document_parts_split():
+    """Twice the tokens in the same documents and segments: o's product (O_M, o_0 and its result
+    per token, S_in per segment) adds exactly three bf16 [HV, V] rows a token."""
+    t1, small = tool.one_rank(DOCS, segments=1)
+    t2, large = tool.one_rank([2 * d for d in DOCS], segments=1)
+    per_token = (by_op(large, "baddbmm") - by_op(small, "baddbmm")) / (t2 - t1)
+    assert t2 == 2 * t1 and per_token == 3 * tool.HV_RUN * tool.V * 2
