@@ -2,10 +2,10 @@
 
 Runs one rank of W = 4 virtual ranks (zigzag_per_document) over a GDN pack, forward and backward,
 under a TorchDispatchMode that adds, for every torch op outside views, the bytes of its operands
-and results (an index, clone or cast op: its result twice, read and written; an allocation:
-nothing; index_put_ / index_fill_: the values twice). cake's own forward and backward count their
-operands alone, not the kernels' traffic. Each op is charged to the innermost line of
-python/cake/kcp that issued it.
+and results (an index, clone or cast op: its result twice, read and written; an allocation or a
+resize_: nothing; index_put_ / index_fill_: the values twice). cake's own forward and backward
+count their operands alone, not the kernels' traffic. Each op is charged to the innermost line
+of python/cake/kcp that issued it.
 
 The pack is scaled down twice (the token counts divided by --scale and by half of it, the same
 documents) so that each line's bytes split into a part per token and a part per document; they
@@ -35,7 +35,7 @@ VIEWS = {"view", "_unsafe_view", "transpose", "expand", "slice", "select", "as_s
          "split", "unbind", "lift_fresh"}
 COPIES = {"index", "index_select", "gather", "clone", "_to_copy", "copy_"}
 ALLOCATIONS = {"empty_like", "empty", "new_empty", "zeros", "full_like", "new_zeros",
-               "zeros_like", "new_full", "full"}
+               "zeros_like", "new_full", "full", "resize_"}
 WRITES = {"index_put_", "index_fill_"}
 OUTSIDE = "(outside cake.kcp)"
 W, K, V, HV_RUN = 4, 128, 128, 3

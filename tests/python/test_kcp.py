@@ -213,8 +213,9 @@ def test_segment_plan_rule_and_override():
 
 def test_span_batches_cover_every_span_once(monkeypatch):
     """Spans of many lengths (1 to 700 rows, a chunk, one past it) in batches: every span's rows,
-    tokens and item exactly once among the real rows, the padding flagged and pointing inside
-    its span; with the batches' row budget forced down, each length takes several."""
+    tokens and item exactly once among the real rows, the padding flagged, read inside its span
+    and written past the shard's end; with the batches' row budget forced down, each length takes
+    several."""
     from cake.kcp import plan
     gen = torch.Generator().manual_seed(5)
     lengths = [1, 63, 64, 65, 128, 129, 700, 1025, 3555, 6520, 0] + torch.randint(
@@ -223,9 +224,10 @@ def test_span_batches_cover_every_span_once(monkeypatch):
     for item, n in enumerate(lengths):
         spans.append((item, at, row, n))
         at, row = at + n + 3, row + n  # a shard with other tokens between the spans
+    num_tokens = at
     for budget in (plan.SPAN_BATCH_ROWS, 128):
         monkeypatch.setattr(plan, "SPAN_BATCH_ROWS", budget)
-        batches = plan.span_batches(spans, torch.device("cpu"))
+        batches = plan.span_batches(spans, num_tokens, torch.device("cpu"))
         seen = {}
         for b in batches:
             n, L = b.rows.shape
@@ -234,10 +236,8 @@ def test_span_batches_cover_every_span_once(monkeypatch):
             padding = torch.zeros(n * L, dtype=torch.bool)
             padding[b.padding_at] = True
             padding = padding.view(n, L)
-            assert torch.equal((~padding).flatten().nonzero().squeeze(1), b.real_at)
             assert torch.equal(padding.flatten().nonzero().squeeze(1), b.padding_at)
-            assert torch.equal(b.rows.flatten()[b.real_at], b.real_rows)
-            assert torch.equal(b.tokens.flatten()[b.real_at], b.real_tokens)
+            assert torch.equal(b.out_tokens, torch.where(padding, num_tokens, b.tokens).flatten())
             for j, item in enumerate(b.items.tolist()):
                 _, at, row, length = spans[item]
                 assert L == plan.padded_length(length) or (L == length > budget // 2)
@@ -264,12 +264,32 @@ def test_call_plans_write_every_token_of_o_once(layout, P):
                 ctx = kcp.build_context(cu, world_size=W, rank=rank, segments=P)
                 for has_h0 in (False, True):
                     plan = ctx.call_plan(P, has_h0, True, torch.device("cpu"))
-                    written = [b.real_tokens for b in plan.summary_spans]
+                    written = [b.out_tokens[b.out_tokens < ctx.num_tokens]
+                               for b in plan.summary_spans]
                     if plan.rest is not None:
                         written.append(torch.arange(ctx.num_tokens)
                                        if plan.rest.index is None else plan.rest.index)
                     got = torch.cat(written).sort().values if written else torch.zeros(0)
                     assert torch.equal(got, torch.arange(ctx.num_tokens)), (W, rank)
+
+
+def test_o_is_no_view_and_takes_in_place_ops():
+    """o of the summarised segments is scattered into a buffer one row longer (the products'
+    padding rows land there) and returned without that row: not as a view, which autograd would
+    not let a caller modify in place."""
+    t, opts = make_case(3, kda=False, cu=PACKS["long"], HV=2, initial_state=True)
+
+    def rank(exchange):
+        ctx = kcp.build_context(t["cu_seqlens"], exchange=exchange, layout="zigzag", segments=2)
+        local = {n: kcp.shard(t[n].detach(), ctx).requires_grad_() for n in PER_TOKEN}
+        o, _ = kcp.chunk_gated_delta_rule_kcp(*(local[n] for n in PER_TOKEN), ctx, **opts,
+                                              initial_state=t["initial_state"].detach())
+        assert o._base is None and o.is_contiguous()
+        o.mul_(2)
+        o.sum().backward()
+        return local["v"].grad
+
+    assert all(torch.isfinite(g).all() for g in kcp.VirtualWorld(3, timeout=TIMEOUT).run(rank))
 
 
 def test_small_span_batches_give_the_same_results(monkeypatch):

@@ -164,18 +164,19 @@ def _heads_first(s: Tensor) -> Tensor:
 
 
 def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tensor) -> None:
-    """o [1, T_local, HV, V] of the summarised segments, o_0 + O_M S_in, one batched product per
-    batch of spans (plan.SpanBatch) with o_0 as its addend. In o's dtype (bf16 on the GPU: tensor
-    cores, S_in rounded to bf16 as the walk's own tensor-core products round its state), the
-    product and the addend summed in fp32 and rounded once."""
+    """o [1, T_local + 1, HV, V] of the summarised segments, o_0 + O_M S_in, one batched product
+    per batch of spans (plan.SpanBatch) with o_0 as its addend, its padding rows scattered to row
+    T_local. In o's dtype (bf16 on the GPU: tensor cores, S_in rounded to bf16 as the walk's own
+    tensor-core products round its state), the product and the addend summed in fp32 and rounded
+    once."""
     HV, V = o.shape[2], o.shape[3]
     with _phase("outputs"):
         s_in = seg_in.to(o.dtype)
+        o_by_head = o[0].transpose(0, 1)  # [HV, T_local + 1, V], the products' row order
         for batch in plan.summary_spans:
             o_s = torch.baddbmm(_gather_heads(o_0, batch.rows), _gather_heads(o_m, batch.rows),
                                 _heads_first(s_in.index_select(0, batch.items)))
-            o[0, batch.real_tokens] = (o_s.view(HV, -1, V).index_select(1, batch.real_at)
-                                       .transpose(0, 1))
+            o_by_head[:, batch.out_tokens] = o_s.view(HV, -1, V)
 
 
 def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
@@ -296,7 +297,9 @@ class _KCPFunction(torch.autograd.Function):
         # o and S_out of every segment: the summarised ones from their records and the summary
         # walks' outputs, the rest walked from their S_in.
         final_state = torch.zeros(ctx.num_documents, HV, K, V, dtype=sd, device=q.device)
-        o = q.new_empty(q.shape[:2] + v.shape[2:])  # every token is in one of the two kinds
+        # Every token is in one of the two kinds; row T_local takes the products' padding rows.
+        T_local = q.shape[1]
+        o = q.new_empty((1, T_local + 1) + v.shape[2:])
         seg_out = torch.zeros(S, HV, K, V, dtype=sd, device=q.device)
         if plan.summaries is not None:
             rows = plan.summaries.segment_index
@@ -312,6 +315,9 @@ class _KCPFunction(torch.autograd.Function):
                 o = o_rest
             else:
                 o[:, rest.index] = o_rest
+        # Row T_local dropped in place: o keeps its storage (no copy) and is no view, which a
+        # caller could not modify in place (autograd forbids it on a custom Function's views).
+        o.resize_((1, T_local) + v.shape[2:])
         if plan.last_segments is not None:
             final_state[plan.last_documents] = seg_out.index_select(0, plan.last_segments)
         if ctx.rank == 0 and h0 is not None:

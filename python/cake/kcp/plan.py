@@ -70,17 +70,15 @@ class SpanBatch:
     items: int64 [n], per span what it reads or writes (its segment, or its adjoint row).
     rows: int64 [n, L], each span's rows in the summaries walk, the padding its first row again.
     tokens: int64 [n, L], the same rows' tokens in the shard, padded likewise.
-    padding_at: int64 [n L - m], the positions of the padding rows in rows.flatten();
-    real_at: int64 [m], the positions of the m real rows in rows.flatten();
-    real_rows, real_tokens: int64 [m], their rows in the walk and their tokens in the shard.
+    out_tokens: int64 [n L], where the rows of rows.flatten() go in o: their tokens, the padding
+        at the shard's token count (a row past the shard's end, which o's scatter drops).
+    padding_at: int64 [n L - m], the positions of the padding rows in rows.flatten().
     """
     items: Tensor
     rows: Tensor
     tokens: Tensor
+    out_tokens: Tensor
     padding_at: Tensor
-    real_at: Tensor
-    real_rows: Tensor
-    real_tokens: Tensor
 
 
 # Rows of one batched product of spans at most (beyond it, a length's spans take several): at 48
@@ -98,13 +96,14 @@ def padded_length(n: int) -> int:
     return -(-n // granule) * granule
 
 
-def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[SpanBatch, ...]:
-    """spans (item, first token in the shard, first row in the summaries walk, rows) as few
-    batched products as their lengths allow: spans padded to padded_length, and a length's spans
-    in batches of at most SPAN_BATCH_ROWS rows (at least one span); a span longer than half of
-    that is a batch of its own, unpadded. A segment's tokens are one run of the
-    shard and one of the walk, so a span is three integers. Spans of no rows are left out (their
-    o has no row, their C is zero)."""
+def span_batches(spans: Sequence[tuple[int, int, int, int]], num_tokens: int,
+                 device) -> tuple[SpanBatch, ...]:
+    """spans (item, first token in the shard of num_tokens, first row in the summaries walk, rows)
+    as few batched products as their lengths allow: spans padded to padded_length, and a length's
+    spans in batches of at most SPAN_BATCH_ROWS rows (at least one span); a span longer than half
+    of that is a batch of its own, unpadded. A segment's tokens are one run of the shard and one
+    of the walk, so a span is three integers. Spans of no rows are left out (their o has no row,
+    their C is zero)."""
     by_length: dict[int, list] = {}
     for span in spans:
         n = span[3]
@@ -121,10 +120,9 @@ def span_batches(spans: Sequence[tuple[int, int, int, int]], device) -> tuple[Sp
             real = t < n[:, None]  # [spans, L]
             offset = torch.where(real, t, 0)
             rows, tokens = row_at[:, None] + offset, at[:, None] + offset
-            real_at = real.flatten().nonzero().squeeze(1)
+            out_tokens = torch.where(real, tokens, num_tokens).flatten()
             batches.append(SpanBatch(*(upload_tensor(x, device) for x in (
-                items, rows, tokens, (~real).flatten().nonzero().squeeze(1), real_at,
-                rows.flatten()[real_at], tokens.flatten()[real_at]))))
+                items, rows, tokens, out_tokens, (~real).flatten().nonzero().squeeze(1)))))
     return tuple(batches)
 
 
@@ -271,7 +269,7 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     lasts = [i for i, f in enumerate(fragments) if not f.state_out]
     plan = CallPlan(
         num_segments=S, shard=shard, summaries=summaries,
-        summary_spans=span_batches(spans, device), rest=rest,
+        summary_spans=span_batches(spans, seg_cu[-1], device), rest=rest,
         out_records=make_scan([[[row[s] for s in segs(i)] for i in outs]], device)
         if outs else None,
         out_slots=i64([fragments[i].summary_slot for i in outs]),
@@ -299,7 +297,8 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     ends = [j for j, i in enumerate(ins) if not fragments[i].state_out]
     return dataclasses.replace(
         plan, adjoint_spans=span_batches([(j,) + spans[row[s]][1:]
-                                          for j, s in enumerate(adjoint_segments)], device),
+                                          for j, s in enumerate(adjoint_segments)], seg_cu[-1],
+                                         device),
         num_adjoints=len(adjoint_segments),
         adjoint_records=make_scan([[[arow[s] for s in back(i)] for i in ins],
                                    [[row[s] for s in back(i)] for i in ins]], device)
