@@ -76,8 +76,10 @@ class ByteCount(TorchDispatchMode):
         return out
 
 
-def one_rank(docs: list[int], segments: int, rank: int = 1) -> tuple[int, collections.Counter]:
-    """(T_local, bytes per (line, op)) of rank `rank`'s forward + backward."""
+def one_rank(docs: list[int], segments: int,
+             rank: int = 1) -> tuple[int, int, collections.Counter]:
+    """(T_local, the rank's segments, bytes per (line, op)) of rank `rank`'s forward +
+    backward."""
     cu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
     T, H = int(cu[-1]), HV_RUN // 3
     gen = torch.Generator().manual_seed(0)
@@ -98,25 +100,33 @@ def one_rank(docs: list[int], segments: int, rank: int = 1) -> tuple[int, collec
             o, _ = kcp.chunk_gated_delta_rule_kcp(*local.values(), ctx,
                                                   use_qk_l2norm_in_kernel=True)
             o.backward(do_local)
-        return ctx.num_tokens
+        plan = ctx.call_plan(segments, False, True, torch.device("cpu"))
+        return ctx.num_tokens, plan.num_segments
 
-    sizes = kcp.VirtualWorld(W, timeout=900).run(run)
-    return sizes[rank], count.bytes
+    tokens, num_segments = kcp.VirtualWorld(W, timeout=900).run(run)[rank]
+    return tokens, num_segments, count.bytes
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pack", default="P1", help="a GDN context-parallel pack (P1-P5)")
-    parser.add_argument("--segments", type=int, default=1, help="segments per fragment (0: plan)")
+    parser.add_argument("--segments", type=int, default=1,
+                        help="segments per fragment, >= 1 (the plan rule's choice depends on the "
+                        "head count, which the tool scales)")
     parser.add_argument("--scale", type=int, default=64, help="token counts divided by this")
     parser.add_argument("--heads", type=int, default=48, help="value heads to scale to")
     parser.add_argument("--rows", type=int, default=20, help="lines to print")
     args = parser.parse_args()
+    if args.segments < 1:
+        parser.error(f"--segments must be >= 1, got {args.segments}")
     packs = json.loads((ROOT / "bench" / "workloads.json").read_text())
     docs = packs["gdn"]["context_parallel"]["packs"][args.pack]
     small, large = (one_rank([max(1, d // s) for d in docs], args.segments)
                     for s in (args.scale, args.scale // 2))
-    (t1, b1), (t2, b2) = small, large
+    (t1, s1, b1), (t2, s2, b2) = small, large
+    if s1 != s2:  # a fragment of few chunks takes fewer segments: the split would be wrong
+        raise SystemExit(f"the rank walks {s1} segments at 1/{args.scale} and {s2} at "
+                         f"1/{args.scale // 2} of the pack: pass a smaller --scale")
     t_real = t2 * args.scale // 2  # the rank's tokens at full scale, near enough
     heads = args.heads / HV_RUN
     rows = []

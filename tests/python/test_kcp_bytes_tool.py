@@ -19,7 +19,7 @@ def by_op(counted, op):
 
 
 def test_lines_and_products_are_counted():
-    tokens, counted = tool.one_rank(DOCS, segments=1)
+    tokens, _, counted = tool.one_rank(DOCS, segments=1)
     assert tokens > 0
     assert any(where.startswith("kcp/") for where, _ in counted)
     # o = o_0 + O_M S_in: at least O_M [T, HV, K] and o_0, o_s [T, HV, V] in bf16
@@ -31,7 +31,7 @@ def test_lines_and_products_are_counted():
 def test_per_token_and_per_document_parts_split():
     """Twice the tokens in the same documents and segments: o's product (O_M, o_0 and its result
     per token, S_in per segment) adds exactly three bf16 [HV, V] rows a token."""
-    t1, small = tool.one_rank(DOCS, segments=1)
-    t2, large = tool.one_rank([2 * d for d in DOCS], segments=1)
+    t1, s1, small = tool.one_rank(DOCS, segments=1)
+    t2, s2, large = tool.one_rank([2 * d for d in DOCS], segments=1)
     per_token = (by_op(large, "baddbmm") - by_op(small, "baddbmm")) / (t2 - t1)
-    assert t2 == 2 * t1 and per_token == 3 * tool.HV_RUN * tool.V * 2
+    assert t2 == 2 * t1 and s1 == s2 and per_token == 3 * tool.HV_RUN * tool.V * 2
