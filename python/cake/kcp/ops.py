@@ -315,8 +315,9 @@ class _KCPFunction(torch.autograd.Function):
                 o = o_rest
             else:
                 o[:, rest.index] = o_rest
-        # Row T_local dropped in place: o keeps its storage (no copy) and is no view, which a
-        # caller could not modify in place (autograd forbids it on a custom Function's views).
+        # Row T_local, the last in o's token-major memory, dropped in place: o keeps its storage
+        # (no copy) and is no view, which a caller could not modify in place (autograd forbids
+        # it on a custom Function's views).
         o.resize_((1, T_local) + v.shape[2:])
         if plan.last_segments is not None:
             final_state[plan.last_documents] = seg_out.index_select(0, plan.last_segments)
