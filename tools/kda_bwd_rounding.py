@@ -519,9 +519,9 @@ def main():
     ap.add_argument("--check", action="store_true", help="only the FP64 check against cake")
     ap.add_argument("--no-check", action="store_true", help="skip the FP64 check")
     ap.add_argument("--schemes", default="a,b,c,d,a/frame,b/frame,c/frame,c/x32,fp32",
-                    help="comma-separated subset of a,b,c,d,a/frame,b/frame,c/frame,c/x32,c/d32,"
-                         "d/folded,d/folded-xbf16,d/h-folded,d/ds-folded,d/folded-dvlbf16,fp32 "
-                         "(default %(default)s)")
+                    help="comma-separated subset of "
+                         + ",".join(s.name for s in SCHEMES + VARIANTS + [FP32])
+                         + " (default %(default)s)")
     ap.add_argument("--docs", default=",".join(map(str, DOCS)),
                     help="document lengths of every input set (default %(default)s)")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated subset of cases")
