@@ -3,8 +3,9 @@
 Runs one rank of W = 4 virtual ranks (zigzag_per_document) over a GDN pack, forward and backward,
 under a TorchDispatchMode that adds, for every torch op outside views, the bytes of its operands
 and results (an index, clone or cast op: its result twice, read and written; an allocation or a
-resize_: nothing; index_put_ / index_fill_: the values twice). cake's own forward and backward
-count their operands alone, not the kernels' traffic. Each op is charged to the innermost line
+resize_: nothing; a fill with zeros or a value: its result; index_put_: its values twice;
+index_fill_: the slices it writes). cake's own forward and backward count their operands alone,
+not the kernels' traffic. Each op is charged to the innermost line
 of python/cake/kcp that issued it.
 
 The pack is scaled down twice (the token counts divided by --scale and by half of it, the same
@@ -34,9 +35,8 @@ VIEWS = {"view", "_unsafe_view", "transpose", "expand", "slice", "select", "as_s
          "alias", "unsqueeze", "squeeze", "permute", "detach", "reshape", "_reshape_alias",
          "split", "unbind", "lift_fresh"}
 COPIES = {"index", "index_select", "gather", "clone", "_to_copy", "copy_"}
-ALLOCATIONS = {"empty_like", "empty", "new_empty", "zeros", "full_like", "new_zeros",
-               "zeros_like", "new_full", "full", "resize_"}
-WRITES = {"index_put_", "index_fill_"}
+ALLOCATIONS = {"empty", "empty_like", "new_empty", "resize_"}
+FILLS = {"zeros", "zeros_like", "new_zeros", "full", "full_like", "new_full"}
 OUTSIDE = "(outside cake.kcp)"
 W, K, V, HV_RUN = 4, 128, 128, 3
 
@@ -60,11 +60,16 @@ class ByteCount(TorchDispatchMode):
         operands = [x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
         result = sum(_bytes(x) for x in tree_flatten(out)[0])
         if name in ALLOCATIONS:
-            moved = result if name.endswith("zeros") or name.endswith("full") else 0
+            moved = 0
+        elif name in FILLS:
+            moved = result
         elif name in COPIES:
             moved = 2 * result
-        elif name in WRITES:
-            moved = 2 * _bytes(operands[-1]) if name == "index_put_" else 0
+        elif name == "index_put_":  # the values read, then written
+            moved = 2 * _bytes(operands[-1])
+        elif name == "index_fill_":  # the indexed slices written
+            x, dim, index = args[0], args[1], args[2]
+            moved = _bytes(x) // max(1, x.shape[dim]) * index.numel()
         else:
             moved = sum(_bytes(x) for x in operands) + result
         # The innermost frame of cake.kcp or of this script (the loss and its gradient).
