@@ -83,8 +83,9 @@ class _Gate(torch.autograd.Function):
         lower_bound, per_head, per_channel = fctx.shapes
         x, a = _gate_input(raw, A_log, dt_bias, per_head, per_channel)
         if lower_bound is not None:
-            s = torch.sigmoid(a * x)
-            slope = lower_bound * s * (1 - s)          # d g / d (a x)
+            # d g / d (a x) = lower_bound s (1 - s), with 1 - s as sigmoid(-a x): 1 - s itself
+            # rounds to 0 once s rounds to 1 (a x above ~17 in float32), the slope not.
+            slope = lower_bound * torch.sigmoid(a * x) * torch.sigmoid(-a * x)
             dx, da_log = dg * slope * a, dg * slope * a * x
         else:
             dx, da_log = dg * (-a * torch.sigmoid(x)), dg * (-a * F.softplus(x))

@@ -2,6 +2,8 @@
 // transposes the forward's sums term by term, so that every gradient is the exact adjoint.
 #include "ref/conv1d.hpp"
 
+#include "ref/logistic.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -33,8 +35,6 @@ double pre_activation(Conv1dShape const& s, Conv1dInputs const& in, Extended con
   for (int64_t i = 0; i < W; ++i) acc += in.weight[d * W + i] * e[t - (W - 1) + i];
   return acc;
 }
-
-double sigmoid(double p) { return 1.0 / (1.0 + std::exp(-p)); }
 
 double activate(Activation a, double p) { return a == Activation::kSilu ? p * sigmoid(p) : p; }
 

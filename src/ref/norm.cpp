@@ -1,6 +1,8 @@
 // One row at a time; the backward follows the forward's terms in the same order.
 #include "ref/norm.hpp"
 
+#include "ref/logistic.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -9,16 +11,15 @@ namespace cake::ref {
 
 namespace {
 
-double sigmoid(double p) { return 1.0 / (1.0 + std::exp(-p)); }
-
 double activate(GateActivation a, double g) {
   return a == GateActivation::kSilu ? g * sigmoid(g) : sigmoid(g);
 }
 
 // d act / d g at g.
 double activation_slope(GateActivation a, double g) {
+  if (a != GateActivation::kSilu) return sigmoid_slope(g);
   double const s = sigmoid(g);
-  return a == GateActivation::kSilu ? s * (1.0 + g * (1.0 - s)) : s * (1.0 - s);
+  return s * (1.0 + g * (1.0 - s));
 }
 
 }  // namespace

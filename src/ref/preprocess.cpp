@@ -1,5 +1,7 @@
 #include "ref/preprocess.hpp"
 
+#include "ref/logistic.hpp"
+
 #include <cmath>
 
 namespace cake::ref {
@@ -7,8 +9,6 @@ namespace cake::ref {
 namespace {
 
 constexpr double kL2NormEps = 1e-6;
-
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // log(1 + e^x) without overflow for large x or loss for very negative x.
 double softplus(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }
@@ -69,9 +69,8 @@ GateGrads gate_backward(GateParams const& p, std::vector<double> const& g_raw,
     double const a = p.A_log.empty() ? 1.0 : std::exp(p.A_log[hv]);
     double dx, dA_log;
     if (p.lower_bound) {
-      // g = lb s(z), z = a x: dz = dg lb s (1 - s); dx = a dz; d(A_log) = dz z.
-      double const s = sigmoid(a * x);
-      double const dz = dg[e] * *p.lower_bound * s * (1.0 - s);
+      // g = lb s(z), z = a x: dz = dg lb s'(z); dx = a dz; d(A_log) = dz z.
+      double const dz = dg[e] * *p.lower_bound * sigmoid_slope(a * x);
       dx = a * dz;
       dA_log = dz * a * x;
     } else {
@@ -96,8 +95,7 @@ std::vector<double> beta_sigmoid_backward(std::vector<double> const& beta_raw, d
                                           std::vector<double> const& dbeta) {
   std::vector<double> dbeta_raw(beta_raw.size());
   for (size_t i = 0; i < beta_raw.size(); ++i) {
-    double const s = sigmoid(beta_raw[i]);
-    dbeta_raw[i] = dbeta[i] * c * s * (1.0 - s);
+    dbeta_raw[i] = dbeta[i] * c * sigmoid_slope(beta_raw[i]);
   }
   return dbeta_raw;
 }

@@ -107,6 +107,18 @@ def test_gate_backward_by_finite_differences(kda, lower_bound):
         lambda r, a, b: gate._Gate.apply(r, a, b, lower_bound, *shapes), inputs)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_lower_bound_slope_where_the_sigmoid_rounds_to_one(dtype):
+    """d raw of lower_bound sigmoid(raw) where the sigmoid rounds to 1 (raw above ~17 in float32,
+    ~37 in double) but its slope e^-raw / (1 + e^-raw)^2 does not vanish."""
+    raw = torch.tensor([20.0, 40.0, 80.0, -40.0], dtype=dtype).view(1, 1, 1, 4).requires_grad_()
+    g = gate._Gate.apply(raw, None, None, -3.0, (1, 1), (1, 4))
+    (d_raw,) = torch.autograd.grad(g.sum(), raw)
+    e = torch.exp(-raw.detach().double().abs())
+    torch.testing.assert_close(d_raw.double(), -3.0 * e / (1 + e) ** 2, rtol=1e-5, atol=0)
+
+
 def test_gate_keeps_only_its_inputs_for_the_backward():
     """Autograd holds no float32 intermediate of g's size for the gate: only the raw gate,
     A_log and dt_bias (the backward recomputes the rest)."""

@@ -61,6 +61,19 @@ def test_gradcheck_without_gate_or_weight():
     assert torch.autograd.gradcheck(lambda x: cake.rms_norm_gated(x), (x,))
 
 
+
+def test_sigmoid_slope_where_the_sigmoid_rounds_to_one():
+    """dg of the sigmoid gate where sigmoid(g) rounds to 1 in double (g above ~37) but its slope
+    e^-|g| / (1 + e^-|g|)^2 does not vanish: a slope taken as s (1 - s) would give 0 there."""
+    g = torch.tensor([[20.0, 40.0, 100.0, 700.0, -40.0, -700.0]], dtype=torch.float64,
+                     requires_grad=True)
+    x = torch.ones(1, 6, dtype=torch.float64)
+    (dg,) = torch.autograd.grad(cake.rms_norm_gated(x, g, None, 1e-5, "sigmoid").sum(), g)
+    e = torch.exp(-g.detach().abs())
+    n = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(dg, n * e / (1 + e) ** 2, rtol=1e-12, atol=0)
+
+
 def test_zero_row_and_dtypes():
     x = torch.zeros(2, 8)
     x[1] = torch.arange(8.0)

@@ -15,4 +15,17 @@ __device__ __forceinline__ float sigmoid(float x) { return __fdividef(1.f, 1.f +
 // every later stage's decays, and whose few elements a token make its instruction count moot.
 __device__ __forceinline__ float sigmoid_exact(float x) { return 1.f / (1.f + expf(-x)); }
 
+// sigmoid'(x) = s (1 - s), as e / (1 + e)^2 with e = e^-|x|: the product s (1 - s) loses all of
+// 1 - s once s rounds to 1 (x above ~17 in float), where the slope is still ~e^-x.
+__device__ __forceinline__ float sigmoid_slope(float x) {
+  float const e = __expf(-fabsf(x)), r = __fdividef(1.f, 1.f + e);
+  return e * r * r;
+}
+
+// The same, rounded as the IEEE expf and division round (the gate stage).
+__device__ __forceinline__ float sigmoid_slope_exact(float x) {
+  float const e = expf(-fabsf(x)), r = 1.f / (1.f + e);
+  return e * r * r;
+}
+
 }  // namespace cake::kernels

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kThreads) beta_bwd_kernel(__grid_constant__ Pa
         return In{load_small(p.beta_raw, p.beta_dtype, e), p.dbeta[e]};
       },
       [&](int64_t e, In in) {
-        float const s = sigmoid_exact(in.raw);
-        store_small(p.dbeta_raw, p.beta_dtype, e, p.beta_c * s * (1.f - s) * in.dbeta);
+        store_small(p.dbeta_raw, p.beta_dtype, e,
+                    p.beta_c * sigmoid_slope_exact(in.raw) * in.dbeta);
       });
 }
 
@@ -141,8 +141,7 @@ __global__ void __launch_bounds__(kThreads) gate_bwd_kernel(__grid_constant__ Pa
         if (t + u >= t1) break;
         float dx, term;
         if (p.has_lower_bound) {
-          float const s = sigmoid_exact(k.a * x[u]);
-          float const dz = dg[u] * p.lower_bound * s * (1.f - s);
+          float const dz = dg[u] * p.lower_bound * sigmoid_slope_exact(k.a * x[u]);
           dx = k.a * dz;
           term = dz * k.a * x[u];
         } else {
