@@ -4,14 +4,17 @@ Runs one rank of W = 4 virtual ranks (zigzag_per_document) over a GDN pack, forw
 under a TorchDispatchMode that adds, for every torch op outside views, the bytes of its operands
 and results (an index, clone or cast op: its result twice, read and written; an allocation or a
 resize_: nothing; a fill with zeros or a value: its result; index_put_: its values twice;
-index_fill_: the slices it writes). cake's own forward and backward count their operands alone,
+index_fill_: the slices it writes; baddbmm into out: its addend copied into out, then the
+product added there). cake's own forward and backward count their operands alone,
 not the kernels' traffic. Each op is charged to the innermost line
 of python/cake/kcp that issued it.
 
 The pack is scaled down twice (the token counts divided by --scale and by half of it, the same
 documents) so that each line's bytes split into a part per token and a part per document; they
-are then scaled back to the pack's tokens and to --heads value heads (q/k heads HV / 3). Only
-proportions and bytes are meaningful: the CPU runs the FP64 reference, nothing is timed.
+are then scaled back to the pack's tokens and to --heads value heads (q/k heads HV / 3). The
+plan's long-span threshold (LONG_SPAN_ROWS) is scaled with the tokens, so that a span takes
+its products as it would at full scale. Only proportions and bytes are meaningful: the CPU runs
+the FP64 reference, nothing is timed.
 
     python tools/kcp_bytes.py --pack P1 --segments 1
 """
@@ -29,6 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 import cake.kcp as kcp
+from cake.kcp import plan as kcp_plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VIEWS = {"view", "_unsafe_view", "transpose", "expand", "slice", "select", "as_strided", "t",
@@ -70,6 +74,8 @@ class ByteCount(TorchDispatchMode):
         elif name == "index_fill_":  # the indexed slices written
             x, dim, index = args[0], args[1], args[2]
             moved = _bytes(x) // max(1, x.shape[dim]) * index.numel()
+        elif func.__name__ == "baddbmm.out":  # out written twice: the addend's copy, the sum
+            moved = sum(_bytes(x) for x in operands) + 2 * result
         else:
             moved = sum(_bytes(x) for x in operands) + result
         # The innermost frame of cake.kcp or of this script (the loss and its gradient).
@@ -81,10 +87,10 @@ class ByteCount(TorchDispatchMode):
         return out
 
 
-def one_rank(docs: list[int], segments: int,
+def one_rank(docs: list[int], segments: int, long_rows: int,
              rank: int = 1) -> tuple[int, int, collections.Counter]:
     """(T_local, the rank's segments, bytes per (line, op)) of rank `rank`'s forward +
-    backward."""
+    backward, spans of long_rows rows or more taking their products in place."""
     cu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
     T, H = int(cu[-1]), HV_RUN // 3
     gen = torch.Generator().manual_seed(0)
@@ -108,7 +114,11 @@ def one_rank(docs: list[int], segments: int,
         plan = ctx.call_plan(segments, False, True, torch.device("cpu"))
         return ctx.num_tokens, plan.num_segments
 
-    tokens, num_segments = kcp.VirtualWorld(W, timeout=900).run(run)[rank]
+    default, kcp_plan.LONG_SPAN_ROWS = kcp_plan.LONG_SPAN_ROWS, long_rows
+    try:
+        tokens, num_segments = kcp.VirtualWorld(W, timeout=900).run(run)[rank]
+    finally:
+        kcp_plan.LONG_SPAN_ROWS = default
     return tokens, num_segments, count.bytes
 
 
@@ -126,7 +136,8 @@ def main():
         parser.error(f"--segments must be >= 1, got {args.segments}")
     packs = json.loads((ROOT / "bench" / "workloads.json").read_text())
     docs = packs["gdn"]["context_parallel"]["packs"][args.pack]
-    small, large = (one_rank([max(1, d // s) for d in docs], args.segments)
+    small, large = (one_rank([max(1, d // s) for d in docs], args.segments,
+                             max(1, kcp_plan.LONG_SPAN_ROWS // s))
                     for s in (args.scale, args.scale // 2))
     (t1, s1, b1), (t2, s2, b2) = small, large
     if s1 != s2:  # a fragment of few chunks takes fewer segments: the split would be wrong

@@ -211,28 +211,28 @@ def test_segment_plan_rule_and_override():
             kcp.build_context(cu, world_size=2, rank=0, segments=bad)
 
 
-def test_span_batches_cover_every_span_once(monkeypatch):
-    """Spans of many lengths (1 to 700 rows, a chunk, one past it) in batches: every span's rows,
-    tokens and item exactly once among the real rows, the padding flagged, read inside its span
-    and written past the shard's end; with the batches' row budget forced down, each length takes
-    several."""
+def test_span_products_cover_every_span_once(monkeypatch):
+    """Spans of many lengths (1 to 6520 rows, a chunk, one past it): the long ones as runs, the
+    others in batches, where every span's rows, tokens and item are found exactly once among the
+    real rows, the padding flagged, read inside its span and written past the shard's end; with
+    the batches' row budget forced down, each length takes several."""
     from cake.kcp import plan
     gen = torch.Generator().manual_seed(5)
-    lengths = [1, 63, 64, 65, 128, 129, 700, 1025, 3555, 6520, 0] + torch.randint(
+    lengths = [1, 63, 64, 65, 128, 129, 700, 1025, 2047, 2048, 3555, 6520, 0] + torch.randint(
         1, 300, (20,), generator=gen).tolist()
     spans, at, row = [], 0, 0
     for item, n in enumerate(lengths):
-        spans.append((item, at, row, n))
+        spans.append(plan.Span(item, at, row, n))
         at, row = at + n + 3, row + n  # a shard with other tokens between the spans
     num_tokens = at
     for budget in (plan.SPAN_BATCH_ROWS, 128):
         monkeypatch.setattr(plan, "SPAN_BATCH_ROWS", budget)
-        batches = plan.span_batches(spans, num_tokens, torch.device("cpu"))
-        seen = {}
-        for b in batches:
+        products = plan.span_products(spans, num_tokens, torch.device("cpu"))
+        assert products.runs == tuple(s for s in spans if s.length >= plan.LONG_SPAN_ROWS)
+        seen = {s.item: 1 for s in products.runs}
+        for b in products.batches:
             n, L = b.rows.shape
-            assert (L % 64 == 0 and budget >= L * n) or \
-                (n == 1 and L > budget // 2)  # a long span alone, unpadded
+            assert L % 64 == 0 and (budget >= L * n or n == 1)
             padding = torch.zeros(n * L, dtype=torch.bool)
             padding[b.padding_at] = True
             padding = padding.view(n, L)
@@ -240,7 +240,7 @@ def test_span_batches_cover_every_span_once(monkeypatch):
             assert torch.equal(b.out_tokens, torch.where(padding, num_tokens, b.tokens).flatten())
             for j, item in enumerate(b.items.tolist()):
                 _, at, row, length = spans[item]
-                assert L == plan.padded_length(length) or (L == length > budget // 2)
+                assert L == plan.padded_length(length) and length < plan.LONG_SPAN_ROWS
                 assert length <= L < length + max(64, length / 8)
                 real = ~padding[j]
                 assert real.sum().item() == length and real[:length].all()
@@ -250,7 +250,7 @@ def test_span_batches_cover_every_span_once(monkeypatch):
                 seen[item] = seen.get(item, 0) + 1
         assert seen == {item: 1 for item, n in enumerate(lengths) if n}  # none of no rows
         if budget == 128:
-            assert len(batches) > len({b.rows.shape[1] for b in batches})
+            assert len(products.batches) > len({b.rows.shape[1] for b in products.batches})
 
 
 @pytest.mark.parametrize("P", [0, 1, 3])
@@ -264,8 +264,9 @@ def test_call_plans_write_every_token_of_o_once(layout, P):
                 ctx = kcp.build_context(cu, world_size=W, rank=rank, segments=P)
                 for has_h0 in (False, True):
                     plan = ctx.call_plan(P, has_h0, True, torch.device("cpu"))
-                    written = [b.out_tokens[b.out_tokens < ctx.num_tokens]
-                               for b in plan.summary_spans]
+                    spans = plan.summary_spans
+                    written = [b.out_tokens[b.out_tokens < ctx.num_tokens] for b in spans.batches]
+                    written += [torch.arange(s.token, s.token + s.length) for s in spans.runs]
                     if plan.rest is not None:
                         written.append(torch.arange(ctx.num_tokens)
                                        if plan.rest.index is None else plan.rest.index)
@@ -292,11 +293,14 @@ def test_o_is_no_view_and_takes_in_place_ops():
     assert all(torch.isfinite(g).all() for g in kcp.VirtualWorld(3, timeout=TIMEOUT).run(rank))
 
 
-def test_small_span_batches_give_the_same_results(monkeypatch):
+@pytest.mark.parametrize("long_rows", [1, 32, 1 << 30], ids=["runs", "both", "batches"])
+def test_span_products_give_the_same_results(monkeypatch, long_rows):
     """The segments' o and C products with one span per batch (the batches' row budget at one
-    chunk) against the single-rank op, as test_kcp_equals_single_rank."""
+    chunk), every span as a run, or some of each, against the single-rank op, as
+    test_kcp_equals_single_rank."""
     from cake.kcp import plan
     monkeypatch.setattr(plan, "SPAN_BATCH_ROWS", 64)
+    monkeypatch.setattr(plan, "LONG_SPAN_ROWS", long_rows)
     for kda in (False, True):
         t, opts = mild(*make_case(7, kda=kda, cu=PACKS["empty"], HV=2, initial_state=True))
         _check_kcp(kda, t, opts, 3, "zigzag", 3, 7)

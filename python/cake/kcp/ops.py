@@ -163,17 +163,26 @@ def _heads_first(s: Tensor) -> Tensor:
     return s.transpose(0, 1).reshape(-1, s.shape[2], s.shape[3])
 
 
+def _run_of(x: Tensor, start: int, length: int) -> Tensor:
+    """Rows start .. start + length of x [1, T, HV, X], value heads first: [HV, length, X], a
+    strided view (a batched product's operand or output as it is, no copy)."""
+    return x[0, start:start + length].transpose(0, 1)
+
+
 def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tensor) -> None:
-    """o [1, T_local + 1, HV, V] of the summarised segments, o_0 + O_M S_in, one batched product
-    per batch of spans (plan.SpanBatch) with o_0 as its addend, its padding rows scattered to row
-    T_local. In o's dtype (bf16 on the GPU: tensor cores, S_in rounded to bf16 as the walk's own
-    tensor-core products round its state), the product and the addend summed in fp32 and rounded
-    once."""
+    """o [1, T_local + 1, HV, V] of the summarised segments, o_0 + O_M S_in, with o_0 as the
+    products' addend: a long span's product written into o's rows in place, one batched product
+    per batch of short spans (plan.SpanBatch), its padding rows scattered to row T_local. In o's
+    dtype (bf16 on the GPU: tensor cores, S_in rounded to bf16 as the walk's own tensor-core
+    products round its state), the product and the addend summed in fp32 and rounded once."""
     HV, V = o.shape[2], o.shape[3]
     with _phase("outputs"):
         s_in = seg_in.to(o.dtype)
+        for span in plan.summary_spans.runs:
+            torch.baddbmm(_run_of(o_0, span.row, span.length), _run_of(o_m, span.row, span.length),
+                          s_in[span.item], out=_run_of(o, span.token, span.length))
         o_by_head = o[0].transpose(0, 1)  # [HV, T_local + 1, V], the products' row order
-        for batch in plan.summary_spans:
+        for batch in plan.summary_spans.batches:
             o_s = torch.baddbmm(_gather_heads(o_0, batch.rows), _gather_heads(o_m, batch.rows),
                                 _heads_first(s_in.index_select(0, batch.items)))
             o_by_head[:, batch.out_tokens] = o_s.view(HV, -1, V)
@@ -181,13 +190,17 @@ def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tenso
 
 def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
     """C [R', HV, K, V] of the adjoint rows: O_M^T dout over each one's tokens (in dout's
-    dtype, as the products above), one batched product per batch of spans; the padding rows'
-    dout are zero, so that they add nothing (and a row without tokens keeps C = 0)."""
+    dtype, as the products above), a long span's product on its rows in place, one batched
+    product per batch of short spans; the padding rows' dout are zero, so that they add nothing
+    (and a row without tokens keeps C = 0)."""
     HV, K, V = o_m.shape[2], o_m.shape[3], d_o.shape[3]
     c = torch.zeros(plan.num_adjoints, HV, K, V, dtype=sd, device=o_m.device)
     with _phase("adjoint_products"):
         d_o = d_o.to(o_m.dtype)
-        for batch in plan.adjoint_spans:
+        for span in plan.adjoint_spans.runs:
+            c[span.item] = torch.bmm(_run_of(o_m, span.row, span.length).transpose(1, 2),
+                                     _run_of(d_o, span.token, span.length))
+        for batch in plan.adjoint_spans.batches:
             n, L = batch.rows.shape
             d_o_rows = _gather_heads(d_o, batch.tokens)
             d_o_rows.view(HV, n * L, V).index_fill_(1, batch.padding_at, 0)

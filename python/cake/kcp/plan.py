@@ -14,7 +14,7 @@ prefix of the batch (a view, no mask).
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -62,10 +62,26 @@ def make_scan(columns: Sequence[Sequence[Sequence[int]]], device: torch.device) 
     return Scan(upload(order, torch.int64, device), tuple(steps))
 
 
+class Span(NamedTuple):
+    """One segment's run of rows in the summaries walk and of tokens in the shard, and what it
+    reads or writes (item: its segment, or its adjoint row)."""
+    item: int
+    token: int
+    row: int
+    length: int
+
+
+# Spans of at least this many rows take their products in place, one each (cake.kcp.ops: the
+# operands and o as strided views, no gathered copies); shorter ones are gathered into batches.
+# A gathered row costs ~50 KB of copies at 48 value heads (~16 ns), a product's launch ~10-20 us
+# of host time: at 2048 rows the copies would cost about twice a launch.
+LONG_SPAN_ROWS = 2048
+
+
 @dataclass(frozen=True)
 class SpanBatch:
-    """Spans of the summaries walk (runs of rows, each one segment's) padded to one length L, so
-    that one batched product serves them all (cake.kcp.ops: o from O_M S_in, C = O_M^T dout).
+    """Short spans padded to one length L, so that one batched product serves them all
+    (cake.kcp.ops: o from O_M S_in, C = O_M^T dout).
 
     items: int64 [n], per span what it reads or writes (its segment, or its adjoint row).
     rows: int64 [n, L], each span's rows in the summaries walk, the padding its first row again.
@@ -86,6 +102,14 @@ class SpanBatch:
 SPAN_BATCH_ROWS = 32768
 
 
+@dataclass(frozen=True)
+class SpanProducts:
+    """A list of spans as its products take them: the long spans one by one, in place (runs),
+    the short ones in batches."""
+    runs: tuple[Span, ...] = ()
+    batches: tuple[SpanBatch, ...] = ()
+
+
 def padded_length(n: int) -> int:
     """The rows of a span of n > 0 rows in its batched product: n rounded up to a multiple of a
     sixteenth of its octave, at least a chunk. Under an eighth of a long span's rows are padding,
@@ -96,21 +120,15 @@ def padded_length(n: int) -> int:
     return -(-n // granule) * granule
 
 
-def span_batches(spans: Sequence[tuple[int, int, int, int]], num_tokens: int,
-                 device) -> tuple[SpanBatch, ...]:
-    """spans (item, first token in the shard of num_tokens, first row in the summaries walk, rows)
-    as few batched products as their lengths allow: spans padded to padded_length, and a length's
-    spans in batches of at most SPAN_BATCH_ROWS rows (at least one span); a span longer than half
-    of that is a batch of its own, unpadded. A segment's tokens are one run of the shard and one
-    of the walk, so a span is three integers. Spans of no rows are left out (their o has no row,
-    their C is zero)."""
+def span_products(spans: Sequence[Span], num_tokens: int, device) -> SpanProducts:
+    """spans (of a shard of num_tokens) as their products take them: those of LONG_SPAN_ROWS rows
+    or more as runs; the others padded to padded_length, a length's spans in batches of at most
+    SPAN_BATCH_ROWS rows. Spans of no rows are left out (their o has no row, their C is zero)."""
+    runs = tuple(span for span in spans if span.length >= LONG_SPAN_ROWS)
     by_length: dict[int, list] = {}
     for span in spans:
-        n = span[3]
-        if n == 0:
-            continue
-        L = n if n > SPAN_BATCH_ROWS // 2 else padded_length(n)
-        by_length.setdefault(L, []).append(span)
+        if 0 < span.length < LONG_SPAN_ROWS:
+            by_length.setdefault(padded_length(span.length), []).append(span)
     batches = []
     for L, group in sorted(by_length.items()):
         step = max(1, SPAN_BATCH_ROWS // L)
@@ -123,7 +141,7 @@ def span_batches(spans: Sequence[tuple[int, int, int, int]], num_tokens: int,
             out_tokens = torch.where(real, tokens, num_tokens).flatten()
             batches.append(SpanBatch(*(upload_tensor(x, device) for x in (
                 items, rows, tokens, out_tokens, (~real).flatten().nonzero().squeeze(1)))))
-    return tuple(batches)
+    return SpanProducts(runs, tuple(batches))
 
 
 @dataclass(frozen=True)
@@ -153,13 +171,13 @@ class CallPlan:
     twice (from S_in = 0 and from S_in = I with v = 0); rest: the other segments, walked once
     from their true S_in. Rows: a segment's position in the summaries walk (records, M) or in the
     adjoints (C).
-    summary_spans: the summary rows' spans (items: their segments), batched: where their o is
-    put together from the summary walks' outputs.
+    summary_spans: the summary rows' spans (items: their segments), as their products take them:
+    where their o is put together from the summary walks' outputs.
     """
     num_segments: int
     shard: WalkSet
     summaries: Optional[WalkSet]
-    summary_spans: tuple[SpanBatch, ...]
+    summary_spans: SpanProducts
     rest: Optional[WalkSet]
     # Forward records of the state_out fragments: their segments' records composed (scan over
     # the records' rows), sent at out_slots; the first pieces among them (positions in that list
@@ -180,9 +198,9 @@ class CallPlan:
     # Final states: the last segments of the documents' last pieces, and those documents.
     last_segments: Optional[Tensor]
     last_documents: Optional[Tensor]
-    # The adjoint rows' spans (items: the rows), batched: the tokens whose outputs' gradients
-    # make each row's C; and how many rows there are (0 without gradients).
-    adjoint_spans: tuple[SpanBatch, ...] = ()
+    # The adjoint rows' spans (items: the rows), as their products take them: the tokens whose
+    # outputs' gradients make each row's C; and how many rows there are (0 without gradients).
+    adjoint_spans: SpanProducts = SpanProducts()
     num_adjoints: int = 0
     # Adjoint records of the state_in fragments, from the last segment back: (C row, M row);
     # sent at adjoint_slots; the documents' last pieces among them take dht into their record.
@@ -260,7 +278,7 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     rest, _ = _subset(seg_cu, first, count, F, device, sorted(set(range(F)) - set(summarized)))
     spans, at = [], 0  # the summaries walk packs its segments in order
     for s in summaries.segments if summaries else ():
-        spans.append((s, seg_cu[s], at, seg_cu[s + 1] - seg_cu[s]))
+        spans.append(Span(s, seg_cu[s], at, seg_cu[s + 1] - seg_cu[s]))
         at += seg_cu[s + 1] - seg_cu[s]
     outs = [i for i, f in enumerate(fragments) if f.state_out]
     firsts = [j for j, i in enumerate(outs) if fragments[i].piece == 0] if has_h0 else []
@@ -269,7 +287,7 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     lasts = [i for i, f in enumerate(fragments) if not f.state_out]
     plan = CallPlan(
         num_segments=S, shard=shard, summaries=summaries,
-        summary_spans=span_batches(spans, seg_cu[-1], device), rest=rest,
+        summary_spans=span_products(spans, seg_cu[-1], device), rest=rest,
         out_records=make_scan([[[row[s] for s in segs(i)] for i in outs]], device)
         if outs else None,
         out_slots=i64([fragments[i].summary_slot for i in outs]),
@@ -296,9 +314,9 @@ def build_plan(ctx, P: int, slots: tuple[int, int], has_h0: bool, needs_grad: bo
     back = lambda i: segs(i)[::-1]  # noqa: E731
     ends = [j for j, i in enumerate(ins) if not fragments[i].state_out]
     return dataclasses.replace(
-        plan, adjoint_spans=span_batches([(j,) + spans[row[s]][1:]
-                                          for j, s in enumerate(adjoint_segments)], seg_cu[-1],
-                                         device),
+        plan, adjoint_spans=span_products([spans[row[s]]._replace(item=j)
+                                           for j, s in enumerate(adjoint_segments)], seg_cu[-1],
+                                          device),
         num_adjoints=len(adjoint_segments),
         adjoint_records=make_scan([[[arow[s] for s in back(i)] for i in ins],
                                    [[row[s] for s in back(i)] for i in ins]], device)
