@@ -14,6 +14,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/device/cake_cuda_check ] || { echo "time_patches: build/device has no check"; exit 1; }
+# Every named patch must exist: a missing one would otherwise be timed as main under its name.
+for p in ${PATCHES:-}; do
+  IFS=+ read -ra stack <<< "$p"
+  for part in "${stack[@]}"; do
+    [ -f "docs/next/$part.patch" ] || { echo "time_patches: no docs/next/$part.patch"; exit 1; }
+  done
+done
 out=/tmp/patch_variants
 rm -rf "$out" && mkdir -p "$out"
 # main as the tree stands now (a no-op unless something changed it since the last build)
