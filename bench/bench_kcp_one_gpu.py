@@ -25,7 +25,10 @@ peak extra memory, efficiency = single / (W x slowest rank), exchange bytes, the
 o's relative RMS against the single-GPU op over each rank's tokens (worst rank), and the slowest
 rank's kernel time by phase of the call (cake.kcp's profiler ranges: the summary walks, the
 outputs' and adjoints' products, the walk of the rest, the backward's walk; "other" the
-compositions and copies; one profiled step, L2 not flushed: shares, not times).
+compositions and copies; one profiled step, L2 not flushed: shares, not times). With
+--batched-arm, every rank's step again with all of its spans' products gathered into batches
+(cake.kcp.plan.LONG_SPAN_ROWS out of reach) as arms "batched<r>" of the same groups: the in-place
+products of long spans against the gathered ones (batched_rank_ms, batched_slowest_rank_ms).
 
 Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), its single-GPU workloads A, G and M
 (all three at 16/48 heads; with --worlds 1 they say what segments do to a single-GPU call), and
@@ -139,17 +142,40 @@ def time_on_host(run, l2):
     return 1e3 * (time.perf_counter() - start)
 
 
-def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, inputs, do, cu,
-               device, meta, out):
-    ranks = record(kcp, fn, op, cu, inputs, do, W, layout, segments)
-    steps, local_steps = {}, {}
+def replayed_steps(fn, op, ranks, name):
+    """Each recorded rank's step, replaying its exchange (checked to give the recorded o
+    bitwise), as arms "<name><rank>"."""
+    steps = {}
     for ctx, recorder, local, do_local, o in ranks:
         ctx.exchange = Replay(recorder)
         replayed = rank_step(fn, op, ctx, local, do_local)
         if not torch.equal(replayed, o):
             raise RuntimeError(f"rank {ctx.rank}: the replayed step differs from the recorded one")
-        steps[f"rank{ctx.rank}"] = (lambda c=ctx, x=local, d=do_local:
-                                    rank_step(fn, op, c, x, d))
+        steps[f"{name}{ctx.rank}"] = (lambda c=ctx, x=local, d=do_local:
+                                      rank_step(fn, op, c, x, d))
+    return steps
+
+
+def record_batched(kcp, fn, op, cu, inputs, do, W, layout, segments):
+    """record() with every span's products gathered into batches: the call plans, built by the
+    recording's first step and kept by each context, see no span as long."""
+    from cake.kcp import plan
+    default, plan.LONG_SPAN_ROWS = plan.LONG_SPAN_ROWS, 1 << 62
+    try:
+        return record(kcp, fn, op, cu, inputs, do, W, layout, segments)
+    finally:
+        plan.LONG_SPAN_ROWS = default
+
+
+def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, inputs, do, cu,
+               device, meta, out):
+    ranks = record(kcp, fn, op, cu, inputs, do, W, layout, segments)
+    steps = replayed_steps(fn, op, ranks, "rank")
+    batched = replayed_steps(fn, op, record_batched(kcp, fn, op, cu, inputs, do, W, layout,
+                                                    segments), "batched") \
+        if args.batched_arm else {}
+    local_steps = {}
+    for ctx, _, local, do_local, _ in ranks:
         local_steps[f"local{ctx.rank}"] = (lambda c=ctx, x=local, d=do_local:
                                            _local_step(single_fn, op, c, x, d))
     leaves = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
@@ -167,7 +193,7 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         for t in leaves:
             t.grad = None
 
-    arms = dict(steps, **local_steps, single=single, control=steps["rank0"])
+    arms = dict(steps, **batched, **local_steps, single=single, control=steps["rank0"])
     timer = time_once if device.type == "cuda" else time_on_host
     per_group = measure(arms, args.groups, args.iters, args.l2, time=timer)
     ms = {n: statistics.median(m) for n, m in per_group.items()}
@@ -187,6 +213,9 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         single_ms=ms["single"], efficiency=ms["single"] / (W * slowest),
         control_ratio=ms["control"] / ms["rank0"], o_rel_rms_vs_single=agreement,
         slowest_rank_phases_ms=phases,
+        **(dict(batched_rank_ms=[ms[f"batched{r}"] for r in range(W)],
+                batched_slowest_rank_ms=max(ms[f"batched{r}"] for r in range(W)))
+           if batched else {}),
         drift=max(((m[-1] - m[0]) / m[0] for m in per_group.values()), key=abs),
         peak_extra_gib=[peak_bytes(s) / 2**30 if device.type == "cuda" else None
                         for s in steps.values()],
@@ -201,6 +230,9 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
           f"{slowest:8.3f} ms  single/W {ms['single'] / W:8.3f} ms  efficiency "
           f"{line['efficiency']:.2f}  overhead max {max(line['overhead_ms']):7.3f} ms  control "
           f"{line['control_ratio']:.3f}  o vs single {agreement:.1e}", flush=True)
+    if batched:
+        print(f"{'':5s} every span batched: slowest {line['batched_slowest_rank_ms']:8.3f} ms",
+              flush=True)
     if phases:
         print(f"{'':5s} slowest rank's kernels by phase: {summary(phases)}", flush=True)
     return line
@@ -226,6 +258,8 @@ def main(argv=None):
     parser.add_argument("--heads", nargs=2, type=int, default=None, metavar=("H", "HV"))
     parser.add_argument("--groups", type=int, default=3)
     parser.add_argument("--iters", type=int, default=2)
+    parser.add_argument("--batched-arm", action="store_true",
+                        help="also time every rank with all spans' products batched")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

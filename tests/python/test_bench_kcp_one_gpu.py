@@ -74,3 +74,31 @@ def test_a_cells_drift_is_the_largest_change_of_an_arm(monkeypatch):
     assert line["slowest_rank_ms"] == 4.0 and line["single_ms"] == 5.0
     assert line["efficiency"] == 5.0 / (2 * 4.0) and line["overhead_ms"] == [2.0 - 0.9, 1.0]
     assert line["control_ratio"] == 2.2 / 2.0
+
+
+def test_the_batched_arm_times_plans_without_runs(monkeypatch):
+    """--batched-arm: each rank also timed on call plans built with no span long (every span's
+    products batched), beside plans where every span is long (the threshold forced to one row);
+    the threshold is restored after."""
+    from cake.kcp import plan
+    monkeypatch.setattr(plan, "LONG_SPAN_ROWS", 1)
+    seen = []
+    products = plan.span_products
+
+    def recording(spans, num_tokens, device):
+        made = products(spans, num_tokens, device)
+        seen.append((plan.LONG_SPAN_ROWS, len(made.runs), len(made.batches)))
+        return made
+
+    monkeypatch.setattr(plan, "span_products", recording)
+    (line,) = bench_kcp_one_gpu.main(
+        ["--device", "cpu", "--packs", "P5", "--worlds", "2", "--layouts", "zigzag",
+         "--segments", "1", "--ops", "fwd+bwd", "--groups", "1", "--iters", "1",
+         "--batched-arm"])
+    assert len(line["batched_rank_ms"]) == 2
+    assert line["batched_slowest_rank_ms"] == max(line["batched_rank_ms"]) > 0
+    assert {threshold for threshold, _, _ in seen} == {1, 1 << 62}
+    assert all(runs == 0 for threshold, runs, _ in seen if threshold > 1)
+    assert all(batches == 0 for threshold, _, batches in seen if threshold == 1)
+    assert any(runs for _, runs, _ in seen)
+    assert plan.LONG_SPAN_ROWS == 1
