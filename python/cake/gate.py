@@ -99,6 +99,24 @@ class _Gate(torch.autograd.Function):
         return d_raw, dA_log, ddt_bias, None, None, None
 
 
+class _BetaSigmoid(torch.autograd.Function):
+    """beta = c sigmoid(raw) in at least float32, with the slope c sigmoid(raw) sigmoid(-raw):
+    torch's own sigmoid backward takes it as s (1 - s), 0 once s rounds to 1 (raw above ~17 in
+    float32), where the slope is still ~e^-raw."""
+
+    @staticmethod
+    def forward(fctx, raw: Tensor, c: float):
+        fctx.save_for_backward(raw)
+        fctx.c = c
+        return raw.to(_at_least_float32(raw)).sigmoid() * c
+
+    @staticmethod
+    def backward(fctx, dbeta: Tensor):
+        (raw,) = fctx.saved_tensors
+        x = raw.to(_at_least_float32(raw))
+        return (dbeta * fctx.c * x.sigmoid() * (-x).sigmoid()).to(raw.dtype), None
+
+
 def _gate_input(raw: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor],
                 per_head: tuple, per_channel: tuple):
     """(x = raw + dt_bias, a = exp(A_log)) in at least float32, shaped to broadcast against
@@ -121,7 +139,7 @@ def in_torch(opts: DeltaOptions, q: Tensor, v: Tensor, g: Tensor, beta: Tensor,
         per_head, per_channel = ((HV, 1), (HV, K)) if kda else ((HV,), (HV,))
         g = _Gate.apply(g, A_log, dt_bias, opts.lower_bound, per_head, per_channel)
     if opts.use_beta_sigmoid:
-        beta = beta.to(_at_least_float32(beta)).sigmoid() * (2.0 if opts.allow_neg_eigval else 1.0)
+        beta = _BetaSigmoid.apply(beta, 2.0 if opts.allow_neg_eigval else 1.0)
     return kernel_options(opts), g, beta, None, None
 
 

@@ -119,6 +119,24 @@ def test_lower_bound_slope_where_the_sigmoid_rounds_to_one(dtype):
     torch.testing.assert_close(d_raw.double(), -3.0 * e / (1 + e) ** 2, rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("neg", [False, True])
+def test_beta_slope_where_the_sigmoid_rounds_to_one(dtype, neg):
+    """d beta_raw of beta = c sigmoid(beta_raw) in torch (the route of cake.kcp on CUDA) where
+    the sigmoid rounds to 1 but its slope c e^-x / (1 + e^-x)^2 does not vanish."""
+    t = case(True, 5)
+    opts, A_log, dt_bias, _ = parse(KDA_OP, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=neg,
+                                    num_v_heads=2, head_dim_k=8)
+    pattern = torch.tensor([20.0, 40.0, 80.0, -40.0, 0.0], dtype=dtype).repeat(14)  # T = 70
+    raw = pattern.view(1, 70, 1).expand(1, 70, 2).contiguous().requires_grad_()
+    _, _, beta, _, _ = gate.in_torch(opts, t["q"], t["v"], t["g"], raw, A_log, dt_bias)
+    (d_raw,) = torch.autograd.grad(beta.sum(), raw)
+    e = torch.exp(-raw.detach().double().abs())
+    c = 2.0 if neg else 1.0
+    torch.testing.assert_close(d_raw.double(), c * e / (1 + e) ** 2, rtol=1e-5, atol=0)
+    assert beta.dtype == torch.promote_types(dtype, torch.float32)
+
+
 def test_gate_keeps_only_its_inputs_for_the_backward():
     """Autograd holds no float32 intermediate of g's size for the gate: only the raw gate,
     A_log and dt_bias (the backward recomputes the rest)."""
