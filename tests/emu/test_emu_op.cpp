@@ -22,6 +22,7 @@
 #include "ops/cuda/gdn_workspace.hpp"
 #include "ops/cuda/kda_workspace.hpp"
 #include "ops/cuda/stages.hpp"
+#include "ref/logistic.hpp"
 #include "ref/preprocess.hpp"
 
 namespace {
@@ -648,9 +649,9 @@ void check_activations(Case const& c, bool kda, double lower_bound) {
   for (size_t e = 0; e < g.size(); ++e) {
     int64_t const slot = static_cast<int64_t>(e) % slots, hv = slot / width;
     double const a = std::exp(gp.A_log[hv]), x = gp.dt_bias[slot] + act.g_raw[e];
-    double const s = 1.0 / (1.0 + std::exp(-a * x));
-    double const term =
-        lower_bound < 0 ? r.dg[e] * lower_bound * s * (1 - s) * a * x : g[e] * r.dg[e];
+    double const term = lower_bound < 0
+                            ? r.dg[e] * lower_bound * cake::ref::sigmoid_slope(a * x) * a * x
+                            : g[e] * r.dg[e];
     magnitude[hv] += std::abs(term);
   }
   for (int hv = 0; hv < pr.HV; ++hv) {
