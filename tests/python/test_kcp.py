@@ -215,7 +215,8 @@ def test_span_products_cover_every_span_once(monkeypatch):
     """Spans of many lengths (1 to 6520 rows, a chunk, one past it): the long ones as runs, the
     others in batches, where every span's rows, tokens and item are found exactly once among the
     real rows, the padding flagged, read inside its span and written past the shard's end; with
-    the batches' row budget forced down, each length takes several."""
+    the batches' row budget forced down and no span long, each length takes several and a span
+    past half the budget goes alone, unpadded."""
     from cake.kcp import plan
     gen = torch.Generator().manual_seed(5)
     lengths = [1, 63, 64, 65, 128, 129, 700, 1025, 2047, 2048, 3555, 6520, 0] + torch.randint(
@@ -225,14 +226,16 @@ def test_span_products_cover_every_span_once(monkeypatch):
         spans.append(plan.Span(item, at, row, n))
         at, row = at + n + 3, row + n  # a shard with other tokens between the spans
     num_tokens = at
-    for budget in (plan.SPAN_BATCH_ROWS, 128):
+    for budget, long_rows in ((plan.SPAN_BATCH_ROWS, plan.LONG_SPAN_ROWS), (128, 1 << 30)):
         monkeypatch.setattr(plan, "SPAN_BATCH_ROWS", budget)
+        monkeypatch.setattr(plan, "LONG_SPAN_ROWS", long_rows)
         products = plan.span_products(spans, num_tokens, torch.device("cpu"))
         assert products.runs == tuple(s for s in spans if s.length >= plan.LONG_SPAN_ROWS)
         seen = {s.item: 1 for s in products.runs}
         for b in products.batches:
             n, L = b.rows.shape
-            assert L % 64 == 0 and (budget >= L * n or n == 1)
+            assert (L % 64 == 0 and budget >= L * n) or \
+                (n == 1 and L > budget // 2)  # a long span alone, unpadded
             padding = torch.zeros(n * L, dtype=torch.bool)
             padding[b.padding_at] = True
             padding = padding.view(n, L)
@@ -240,7 +243,8 @@ def test_span_products_cover_every_span_once(monkeypatch):
             assert torch.equal(b.out_tokens, torch.where(padding, num_tokens, b.tokens).flatten())
             for j, item in enumerate(b.items.tolist()):
                 _, at, row, length = spans[item]
-                assert L == plan.padded_length(length) and length < plan.LONG_SPAN_ROWS
+                assert L == plan.padded_length(length) or (L == length > budget // 2)
+                assert length < plan.LONG_SPAN_ROWS
                 assert length <= L < length + max(64, length / 8)
                 real = ~padding[j]
                 assert real.sum().item() == length and real[:length].all()
@@ -251,6 +255,7 @@ def test_span_products_cover_every_span_once(monkeypatch):
         assert seen == {item: 1 for item, n in enumerate(lengths) if n}  # none of no rows
         if budget == 128:
             assert len(products.batches) > len({b.rows.shape[1] for b in products.batches})
+            assert (1, 6520) in {tuple(b.rows.shape) for b in products.batches}
 
 
 @pytest.mark.parametrize("P", [0, 1, 3])
