@@ -5,7 +5,10 @@ of the whole pack, within the accuracy gate (bench/workloads.json: rel-RMS <= 1e
 documents shorter than a chunk and documents spanning 3+ ranks, initial and final states; and
 bitwise reproducible run to run; within the gate with TF32 on for fp32 matmuls. A call after the
 first reads nothing from the device (torch's sync debug mode), a disagreement between ranks
-poisons and raises at check_calls, and a call captured in a CUDA graph replays the eager results. Skipped where there is no CUDA device.
+poisons and raises at check_calls, and a call captured in a CUDA graph replays the eager results.
+The packs' spans are shorter than cake.kcp.plan.LONG_SPAN_ROWS, so the products are batched by
+default; the in-place products of long spans are forced by lowering it (to 1 row: every span, or
+64: some of each). Skipped where there is no CUDA device.
 """
 
 import functools
@@ -16,6 +19,7 @@ import torch.nn.functional as F
 
 import cake
 import cake.kcp as kcp
+from cake.kcp import plan
 from test_kcp import PER_TOKEN, TIMEOUT, _assemble, _kcp_rank
 
 pytestmark = [
@@ -106,6 +110,18 @@ def test_kcp_on_cuda_within_the_gate(kda, W, layout, P):
     ranks_within_gate(ranks, t, o, ht, want)
 
 
+@pytest.mark.parametrize("long_rows", [1, 64])
+@pytest.mark.parametrize("W, layout, P", [(4, "zigzag_per_document", 2), (3, "contiguous", 1),
+                                          (8, "zigzag", 4)])
+@pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
+def test_kcp_in_place_products_on_cuda_within_the_gate(kda, W, layout, P, long_rows,
+                                                        monkeypatch):
+    monkeypatch.setattr(plan, "LONG_SPAN_ROWS", long_rows)
+    t, do, dht, (o, ht, want) = case(kda, "short_and_long" if W % 2 == 0 else "one_long")
+    ranks = run_kcp(kda, t, W, layout, P, do, dht)
+    ranks_within_gate(ranks, t, o, ht, want)
+
+
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
 def test_kcp_on_cuda_within_the_gate_with_tf32_on(kda):
     """Training scripts often turn TF32 on for every fp32 matmul; the state products of the
@@ -146,12 +162,15 @@ def _call(kda, t, ctx, **kwargs):
     return o.detach(), ht.detach(), {n: x.grad for n, x in local.items()}
 
 
+@pytest.mark.parametrize("long_rows", [plan.LONG_SPAN_ROWS, 1], ids=["batched", "in_place"])
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
-def test_kcp_later_calls_read_nothing_from_the_device(kda):
+def test_kcp_later_calls_read_nothing_from_the_device(kda, long_rows, monkeypatch):
     """Once a context's first call has agreed the sizes and built the call plan, a forward and
     backward on 4 virtual ranks make no device-to-host synchronisation (torch's sync debug mode
     raises on one) and give the first call's results bitwise."""
     import threading
+
+    monkeypatch.setattr(plan, "LONG_SPAN_ROWS", long_rows)
 
     cu = PACKS["short_and_long"]
     t = make_inputs(cu, 2, 4, kda, seed=8)
@@ -206,12 +225,15 @@ def test_kcp_disagreement_on_cuda_poisons_and_raises_at_check():
             assert nan, "rank 1's states from the disagreeing call must be NaN"
 
 
+@pytest.mark.parametrize("long_rows", [plan.LONG_SPAN_ROWS, 1], ids=["batched", "in_place"])
 @pytest.mark.parametrize("kda", [False, True], ids=["gdn", "kda"])
-def test_kcp_graph_replays_eager(kda):
+def test_kcp_graph_replays_eager(kda, long_rows, monkeypatch):
     """A one-rank context with 3 segments per document (summaries, compositions and the walks
     all in the call): forward and backward captured in a CUDA graph replay the eager results
     bitwise."""
     from test_gpu_gdn import check_graph_replays_eager
+
+    monkeypatch.setattr(plan, "LONG_SPAN_ROWS", long_rows)
 
     cu = [0, 900, 1000]
     t = make_inputs(cu, 2, 4, kda, seed=10)
