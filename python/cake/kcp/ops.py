@@ -191,8 +191,8 @@ def _summarised_outputs(plan, o: Tensor, o_0: Tensor, o_m: Tensor, seg_in: Tenso
 def _adjoint_c(plan, o_m: Tensor, d_o: Tensor, sd: torch.dtype) -> Tensor:
     """C [R', HV, K, V] of the adjoint rows: O_M^T dout over each one's tokens (in dout's
     dtype, as the products above), a long span's product on views of its rows (no gathered
-    copy), one batched product per batch of short spans; the padding rows' dout are zero, so that they add nothing
-    (and a row without tokens keeps C = 0)."""
+    copy), one batched product per batch of short spans; the padding rows' dout are zero, so
+    that they add nothing (and a row without tokens keeps C = 0)."""
     HV, K, V = o_m.shape[2], o_m.shape[3], d_o.shape[3]
     c = torch.zeros(plan.num_adjoints, HV, K, V, dtype=sd, device=o_m.device)
     with _phase("adjoint_products"):
