@@ -28,7 +28,8 @@ outputs' and adjoints' products, the walk of the rest, the backward's walk; "oth
 compositions and copies; one profiled step, L2 not flushed: shares, not times). With
 --batched-arm, every rank's step again with all of its spans' products gathered into batches
 (cake.kcp.plan.LONG_SPAN_ROWS out of reach) as arms "batched<r>" of the same groups: the in-place
-products of long spans against the gathered ones (batched_rank_ms, batched_slowest_rank_ms).
+products of long spans against the gathered ones (batched_rank_ms, batched_slowest_rank_ms;
+o_rel_rms_batched_vs_in_place: the two forms' o, worst rank).
 
 Packs: bench/workloads.json "gdn" "context_parallel" (P1-P5), its single-GPU workloads A, G and M
 (all three at 16/48 heads; with --worlds 1 they say what segments do to a single-GPU call), and
@@ -171,9 +172,9 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
                device, meta, out):
     ranks = record(kcp, fn, op, cu, inputs, do, W, layout, segments)
     steps = replayed_steps(fn, op, ranks, "rank")
-    batched = replayed_steps(fn, op, record_batched(kcp, fn, op, cu, inputs, do, W, layout,
-                                                    segments), "batched") \
-        if args.batched_arm else {}
+    batched_ranks = record_batched(kcp, fn, op, cu, inputs, do, W, layout, segments) \
+        if args.batched_arm else []
+    batched = replayed_steps(fn, op, batched_ranks, "batched")
     local_steps = {}
     for ctx, _, local, do_local, _ in ranks:
         local_steps[f"local{ctx.rank}"] = (lambda c=ctx, x=local, d=do_local:
@@ -214,7 +215,9 @@ def bench_cell(args, cake, kcp, fn, single_fn, pack, W, layout, segments, op, in
         control_ratio=ms["control"] / ms["rank0"], o_rel_rms_vs_single=agreement,
         slowest_rank_phases_ms=phases,
         **(dict(batched_rank_ms=[ms[f"batched{r}"] for r in range(W)],
-                batched_slowest_rank_ms=max(ms[f"batched{r}"] for r in range(W)))
+                batched_slowest_rank_ms=max(ms[f"batched{r}"] for r in range(W)),
+                o_rel_rms_batched_vs_in_place=max(rel_rms(b[4], a[4])
+                                                  for a, b in zip(ranks, batched_ranks)))
            if batched else {}),
         drift=max(((m[-1] - m[0]) / m[0] for m in per_group.values()), key=abs),
         peak_extra_gib=[peak_bytes(s) / 2**30 if device.type == "cuda" else None

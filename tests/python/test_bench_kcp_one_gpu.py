@@ -97,6 +97,7 @@ def test_the_batched_arm_times_plans_without_runs(monkeypatch):
          "--batched-arm"])
     assert len(line["batched_rank_ms"]) == 2
     assert line["batched_slowest_rank_ms"] == max(line["batched_rank_ms"]) > 0
+    assert line["o_rel_rms_batched_vs_in_place"] < 1e-12  # FP64: the same o either way
     assert {threshold for threshold, _, _ in seen} == {1, 1 << 62}
     assert all(runs == 0 for threshold, runs, _ in seen if threshold > 1)
     assert all(batches == 0 for threshold, _, batches in seen if threshold == 1)
