@@ -167,6 +167,17 @@ def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound, raw_dtype, do
     dA_log and ddt_bias included, within the gate; and two CUDA runs bitwise equal. The long
     document has more 256-token tiles than one round of the sums' reduction takes (32), with an
     odd HV (the FP64 reference takes ~10 s of it on two cores)."""
+    check_in_op_gate(variant, lower_bound, raw_dtype, docs, H, HV)
+
+
+def test_in_op_sigmoid_slopes_where_the_sigmoid_rounds_to_one_on_cuda():
+    """The lower-bound gate's and beta's sigmoid with every raw value in [18, 24] (A_log and
+    dt_bias zero): the sigmoid rounds to 1 in float32 there, its slope ~e^-x does not, and every
+    element of dg_raw and dbeta_raw comes from that slope (a slope taken as s (1 - s) gives 0)."""
+    check_in_op_gate("kda", -3.0, torch.float32, [65, 300, 1], 2, 4, sigmoid_near_one=True)
+
+
+def check_in_op_gate(variant, lower_bound, raw_dtype, docs, H, HV, sigmoid_near_one=False):
     kda = variant == "kda"  # lower_bound is KDA's alone
     gen = torch.Generator().manual_seed(31)
     T, N = sum(docs), len(docs)
@@ -177,6 +188,10 @@ def test_in_op_gate_and_beta_sigmoid_on_cuda(variant, lower_bound, raw_dtype, do
              initial_state=torch.randn(N, HV, K, V, generator=gen),
              A_log=torch.rand(HV, generator=gen), dt_bias=torch.randn(HV * K if kda else HV,
                                                                       generator=gen))
+    if sigmoid_near_one:
+        for n in ("g", "beta"):
+            x[n] = 18 + 6 * torch.rand(x[n].shape, generator=gen)
+        x["A_log"], x["dt_bias"] = x["A_log"].zero_(), x["dt_bias"].zero_()
     for n in ("g", "beta"):  # values the raw dtype holds exactly, so both runs read the same
         x[n] = x[n].to(raw_dtype).float()
     cu = torch.tensor([0] + docs).cumsum(0).to(torch.int32)
