@@ -61,6 +61,13 @@ def _check(opts: DeltaOptions, q: Tensor, v: Tensor, g: Tensor, beta: Tensor,
         raise ValueError(errors[0])
 
 
+def _sigmoid_slope(z: Tensor) -> Tensor:
+    """sigmoid'(z) = s (1 - s), with 1 - s as sigmoid(-z): 1 - s itself rounds to 0 once s
+    rounds to 1 (z above ~17 in float32), where the slope is still ~e^-z. torch's own sigmoid
+    backward takes the product as it is."""
+    return torch.sigmoid(z) * torch.sigmoid(-z)
+
+
 class _Gate(torch.autograd.Function):
     """g from the raw gate: -a softplus(x) or lower_bound sigmoid(a x), x = raw + dt_bias,
     a = exp(A_log) (1 without A_log). It keeps only its inputs for the backward, which recomputes
@@ -83,9 +90,7 @@ class _Gate(torch.autograd.Function):
         lower_bound, per_head, per_channel = fctx.shapes
         x, a = _gate_input(raw, A_log, dt_bias, per_head, per_channel)
         if lower_bound is not None:
-            # d g / d (a x) = lower_bound s (1 - s), with 1 - s as sigmoid(-a x): 1 - s itself
-            # rounds to 0 once s rounds to 1 (a x above ~17 in float32), the slope not.
-            slope = lower_bound * torch.sigmoid(a * x) * torch.sigmoid(-a * x)
+            slope = lower_bound * _sigmoid_slope(a * x)          # d g / d (a x)
             dx, da_log = dg * slope * a, dg * slope * a * x
         else:
             dx, da_log = dg * (-a * torch.sigmoid(x)), dg * (-a * F.softplus(x))
@@ -100,9 +105,7 @@ class _Gate(torch.autograd.Function):
 
 
 class _BetaSigmoid(torch.autograd.Function):
-    """beta = c sigmoid(raw) in at least float32, with the slope c sigmoid(raw) sigmoid(-raw):
-    torch's own sigmoid backward takes it as s (1 - s), 0 once s rounds to 1 (raw above ~17 in
-    float32), where the slope is still ~e^-raw."""
+    """beta = c sigmoid(raw) in at least float32, its backward through _sigmoid_slope."""
 
     @staticmethod
     def forward(fctx, raw: Tensor, c: float):
@@ -114,7 +117,7 @@ class _BetaSigmoid(torch.autograd.Function):
     def backward(fctx, dbeta: Tensor):
         (raw,) = fctx.saved_tensors
         x = raw.to(_at_least_float32(raw))
-        return (dbeta * fctx.c * x.sigmoid() * (-x).sigmoid()).to(raw.dtype), None
+        return (dbeta * fctx.c * _sigmoid_slope(x)).to(raw.dtype), None
 
 
 def _gate_input(raw: Tensor, A_log: Optional[Tensor], dt_bias: Optional[Tensor],
