@@ -40,9 +40,7 @@ double activate(Activation a, double p) { return a == Activation::kSilu ? p * si
 
 // d act / d pre at p.
 double activation_slope(Activation a, double p) {
-  if (a == Activation::kNone) return 1.0;
-  double const s = sigmoid(p);
-  return s * (1.0 + p * (1.0 - s));
+  return a == Activation::kNone ? 1.0 : silu_slope(p);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The logistic function and its slope in double, shared by the reference stages that use it
-// (the gate and beta activations, the conv's SiLU, the output norm's gate).
+// The logistic function, its slope and SiLU's slope in double, shared by the reference stages
+// that use them (the gate and beta activations, the conv's SiLU, the output norm's gate).
 #pragma once
 
 #include <cmath>
@@ -13,6 +13,13 @@ inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 inline double sigmoid_slope(double x) {
   double const e = std::exp(-std::fabs(x));
   return e / ((1.0 + e) * (1.0 + e));
+}
+
+// silu'(x) for silu(x) = x sigmoid(x): s (1 + x (1 - s)). Where s rounds to 1 the lost x (1 - s)
+// is below x e^-x against a slope of ~1: no loss that matters.
+inline double silu_slope(double x) {
+  double const s = sigmoid(x);
+  return s * (1.0 + x * (1.0 - s));
 }
 
 }  // namespace cake::ref

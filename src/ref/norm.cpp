@@ -17,9 +17,7 @@ double activate(GateActivation a, double g) {
 
 // d act / d g at g.
 double activation_slope(GateActivation a, double g) {
-  if (a != GateActivation::kSilu) return sigmoid_slope(g);
-  double const s = sigmoid(g);
-  return s * (1.0 + g * (1.0 - s));
+  return a == GateActivation::kSilu ? silu_slope(g) : sigmoid_slope(g);
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ struct Bits<16> {
 using kernels::from_float;
 using kernels::load_small;
 using kernels::sigmoid;
+using kernels::silu_slope;
 using kernels::store_small;
 using kernels::to_float;
 
@@ -330,9 +331,7 @@ __device__ __forceinline__ float activate(int activation, float p) {
 
 // d act / d p at p.
 __device__ __forceinline__ float activation_slope(int activation, float p) {
-  if (activation != cakeActivationSilu) return 1.f;
-  float const s = sigmoid(p);
-  return s * (1.f + p * (1.f - s));
+  return activation == cakeActivationSilu ? silu_slope(p) : 1.f;
 }
 
 // The compiled variants: x's dtype T and the width W.

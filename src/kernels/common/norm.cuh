@@ -64,9 +64,7 @@ __device__ __forceinline__ float gate(int activation, float g) {
 
 // d act / d g at g.
 __device__ __forceinline__ float gate_slope(int activation, float g) {
-  if (activation == cakeActivationSigmoid) return sigmoid_slope(g);
-  float const s = sigmoid(g);
-  return s * (1.f + g * (1.f - s));
+  return activation == cakeActivationSigmoid ? sigmoid_slope(g) : silu_slope(g);
 }
 
 // The compiled variants: the rows' dtype T and the vectors per lane S.
